@@ -1,0 +1,91 @@
+/* admin.c - preheat, revoke and health routes. */
+#include "activity.h"
+#include "conf.h"
+#include "cs.h"
+#include "log.h"
+#include "mconn.h"
+#include "meta.h"
+#include "route.h"
+#include "shm.h"
+#include "worker.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+
+void admin_preheat(struct worker *w, struct req *r)
+{
+    struct auth_identity who;
+    struct preheat_result res;
+    char err[256], extra[128];
+
+    if (req_auth(w, r, 2, &who) != CS_OK)
+        return;
+    if (activity_preheat(w->mc, w->rc, w->conf->preheat_horizon_days, &res, err,
+                         sizeof(err)) != CS_OK) {
+        log_error("preheat failed: %s", err);
+        req_reply(r, CODE_UNAVAILABLE, "preheat failed: MySQL or Redis unavailable", NULL, 5);
+        return;
+    }
+    meta_invalidate(w->meta);
+    log_notice("preheat by admin %" PRId64 ": %d loaded, %d created, %d restored",
+               who.user_id, res.loaded, res.created, res.restored);
+    snprintf(extra, sizeof(extra), "\"loaded\":%d,\"created\":%d,\"restored\":%d", res.loaded,
+             res.created, res.restored);
+    req_reply(r, CODE_OK, NULL, extra, 0);
+}
+
+void admin_revoke(struct worker *w, struct req *r)
+{
+    struct auth_identity who;
+    const char *why;
+    char err[256], extra[64];
+    int64_t id;
+    int found = 0;
+
+    if (req_auth(w, r, 2, &who) != CS_OK || req_read_body(w, r) != CS_OK)
+        return;
+    if (http_parse_id_body(r->body, r->body_len, &id, &why) != CS_OK) {
+        req_reply(r, CODE_BAD_REQUEST, why, NULL, 0);
+        return;
+    }
+    if (activity_revoke(w->mc, w->rc, id, w->conf->preheat_horizon_days, &found, err,
+                        sizeof(err)) != CS_OK) {
+        log_error("revoke of activity %" PRId64 " failed: %s", id, err);
+        req_reply(r, CODE_UNAVAILABLE, "revoke failed: MySQL or Redis unavailable", NULL, 5);
+        return;
+    }
+    if (!found) {
+        req_reply(r, CODE_NO_SUCH_ACTIVITY, NULL, NULL, 0);
+        return;
+    }
+    /* Every worker of this node answers VOIDED from now on. */
+    shm_flag_set(w->shm->voided, id, INT64_MAX);
+    meta_invalidate(w->meta);
+    log_notice("activity %" PRId64 " revoked by admin %" PRId64, id, who.user_id);
+    snprintf(extra, sizeof(extra), "\"activityId\":%" PRId64, id);
+    req_reply(r, CODE_OK, "activity revoked", extra, 0);
+}
+
+void admin_health(struct worker *w, struct req *r)
+{
+    static const char *const bnames[] = {"closed", "open", "half-open"};
+    int bstate = atomic_load(&w->shm->breaker_state);
+    int up = 0;
+    char extra[160];
+
+    /* Health asks Redis itself, so it also serves as the breaker's probe. */
+    if (worker_redis_allowed(w) || bstate != BREAKER_CLOSED) {
+        redisReply *rep = rconn_command(w->rc, NULL, "PING");
+        up = rep != NULL && rep->type != REDIS_REPLY_ERROR;
+        if (rep)
+            freeReplyObject(rep);
+        worker_redis_done(w, up);
+        bstate = atomic_load(&w->shm->breaker_state);
+    }
+    snprintf(extra, sizeof(extra), "\"redis\":\"%s\",\"breaker\":\"%s\",\"worker\":%d",
+             up ? "up" : "down", bnames[bstate < 3 && bstate >= 0 ? bstate : 1], w->index);
+    if (up)
+        req_reply(r, CODE_OK, NULL, extra, 0);
+    else
+        req_reply(r, CODE_UNAVAILABLE, "redis is unreachable", extra, worker_retry_after(w));
+}

@@ -1,0 +1,60 @@
+/* http.h - response codes of the API, JSON body parsing and reply writing. */
+#ifndef CS_HTTP_H
+#define CS_HTTP_H
+
+#include <fcgiapp.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Every response carries one of these as "code" (DESIGN.md "HTTP API"). */
+enum cs_code {
+    CODE_OK,
+    CODE_SEIZED,
+    CODE_ALREADY_SEIZED,
+    CODE_SOLD_OUT,
+    CODE_NOT_STARTED,
+    CODE_ENDED,
+    CODE_VOIDED,
+    CODE_NO_SUCH_ACTIVITY,
+    CODE_BAD_REQUEST,
+    CODE_UNAUTHORIZED,
+    CODE_FORBIDDEN,
+    CODE_NOT_FOUND,
+    CODE_METHOD_NOT_ALLOWED,
+    CODE_TOO_LARGE,
+    CODE_UNSUPPORTED_MEDIA_TYPE,
+    CODE_TOO_MANY_REQUESTS,
+    CODE_UNAVAILABLE,
+    CODE_INTERNAL_ERROR,
+    CODE__COUNT
+};
+
+int http_code_status(enum cs_code code);      /* 200, 409, ... */
+const char *http_code_name(enum cs_code code); /* "SEIZED", ... */
+const char *http_code_msg(enum cs_code code);  /* default human message */
+
+/* Parses a seize/revoke body: a JSON object whose "id" is a JSON integer
+ * 1..2^63-1 written without sign, fraction or exponent. Returns CS_OK with
+ * *id, or CS_ERR with a short reason in *why (a static string). */
+int http_parse_id_body(const char *body, size_t len, int64_t *id, const char **why);
+
+/* True when the Content-Type names JSON (application/json, any parameters). */
+int http_is_json_type(const char *content_type);
+
+/* Finds "name=value" in a query string; copies the value (not unescaped,
+ * truncated to outlen-1) and returns CS_OK, or CS_ERR when absent. */
+int http_query_param(const char *query, const char *name, char *out, size_t outlen);
+
+/* Writes a complete response: status line, JSON headers, optional
+ * Retry-After (retry_after_s > 0), and the body {"code","msg"[,extra]}.
+ * extra, when not NULL, is a JSON fragment of members without braces,
+ * e.g. "\"activityId\":5". msg NULL uses the default message; msg is
+ * written as is, so it MUST NOT contain characters that need JSON escaping. */
+void http_reply(FCGX_Stream *out, enum cs_code code, const char *msg, const char *extra,
+                int retry_after_s);
+
+/* Writes a response with a JSON body built by the caller. */
+void http_reply_raw(FCGX_Stream *out, int status, const char *content_type, const char *body,
+                    size_t len, int retry_after_s);
+
+#endif

@@ -1,0 +1,100 @@
+/* main.c - coupon-fcgi: command line, and the choice of process model. */
+#include "conf.h"
+#include "cs.h"
+#include "log.h"
+#include "sdnotify.h"
+#include "shm.h"
+#include "super.h"
+#include "worker.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: coupon-fcgi [-c PATH] [-t] [-h]\n"
+            "  -c PATH  configuration file (default %s)\n"
+            "  -t       check the configuration file and exit (0 good, 1 bad)\n"
+            "  -h       this help\n"
+            "Process model:\n"
+            "  fd 0 a listening socket (spawn-fcgi -F N): serve it as one worker\n"
+            "  LISTEN_FDS set (systemd socket activation): supervise workers on it\n"
+            "  otherwise: bind fcgi.listen and supervise fcgi.workers workers\n",
+            CS_DEFAULT_CONF);
+}
+
+/* True when fd is a socket in the listening state. */
+static int is_listening_socket(int fd)
+{
+    int val = 0;
+    socklen_t len = sizeof(val);
+    return getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &val, &len) == 0 && val;
+}
+
+int main(int argc, char **argv)
+{
+    const char *path = CS_DEFAULT_CONF;
+    int test = 0, opt;
+    struct cs_conf conf;
+    char err[512];
+
+    while ((opt = getopt(argc, argv, "c:th")) != -1) {
+        switch (opt) {
+        case 'c': path = optarg; break;
+        case 't': test = 1; break;
+        case 'h': usage(stdout); return 0;
+        default: usage(stderr); return 1;
+        }
+    }
+    if (conf_load(&conf, path, err, sizeof(err)) != CS_OK) {
+        fprintf(stderr, "coupon-fcgi: %s\n", err);
+        if (test)
+            fprintf(stderr, "coupon-fcgi: configuration file %s test failed\n", path);
+        return 1;
+    }
+    if (test) {
+        /* The script is part of a working configuration too. */
+        struct rscript s;
+        if (rscript_load_file(&s, conf.fcgi_script, err, sizeof(err)) != CS_OK) {
+            fprintf(stderr, "coupon-fcgi: fcgi.script: %s\n", err);
+            fprintf(stderr, "coupon-fcgi: configuration file %s test failed\n", path);
+            conf_free(&conf);
+            return 1;
+        }
+        rscript_free(&s);
+        printf("coupon-fcgi: configuration file %s test is successful\n", path);
+        conf_free(&conf);
+        return 0;
+    }
+    log_init("coupon-fcgi", log_level_parse(conf.log_level), conf.log_target);
+
+    int rc;
+    if (is_listening_socket(0)) {
+        /* spawn-fcgi: we are one worker; the first one creates the segment. */
+        struct shm_node *shm = shm_node_open(conf.fcgi_shm_name, 0, err, sizeof(err));
+        if (shm == NULL) {
+            log_error("%s", err);
+            conf_free(&conf);
+            return 1;
+        }
+        rc = worker_main(&conf, 0, shm, (int)getpid());
+        shm_node_close(shm);
+    } else if (sdnotify_listen_fds() >= 1) {
+        /* systemd socket activation: the socket is fd 3. */
+        rc = super_run(&conf, path, 3, 0);
+    } else {
+        int fd = super_listen(&conf);
+        if (fd < 0) {
+            conf_free(&conf);
+            return 1;
+        }
+        rc = super_run(&conf, path, fd, 1);
+    }
+    conf_free(&conf);
+    return rc;
+}

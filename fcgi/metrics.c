@@ -1,0 +1,118 @@
+/* metrics.c - GET /market/admin/metrics: Prometheus text, summed over workers. */
+#include "metrics.h"
+#include "cs.h"
+#include "route.h"
+#include "shm.h"
+#include "worker.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+struct out {
+    char *buf;
+    size_t cap, len;
+};
+
+static void emit(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void emit(struct out *o, const char *fmt, ...)
+{
+    va_list ap;
+    if (o->len >= o->cap)
+        return;
+    va_start(ap, fmt);
+    int n = vsnprintf(o->buf + o->len, o->cap - o->len, fmt, ap);
+    va_end(ap);
+    if (n > 0)
+        o->len += (size_t)n;
+    if (o->len >= o->cap)
+        o->len = o->cap - 1;
+}
+
+static void counter(struct out *o, const char *name, const char *help, uint64_t v)
+{
+    emit(o, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name,
+         (unsigned long long)v);
+}
+
+#define LOAD(x) atomic_load_explicit((_Atomic uint64_t *)&(x), memory_order_relaxed)
+
+size_t metrics_render(const struct shm_node *node, char *buf, size_t cap)
+{
+    struct out o = {buf, cap, 0};
+    const struct shm_metrics *m = &node->m;
+
+    buf[0] = '\0';
+    emit(&o, "# HELP couponseize_requests_total Requests answered, by route and code.\n"
+             "# TYPE couponseize_requests_total counter\n");
+    for (int r = 0; r < ROUTE__COUNT && r < SHM_ROUTES; r++)
+        for (int c = 0; c < CODE__COUNT && c < SHM_CODES; c++) {
+            uint64_t v = LOAD(m->requests[r][c]);
+            if (v != 0)
+                emit(&o, "couponseize_requests_total{route=\"%s\",code=\"%s\"} %llu\n",
+                     route_names[r], http_code_name((enum cs_code)c), (unsigned long long)v);
+        }
+
+    emit(&o, "# HELP couponseize_seize_duration_seconds Time to answer a seize.\n"
+             "# TYPE couponseize_seize_duration_seconds histogram\n");
+    uint64_t cum = 0;
+    for (int b = 0; b < SHM_LAT_BUCKETS; b++) {
+        cum += LOAD(m->seize_lat[b]);
+        if (b == SHM_LAT_BUCKETS - 1)
+            emit(&o, "couponseize_seize_duration_seconds_bucket{le=\"+Inf\"} %llu\n",
+                 (unsigned long long)cum);
+        else
+            emit(&o, "couponseize_seize_duration_seconds_bucket{le=\"%g\"} %llu\n",
+                 (double)shm_lat_bounds_us[b] / 1e6, (unsigned long long)cum);
+    }
+    emit(&o, "couponseize_seize_duration_seconds_sum %.6f\n",
+         (double)LOAD(m->seize_lat_sum_us) / 1e6);
+    emit(&o, "couponseize_seize_duration_seconds_count %llu\n",
+         (unsigned long long)LOAD(m->seize_lat_count));
+
+    counter(&o, "couponseize_redis_errors_total", "Redis calls that failed.", LOAD(m->redis_errors));
+    counter(&o, "couponseize_redis_timeouts_total", "Redis calls that timed out.",
+            LOAD(m->redis_timeouts));
+    emit(&o, "# HELP couponseize_breaker_state Redis breaker: 0 closed, 1 open, 2 half-open.\n"
+             "# TYPE couponseize_breaker_state gauge\ncouponseize_breaker_state %d\n",
+         atomic_load((_Atomic int *)&node->breaker_state));
+    counter(&o, "couponseize_breaker_opened_total", "Times the Redis breaker opened.",
+            LOAD(m->breaker_opened));
+    counter(&o, "couponseize_rate_limited_total", "Seizes refused by the node rate limit.",
+            LOAD(m->rate_limited));
+    counter(&o, "couponseize_soldout_hint_hits_total",
+            "Seizes answered SOLD_OUT from the node flag without Redis.",
+            LOAD(m->soldout_hint_hits));
+    counter(&o, "couponseize_cache_hits_total", "Activity cache hits.", LOAD(m->cache_hits));
+    counter(&o, "couponseize_cache_misses_total", "Activity cache misses.", LOAD(m->cache_misses));
+    counter(&o, "couponseize_cache_evictions_total", "Activity cache evictions.",
+            LOAD(m->cache_evictions));
+    counter(&o, "couponseize_cache_load_failures_total", "Activity cache loads that failed.",
+            LOAD(m->cache_load_failures));
+    counter(&o, "couponseize_cache_stale_served_total",
+            "Activity entries served stale while Redis was away.", LOAD(m->cache_stale_served));
+    counter(&o, "couponseize_worker_restarts_total", "Workers the supervisor replaced.",
+            LOAD(m->worker_restarts));
+    return o.len;
+}
+
+void metrics_handle(struct worker *w, struct req *r)
+{
+    struct auth_identity who;
+
+    /* No credential: the web server's ACL on /market/admin/ is the guard
+     * (Prometheus scrapes from a trusted address). A credential must be admin. */
+    if (req_auth(w, r, 0, &who) != CS_OK)
+        return;
+    if (who.user_id != 0 && !who.is_admin) {
+        req_reply(r, CODE_FORBIDDEN, NULL, NULL, 0);
+        return;
+    }
+    size_t cap = 64 * 1024;
+    char *buf = xmalloc(cap);
+    size_t n = metrics_render(w->shm, buf, cap);
+    r->code = CODE_OK;
+    http_reply_raw(r->out, 200, "text/plain; version=0.0.4; charset=utf-8", buf, n, 0);
+    free(buf);
+}

@@ -1,0 +1,48 @@
+/* route.c - maps a request path and method to its handler. */
+#include "route.h"
+#include "worker.h"
+
+#include <string.h>
+
+const char *const route_names[ROUTE__COUNT] = {
+    [ROUTE_SEIZE] = "seize",
+    [ROUTE_STATUS] = "status",
+    [ROUTE_PREHEAT] = "preheat",
+    [ROUTE_REVOKE] = "revoke",
+    [ROUTE_HEALTH] = "health",
+    [ROUTE_METRICS] = "metrics",
+    [ROUTE_OTHER] = "other",
+};
+
+static const struct {
+    const char *path;
+    const char *method;
+    enum route_id id;
+    void (*handler)(struct worker *, struct req *);
+} routes[] = {
+    {"/market/consumer/coupon/seize", "POST", ROUTE_SEIZE, seize_handle},
+    {"/market/consumer/coupon/status", "GET", ROUTE_STATUS, status_handle},
+    {"/market/admin/coupon/preheat", "POST", ROUTE_PREHEAT, admin_preheat},
+    {"/market/admin/coupon/revoke", "POST", ROUTE_REVOKE, admin_revoke},
+    {"/market/health", "GET", ROUTE_HEALTH, admin_health},
+    {"/market/admin/metrics", "GET", ROUTE_METRICS, metrics_handle},
+};
+
+void route_dispatch(struct worker *w, struct req *r)
+{
+    for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
+        if (strcmp(r->path, routes[i].path) != 0)
+            continue;
+        r->route = routes[i].id;
+        /* HEAD is GET without a body as far as routing goes. */
+        if (strcmp(r->method, routes[i].method) != 0
+            && !(strcmp(routes[i].method, "GET") == 0 && strcmp(r->method, "HEAD") == 0)) {
+            req_reply(r, CODE_METHOD_NOT_ALLOWED, NULL, NULL, 0);
+            return;
+        }
+        routes[i].handler(w, r);
+        return;
+    }
+    r->route = ROUTE_OTHER;
+    req_reply(r, CODE_NOT_FOUND, NULL, NULL, 0);
+}

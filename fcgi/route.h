@@ -1,0 +1,37 @@
+/* route.h - the routes of coupon-fcgi and their handlers. */
+#ifndef CS_ROUTE_H
+#define CS_ROUTE_H
+
+struct worker;
+struct req;
+
+#include "http.h"
+
+enum route_id {
+    ROUTE_SEIZE,
+    ROUTE_STATUS,
+    ROUTE_PREHEAT,
+    ROUTE_REVOKE,
+    ROUTE_HEALTH,
+    ROUTE_METRICS,
+    ROUTE_OTHER,
+    ROUTE__COUNT
+};
+
+extern const char *const route_names[ROUTE__COUNT];
+
+/* Finds the route of r->path, checks the method (405 otherwise) and runs
+ * its handler; unknown paths get 404 NOT_FOUND. */
+void route_dispatch(struct worker *w, struct req *r);
+
+/* Maps a lua/seize.lua integer reply to its outcome. */
+enum cs_code seize_outcome(long long result);
+
+void seize_handle(struct worker *w, struct req *r);
+void status_handle(struct worker *w, struct req *r);
+void admin_preheat(struct worker *w, struct req *r);
+void admin_revoke(struct worker *w, struct req *r);
+void admin_health(struct worker *w, struct req *r);
+void metrics_handle(struct worker *w, struct req *r);
+
+#endif

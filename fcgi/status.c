@@ -1,0 +1,192 @@
+/* status.c - GET /market/consumer/coupon/status[?id=N]. */
+#include "conf.h"
+#include "cs.h"
+#include "keys.h"
+#include "log.h"
+#include "meta.h"
+#include "route.h"
+#include "worker.h"
+
+#include <cjson/cJSON.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+static cJSON *status_activity_json(const struct activity *a, int64_t now, int64_t remaining)
+{
+    cJSON *o = activity_to_json(a);
+    cJSON_ReplaceItemInObjectCaseSensitive(o, "status",
+        cJSON_CreateString(activity_status_name(activity_status_at(a, now))));
+    if (remaining >= 0)
+        cJSON_AddNumberToObject(o, "remaining", (double)remaining);
+    else
+        cJSON_AddNullToObject(o, "remaining");
+    return o;
+}
+
+/* Reads the live stock of n activities in one pipelined round trip. On
+ * failure the last known values are used and *stale is set. */
+static void status_stock(struct worker *w, const struct activity *acts, size_t n,
+                         int64_t *out, int *stale)
+{
+    char key[KEYS_MAX], field[24];
+    size_t sent = 0;
+    int ok = 1;
+
+    for (size_t i = 0; i < n; i++)
+        out[i] = meta_last_remaining(w->meta, acts[i].id);
+    if (n == 0 || *stale || !worker_redis_allowed(w)) {
+        *stale = 1;
+        return;
+    }
+    for (size_t i = 0; i < n; i++, sent++) {
+        keys_stock(key, keys_shard(acts[i].id));
+        snprintf(field, sizeof(field), "%" PRId64, acts[i].id);
+        if (rconn_append(w->rc, key, "HGET %s %s", key, field) != CS_OK) {
+            ok = 0;
+            break;
+        }
+    }
+    for (size_t i = 0; ok && i < sent; i++) {
+        redisReply *rep;
+        if (rconn_get_reply(w->rc, &rep) != CS_OK) {
+            ok = 0;
+            break;
+        }
+        if (rep->type == REDIS_REPLY_STRING) {
+            out[i] = strtoll(rep->str, NULL, 10);
+            meta_set_remaining(w->meta, acts[i].id, out[i]);
+        }
+        freeReplyObject(rep);
+    }
+    worker_redis_done(w, ok);
+    if (!ok)
+        *stale = 1;
+}
+
+/* mine: seized = in the seize list; persisted = seized and no longer queued
+ * (coupon-sync removes a queue entry only after its MySQL commit). */
+static int status_mine(struct worker *w, int64_t aid, int64_t uid, cJSON *mine)
+{
+    char klist[KEYS_MAX], kqueue[KEYS_MAX], fuser[24], fqueue[KEYS_MAX];
+    redisReply *a = NULL, *b = NULL;
+    int ok = 0;
+
+    if (!worker_redis_allowed(w))
+        return CS_ERR;
+    keys_seize_list(klist, aid);
+    keys_queue(kqueue, keys_shard(aid));
+    snprintf(fuser, sizeof(fuser), "%" PRId64, uid);
+    keys_queue_field(fqueue, aid, uid);
+    if (rconn_append(w->rc, klist, "HEXISTS %s %s", klist, fuser) == CS_OK
+        && rconn_append(w->rc, kqueue, "HEXISTS %s %s", kqueue, fqueue) == CS_OK
+        && rconn_get_reply(w->rc, &a) == CS_OK && rconn_get_reply(w->rc, &b) == CS_OK)
+        ok = a->type == REDIS_REPLY_INTEGER && b->type == REDIS_REPLY_INTEGER;
+    worker_redis_done(w, a != NULL && b != NULL);
+    if (ok) {
+        cJSON_AddBoolToObject(mine, "seized", a->integer == 1);
+        cJSON_AddBoolToObject(mine, "persisted", a->integer == 1 && b->integer == 0);
+    }
+    if (a)
+        freeReplyObject(a);
+    if (b)
+        freeReplyObject(b);
+    return ok ? CS_OK : CS_ERR;
+}
+
+static void status_send(struct req *r, cJSON *root)
+{
+    char *txt = cJSON_PrintUnformatted(root);
+    r->code = CODE_OK;
+    http_reply_raw(r->out, 200, "application/json; charset=utf-8", txt, strlen(txt), 0);
+    cJSON_free(txt);
+    cJSON_Delete(root);
+}
+
+static void status_one(struct worker *w, struct req *r, int64_t id, int64_t uid)
+{
+    struct activity a;
+    int stale = 0;
+    int64_t now = cs_now_ms();
+    cJSON *root, *obj;
+
+    switch (meta_lookup(w, id, &a, &stale)) {
+    case META_ABSENT:
+        req_reply(r, CODE_NO_SUCH_ACTIVITY, NULL, NULL, 0);
+        return;
+    case META_UNAVAILABLE:
+        req_reply(r, CODE_UNAVAILABLE, NULL, NULL, worker_retry_after(w));
+        return;
+    case META_VOIDED:
+        root = cJSON_CreateObject();
+        cJSON_AddStringToObject(root, "code", "OK");
+        cJSON_AddStringToObject(root, "msg", "ok");
+        cJSON_AddBoolToObject(root, "stale", stale);
+        obj = cJSON_AddObjectToObject(root, "activity");
+        cJSON_AddNumberToObject(obj, "id", (double)id);
+        cJSON_AddStringToObject(obj, "status", "VOIDED");
+        cJSON_AddNumberToObject(obj, "remaining", 0);
+        status_send(r, root);
+        return;
+    case META_FOUND:
+        break;
+    }
+    int64_t remaining;
+    status_stock(w, &a, 1, &remaining, &stale);
+    root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "code", "OK");
+    cJSON_AddStringToObject(root, "msg", "ok");
+    cJSON_AddItemToObject(root, "activity", status_activity_json(&a, now, remaining));
+    if (uid > 0) {
+        cJSON *mine = cJSON_CreateObject();
+        if (!stale && status_mine(w, id, uid, mine) == CS_OK) {
+            cJSON_AddItemToObject(root, "mine", mine);
+        } else {
+            cJSON_Delete(mine);
+            cJSON_AddNullToObject(root, "mine");
+            stale = 1;
+        }
+    }
+    cJSON_AddBoolToObject(root, "stale", stale);
+    status_send(r, root);
+}
+
+void status_handle(struct worker *w, struct req *r)
+{
+    struct auth_identity who;
+    char idbuf[32];
+    int64_t id;
+
+    if (http_query_param(r->query, "id", idbuf, sizeof(idbuf)) == CS_OK) {
+        if (cs_parse_id(idbuf, strlen(idbuf), &id) != CS_OK) {
+            req_reply(r, CODE_BAD_REQUEST, "id must be an integer 1..9223372036854775807",
+                      NULL, 0);
+            return;
+        }
+        /* The token is optional here; a bad one is still refused. */
+        if (req_auth(w, r, 0, &who) != CS_OK)
+            return;
+        status_one(w, r, id, who.user_id);
+        return;
+    }
+
+    const struct activity *acts;
+    size_t n;
+    int stale;
+    if (meta_list(w, &acts, &n, &stale) != CS_OK) {
+        req_reply(r, CODE_UNAVAILABLE, NULL, NULL, worker_retry_after(w));
+        return;
+    }
+    int64_t now = cs_now_ms();
+    int64_t *rem = xmalloc(sizeof(int64_t) * (n ? n : 1));
+    status_stock(w, acts, n, rem, &stale);
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "code", "OK");
+    cJSON_AddStringToObject(root, "msg", "ok");
+    cJSON_AddBoolToObject(root, "stale", stale);
+    cJSON *arr = cJSON_AddArrayToObject(root, "activities");
+    for (size_t i = 0; i < n; i++)
+        cJSON_AddItemToArray(arr, status_activity_json(&acts[i], now, rem[i]));
+    free(rem);
+    status_send(r, root);
+}

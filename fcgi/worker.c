@@ -1,0 +1,262 @@
+/* worker.c - the accept loop of one worker and the request helpers. */
+#include "worker.h"
+#include "conf.h"
+#include "cs.h"
+#include "log.h"
+#include "meta.h"
+#include "mconn.h"
+#include "route.h"
+#include "shm.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+volatile sig_atomic_t worker_stop;
+
+static void worker_on_term(int sig)
+{
+    (void)sig;
+    worker_stop = 1;
+    /* Makes a blocked FCGX_Accept_r() return instead of retrying accept(). */
+    FCGX_ShutdownPending();
+}
+
+void req_reply(struct req *r, enum cs_code code, const char *msg, const char *extra,
+               int retry_after_s)
+{
+    r->code = code;
+    http_reply(r->out, code, msg, extra, retry_after_s);
+}
+
+int req_read_body(struct worker *w, struct req *r)
+{
+    if (r->content_length <= 0) {
+        req_reply(r, CODE_BAD_REQUEST, "request body is empty", NULL, 0);
+        return CS_ERR;
+    }
+    /* Never read past the cap: a large body is refused by its length alone. */
+    if (r->content_length > w->conf->fcgi_max_body) {
+        req_reply(r, CODE_TOO_LARGE, NULL, NULL, 0);
+        return CS_ERR;
+    }
+    if (!http_is_json_type(r->content_type)) {
+        req_reply(r, CODE_UNSUPPORTED_MEDIA_TYPE, NULL, NULL, 0);
+        return CS_ERR;
+    }
+    int n = FCGX_GetStr(r->body, (int)r->content_length, r->fr->in);
+    if (n != r->content_length) {
+        req_reply(r, CODE_BAD_REQUEST, "request body shorter than Content-Length", NULL, 0);
+        return CS_ERR;
+    }
+    r->body[n] = '\0';
+    r->body_len = (size_t)n;
+    return CS_OK;
+}
+
+int req_auth(struct worker *w, struct req *r, int need, struct auth_identity *id)
+{
+    const char *why = "";
+    enum auth_result res = auth_check(&w->auth, r->authorization, r->x_user_id,
+                                      r->x_user_role, cs_now_ms() / 1000, id, &why);
+    if (res == AUTH_MISSING && need == 0) {
+        id->user_id = 0;
+        return CS_OK;
+    }
+    if (res != AUTH_OK) {
+        log_debug("auth refused on %s: %s", r->path, why);
+        req_reply(r, CODE_UNAUTHORIZED, why, NULL, 0);
+        return CS_ERR;
+    }
+    if (need == 2 && !id->is_admin) {
+        req_reply(r, CODE_FORBIDDEN, NULL, NULL, 0);
+        return CS_ERR;
+    }
+    return CS_OK;
+}
+
+int worker_redis_allowed(struct worker *w)
+{
+    const struct cs_conf *c = w->conf;
+    int64_t lease = (int64_t)c->redis_connect_timeout_ms + 2 * c->redis_command_timeout_ms;
+    return shm_breaker_allow(w->shm, cs_mono_ms(), lease);
+}
+
+void worker_redis_done(struct worker *w, int ok)
+{
+    const struct cs_conf *c = w->conf;
+
+    if (ok) {
+        if (shm_breaker_success(w->shm))
+            log_notice("redis is back: breaker closed");
+        return;
+    }
+    if (w->rc->err == RCONN_ERR_TIMEOUT)
+        atomic_fetch_add(&w->shm->m.redis_timeouts, 1);
+    else
+        atomic_fetch_add(&w->shm->m.redis_errors, 1);
+    if (shm_breaker_failure(w->shm, cs_mono_ms(), c->redis_breaker_failures,
+                            c->redis_breaker_open_ms))
+        log_warn("redis breaker opened: %s; seizes answer 503 until a probe succeeds",
+                 w->rc->errstr);
+}
+
+int worker_retry_after(const struct worker *w)
+{
+    int s = (w->conf->redis_breaker_open_ms + 999) / 1000;
+    return s > 0 ? s : 1;
+}
+
+/* Fills r from the FastCGI parameters. */
+static void req_init(struct req *r, FCGX_Request *fr, char *body)
+{
+    FCGX_ParamArray env = fr->envp;
+    const char *uri, *cl;
+
+    memset(r, 0, sizeof(*r));
+    r->fr = fr;
+    r->out = fr->out;
+    r->body = body;
+    r->start_us = cs_mono_us();
+    r->method = FCGX_GetParam("REQUEST_METHOD", env);
+    if (r->method == NULL)
+        r->method = "GET";
+    r->content_type = FCGX_GetParam("CONTENT_TYPE", env);
+    r->authorization = FCGX_GetParam("HTTP_AUTHORIZATION", env);
+    r->x_user_id = FCGX_GetParam("HTTP_X_USER_ID", env);
+    r->x_user_role = FCGX_GetParam("HTTP_X_USER_ROLE", env);
+    r->query = FCGX_GetParam("QUERY_STRING", env);
+    cl = FCGX_GetParam("CONTENT_LENGTH", env);
+    r->content_length = -1;
+    if (cl != NULL && *cl != '\0') {
+        char *end;
+        errno = 0;
+        long v = strtol(cl, &end, 10);
+        r->content_length = (errno == 0 && *end == '\0' && v >= 0) ? v : -1;
+        /* An absurd length is still "too large", never a negative read. */
+        if (errno == ERANGE)
+            r->content_length = LONG_MAX;
+    }
+
+    /* REQUEST_URI is what nginx, lighttpd and Apache all pass; fall back to
+     * SCRIPT_NAME + PATH_INFO for front ends that do not. */
+    uri = FCGX_GetParam("REQUEST_URI", env);
+    if (uri != NULL && *uri != '\0') {
+        size_t n = strcspn(uri, "?");
+        if (n >= sizeof(r->path))
+            n = sizeof(r->path) - 1;
+        memcpy(r->path, uri, n);
+        r->path[n] = '\0';
+    } else {
+        const char *sn = FCGX_GetParam("SCRIPT_NAME", env);
+        const char *pi = FCGX_GetParam("PATH_INFO", env);
+        snprintf(r->path, sizeof(r->path), "%s%s", sn ? sn : "", pi ? pi : "");
+    }
+    if (r->query == NULL) {
+        const char *q = uri ? strchr(uri, '?') : NULL;
+        r->query = q ? q + 1 : "";
+    }
+}
+
+static void req_account(struct worker *w, struct req *r)
+{
+    int route = r->route < SHM_ROUTES ? r->route : SHM_ROUTES - 1;
+    int code = (int)r->code < SHM_CODES ? (int)r->code : SHM_CODES - 1;
+    atomic_fetch_add_explicit(&w->shm->m.requests[route][code], 1, memory_order_relaxed);
+    if (r->route == ROUTE_SEIZE)
+        shm_observe_latency(w->shm, cs_mono_us() - r->start_us);
+    meta_push_stats(w->meta, w->shm);
+}
+
+static int worker_init(struct worker *w, const struct cs_conf *conf, struct shm_node *shm,
+                       int index)
+{
+    char err[256];
+    struct rconn_opts ro = {
+        .host = conf->redis_host,
+        .port = conf->redis_port,
+        .password = conf->redis_password,
+        .connect_timeout_ms = conf->redis_connect_timeout_ms,
+        .command_timeout_ms = conf->redis_command_timeout_ms,
+        .no_backoff = 1,
+    };
+
+    memset(w, 0, sizeof(*w));
+    w->conf = conf;
+    w->shm = shm;
+    w->index = index;
+    if (rscript_load_file(&w->script, conf->fcgi_script, err, sizeof(err)) != CS_OK) {
+        log_error("%s", err);
+        return CS_ERR;
+    }
+    w->rc = rconn_new(&ro);
+    w->mc = mconn_new(conf);
+    w->meta = meta_new(conf);
+    w->auth.mode = strcmp(conf->auth_mode, "trusted-header") == 0 ? AUTH_MODE_TRUSTED_HEADER
+                                                                  : AUTH_MODE_JWT;
+    w->auth.secret = (const unsigned char *)conf->auth_jwt_secret;
+    w->auth.secret_len = strlen(conf->auth_jwt_secret);
+    w->auth.leeway_s = conf->auth_leeway_s;
+    return CS_OK;
+}
+
+static void worker_fini(struct worker *w)
+{
+    meta_free(w->meta);
+    mconn_free(w->mc);
+    rconn_free(w->rc);
+    rscript_free(&w->script);
+}
+
+int worker_main(const struct cs_conf *conf, int listen_fd, struct shm_node *shm, int index)
+{
+    struct worker w;
+    FCGX_Request fr;
+    struct req r;
+    struct sigaction sa;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = worker_on_term;
+    sigemptyset(&sa.sa_mask);
+    /* No SA_RESTART: the signal must interrupt accept(). */
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    signal(SIGHUP, SIG_IGN);
+
+    if (worker_init(&w, conf, shm, index) != CS_OK)
+        return 1;
+    char *body = xmalloc((size_t)conf->fcgi_max_body + 1);
+
+    if (FCGX_Init() != 0 || FCGX_InitRequest(&fr, listen_fd, FCGI_FAIL_ACCEPT_ON_INTR) != 0) {
+        log_error("FCGX_InitRequest() failed on fd %d", listen_fd);
+        free(body);
+        worker_fini(&w);
+        return 1;
+    }
+    log_debug("worker %d ready on fd %d", index, listen_fd);
+
+    while (!worker_stop) {
+        if (FCGX_Accept_r(&fr) < 0) {
+            if (worker_stop)
+                break;
+            /* A client that went away mid-handshake; keep serving, but do
+             * not spin if the listening socket itself is broken. */
+            usleep(1000);
+            continue;
+        }
+        req_init(&r, &fr, body);
+        route_dispatch(&w, &r);
+        req_account(&w, &r);
+        FCGX_Finish_r(&fr);
+    }
+    FCGX_Free(&fr, 0);
+    free(body);
+    worker_fini(&w);
+    log_debug("worker %d stopped", index);
+    return 0;
+}

@@ -1,0 +1,76 @@
+/* worker.h - one prefork worker: its connections, caches and the request
+ * being served. A worker serves one request at a time. */
+#ifndef CS_WORKER_H
+#define CS_WORKER_H
+
+#include <fcgiapp.h>
+#include <signal.h>
+#include <stdint.h>
+
+#include "auth.h"
+#include "http.h"
+#include "rconn.h"
+
+struct cs_conf;
+struct shm_node;
+struct lcache;
+struct mconn;
+struct meta;
+
+struct worker {
+    const struct cs_conf *conf;
+    struct rconn *rc;
+    struct rscript script;
+    struct shm_node *shm;
+    struct meta *meta;
+    struct mconn *mc;          /* admin routes only; connected on first use */
+    struct auth_cfg auth;
+    int index;
+};
+
+struct req {
+    FCGX_Request *fr;
+    FCGX_Stream *out;
+    const char *method;
+    char path[256];
+    const char *query;
+    const char *content_type;
+    const char *authorization;
+    const char *x_user_id;
+    const char *x_user_role;
+    long content_length;       /* -1 when absent */
+    char *body;                /* NUL-terminated, owned by the worker */
+    size_t body_len;
+    int route;
+    enum cs_code code;         /* what was answered, for metrics */
+    int64_t start_us;
+};
+
+/* Set by SIGTERM: finish the request in flight, then leave the accept loop. */
+extern volatile sig_atomic_t worker_stop;
+
+/* Runs the accept loop on listen_fd until worker_stop. Returns the exit code. */
+int worker_main(const struct cs_conf *conf, int listen_fd, struct shm_node *shm, int index);
+
+/* Answers the request; records the code for metrics. */
+void req_reply(struct req *r, enum cs_code code, const char *msg, const char *extra,
+               int retry_after_s);
+
+/* Reads the JSON body within the configured cap. CS_OK, or CS_ERR after
+ * answering 415 / 413 / 400. */
+int req_read_body(struct worker *w, struct req *r);
+
+/* Authenticates the caller. need: 0 optional (returns CS_OK with
+ * id->user_id 0 when no credential), 1 user, 2 admin. CS_ERR after answering
+ * 401 / 403. */
+int req_auth(struct worker *w, struct req *r, int need, struct auth_identity *id);
+
+/* Breaker gate around Redis calls: worker_redis_allowed() says whether a
+ * call may be made now; worker_redis_done() reports how it went. */
+int worker_redis_allowed(struct worker *w);
+void worker_redis_done(struct worker *w, int ok);
+
+/* Seconds a client should wait while Redis is unavailable. */
+int worker_retry_after(const struct worker *w);
+
+#endif

@@ -1,0 +1,79 @@
+/* activity.h - activities: the ACTIVITY:LIST JSON form, status by the clock,
+ * and the operations that move them between MySQL and Redis (preheat with
+ * restore, revoke, the status job). One implementation, used by coupon-fcgi's
+ * admin routes and coupon-sync's jobs. */
+#ifndef CS_ACTIVITY_H
+#define CS_ACTIVITY_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct mconn;
+struct rconn;
+
+enum activity_status {
+    ACT_NOT_STARTED = 1,
+    ACT_IN_PROGRESS = 2,
+    ACT_ENDED = 3,
+    ACT_VOIDED = 4,
+};
+
+struct activity {
+    int64_t id;
+    char name[129];
+    char coupon_name[129];
+    char coupon_amount[24];    /* decimal text as MySQL gives it, e.g. "10.00" */
+    char coupon_threshold[24];
+    int64_t total_num;
+    int64_t start_ms;          /* distribute_start_time, ms since the epoch */
+    int64_t end_ms;            /* distribute_end_time */
+    int validity_days;
+    int status;                /* activity.status as stored in MySQL */
+};
+
+/* Status of A at NOW_MS: VOIDED if voided in MySQL, else from the window
+ * (start <= now < end is IN_PROGRESS). */
+int activity_status_at(const struct activity *a, int64_t now_ms);
+
+/* "NOT_STARTED", "IN_PROGRESS", "ENDED", "VOIDED". */
+const char *activity_status_name(int status);
+
+/* ACTIVITY:LIST element: {"id","name","couponName","couponAmount",
+ * "couponThreshold","totalNum","startTime","endTime","validityDays","status"}
+ * with times in ms since the epoch. The caller owns the returned object. */
+cJSON *activity_to_json(const struct activity *a);
+
+/* Parses one ACTIVITY:LIST element; CS_ERR when a required field is missing. */
+int activity_from_json(const cJSON *obj, struct activity *a);
+
+/* Parses a whole ACTIVITY:LIST value. On CS_OK *out is an xmalloc'ed array of
+ * *n activities (caller frees). */
+int activity_list_parse(const char *json, size_t len, struct activity **out, size_t *n);
+
+struct preheat_result {
+    int loaded;                /* activities written to ACTIVITY:LIST */
+    int created;               /* stock fields newly set */
+    int restored;              /* of those, rebuilt from MySQL after Redis data loss */
+};
+
+/* Preheat: selects from MySQL the activities not voided, not ended, starting
+ * within horizon_days; writes ACTIVITY:LIST; for each one sets the stock field
+ * only if absent (a live sale is never reset). When absent, stock = total_num
+ * - coupons in MySQL - entries still queued, and the seize list is rebuilt
+ * from MySQL and the queue before the stock field appears. Safe to run from
+ * several processes at once. CS_ERR with a message in err on failure. */
+int activity_preheat(struct mconn *mc, struct rconn *rc, int horizon_days,
+                     struct preheat_result *res, char *err, size_t errlen);
+
+/* Revoke: status 4 in MySQL, unused coupons voided, stock field removed,
+ * id added to ACTIVITY:VOIDED, ACTIVITY:LIST rewritten without it.
+ * Idempotent. *found = 0 when no such activity. */
+int activity_revoke(struct mconn *mc, struct rconn *rc, int64_t id, int horizon_days,
+                    int *found, char *err, size_t errlen);
+
+/* Status job: moves activity.status 1 -> 2 -> 3 by the clock. *changed gets
+ * the rows updated. */
+int activity_advance_status(struct mconn *mc, uint64_t *changed, char *err, size_t errlen);
+
+#endif

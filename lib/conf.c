@@ -1,0 +1,239 @@
+/* conf.c - table-driven loading and validation of couponseize.conf. */
+#include "conf.h"
+#include "cs.h"
+
+#include <libconfig.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum conf_type { CT_INT, CT_STR };
+
+struct conf_key {
+    const char *name;   /* "group.key" */
+    enum conf_type type;
+    size_t off;
+    long long min, max; /* CT_INT bounds; CT_STR: min 1 means non-empty required */
+    long long idef;
+    const char *sdef;
+    const char *const *choices; /* CT_STR: allowed values, NULL-terminated */
+};
+
+static const char *const levels[] = {"debug", "info", "notice", "warning", "error", NULL};
+static const char *const targets[] = {"stderr", "syslog", NULL};
+static const char *const modes[] = {"jwt", "trusted-header", NULL};
+
+#define I(n, f, lo, hi, d) {n, CT_INT, offsetof(struct cs_conf, f), lo, hi, d, NULL, NULL}
+#define S(n, f, req, d, ch) {n, CT_STR, offsetof(struct cs_conf, f), req, 0, 0, d, ch}
+
+static const struct conf_key conf_keys[] = {
+    S("log.level", log_level, 1, "info", levels),
+    S("log.target", log_target, 1, "stderr", targets),
+
+    S("fcgi.listen", fcgi_listen, 1, "/run/couponseize/fcgi.sock", NULL),
+    I("fcgi.workers", fcgi_workers, 1, 512, 4),
+    I("fcgi.backlog", fcgi_backlog, 1, 65535, 1024),
+    S("fcgi.shm_name", fcgi_shm_name, 1, "/couponseize", NULL),
+    S("fcgi.script", fcgi_script, 1, CS_DEFAULT_SCRIPT, NULL),
+    I("fcgi.max_body", fcgi_max_body, 16, 1048576, 1024),
+
+    S("redis.host", redis_host, 1, "127.0.0.1", NULL),
+    I("redis.port", redis_port, 0, 65535, 6379),
+    S("redis.password", redis_password, 0, "", NULL),
+    I("redis.connect_timeout_ms", redis_connect_timeout_ms, 1, 60000, 200),
+    I("redis.command_timeout_ms", redis_command_timeout_ms, 1, 60000, 200),
+    I("redis.breaker_failures", redis_breaker_failures, 1, 1000000, 5),
+    I("redis.breaker_open_ms", redis_breaker_open_ms, 10, 600000, 500),
+
+    S("mysql.host", mysql_host, 0, "127.0.0.1", NULL),
+    I("mysql.port", mysql_port, 0, 65535, 3306),
+    S("mysql.socket", mysql_socket, 0, "", NULL),
+    S("mysql.user", mysql_user, 1, "couponseize", NULL),
+    S("mysql.password", mysql_password, 0, "", NULL),
+    S("mysql.database", mysql_database, 1, "couponseize", NULL),
+    I("mysql.timeout_s", mysql_timeout_s, 1, 3600, 5),
+
+    S("auth.mode", auth_mode, 1, "jwt", modes),
+    S("auth.jwt_secret", auth_jwt_secret, 0, "", NULL),
+    I("auth.leeway_s", auth_leeway_s, 0, 3600, 0),
+
+    I("limits.node_rps", limits_node_rps, 0, 100000000, 0),
+    I("limits.burst", limits_burst, 0, 100000000, 0),
+    I("limits.soldout_recheck_ms", limits_soldout_recheck_ms, 0, 3600000, 1000),
+
+    I("cache.size", cache_size, 16, 10000000, 4096),
+    I("cache.expire_ms", cache_expire_ms, 10, 86400000, 60000),
+    I("cache.refresh_ms", cache_refresh_ms, 10, 86400000, 1000),
+    I("cache.stale_ms", cache_stale_ms, 0, 86400000, 600000),
+
+    I("preheat.horizon_days", preheat_horizon_days, 0, 3650, 30),
+    I("preheat.interval_s", preheat_interval_s, 1, 86400, 60),
+
+    I("sync.interval_s", sync_interval_s, 1, 86400, 60),
+    I("sync.batch", sync_batch, 1, 10000, 500),
+    I("sync.threads", sync_threads, 1, 10, 10),
+    I("sync.lock_ttl_ms", sync_lock_ttl_ms, 100, 3600000, 30000),
+    S("sync.metrics_file", sync_metrics_file, 0, "", NULL),
+    I("sync.status_interval_s", sync_status_interval_s, 1, 86400, 60),
+};
+
+#define FIELD(conf, k, T) ((T *)((char *)(conf) + (k)->off))
+
+void conf_defaults(struct cs_conf *conf)
+{
+    memset(conf, 0, sizeof(*conf));
+    for (size_t i = 0; i < CS_ARRAY_LEN(conf_keys); i++) {
+        const struct conf_key *k = &conf_keys[i];
+        if (k->type == CT_INT)
+            *FIELD(conf, k, int) = (int)k->idef;
+        else
+            *FIELD(conf, k, char *) = xstrdup(k->sdef);
+    }
+}
+
+void conf_free(struct cs_conf *conf)
+{
+    for (size_t i = 0; i < CS_ARRAY_LEN(conf_keys); i++) {
+        const struct conf_key *k = &conf_keys[i];
+        if (k->type == CT_STR) {
+            free(*FIELD(conf, k, char *));
+            *FIELD(conf, k, char *) = NULL;
+        }
+    }
+}
+
+static const struct conf_key *conf_find(const char *name)
+{
+    for (size_t i = 0; i < CS_ARRAY_LEN(conf_keys); i++)
+        if (strcmp(conf_keys[i].name, name) == 0)
+            return &conf_keys[i];
+    return NULL;
+}
+
+/* Rejects settings the table does not know, so a typo never goes unnoticed. */
+static int conf_check_unknown(config_setting_t *root, const char *path, char *err, size_t errlen)
+{
+    int n = config_setting_length(root);
+    for (int i = 0; i < n; i++) {
+        config_setting_t *g = config_setting_get_elem(root, (unsigned)i);
+        const char *gname = config_setting_name(g);
+        if (config_setting_type(g) != CONFIG_TYPE_GROUP) {
+            snprintf(err, errlen, "%s:%d: '%s' must be a group like %s = { ... };", path,
+                     config_setting_source_line(g), gname, gname);
+            return CS_ERR;
+        }
+        int m = config_setting_length(g);
+        for (int j = 0; j < m; j++) {
+            config_setting_t *s = config_setting_get_elem(g, (unsigned)j);
+            char full[128];
+            snprintf(full, sizeof(full), "%s.%s", gname, config_setting_name(s));
+            if (conf_find(full) == NULL) {
+                snprintf(err, errlen, "%s:%d: unknown key '%s'", path,
+                         config_setting_source_line(s), full);
+                return CS_ERR;
+            }
+        }
+    }
+    return CS_OK;
+}
+
+static int conf_apply(struct cs_conf *conf, const struct conf_key *k, config_setting_t *s,
+                      const char *path, char *err, size_t errlen)
+{
+    int line = config_setting_source_line(s);
+
+    if (k->type == CT_INT) {
+        int t = config_setting_type(s);
+        if (t != CONFIG_TYPE_INT && t != CONFIG_TYPE_INT64) {
+            snprintf(err, errlen, "%s:%d: '%s' must be an integer", path, line, k->name);
+            return CS_ERR;
+        }
+        long long v = config_setting_get_int64(s);
+        if (v < k->min || v > k->max) {
+            snprintf(err, errlen, "%s:%d: '%s' = %lld is out of range %lld..%lld", path, line,
+                     k->name, v, k->min, k->max);
+            return CS_ERR;
+        }
+        *FIELD(conf, k, int) = (int)v;
+        return CS_OK;
+    }
+
+    const char *v = config_setting_get_string(s);
+    if (v == NULL) {
+        snprintf(err, errlen, "%s:%d: '%s' must be a string", path, line, k->name);
+        return CS_ERR;
+    }
+    if (k->min && v[0] == '\0') {
+        snprintf(err, errlen, "%s:%d: '%s' must not be empty", path, line, k->name);
+        return CS_ERR;
+    }
+    if (k->choices != NULL) {
+        const char *const *c;
+        for (c = k->choices; *c != NULL; c++)
+            if (strcmp(*c, v) == 0)
+                break;
+        if (*c == NULL) {
+            snprintf(err, errlen, "%s:%d: '%s' = \"%s\" is not one of the allowed values", path,
+                     line, k->name, v);
+            return CS_ERR;
+        }
+    }
+    free(*FIELD(conf, k, char *));
+    *FIELD(conf, k, char *) = xstrdup(v);
+    return CS_OK;
+}
+
+/* Checks that involve more than one key. */
+static int conf_check_cross(const struct cs_conf *conf, const char *path, char *err, size_t errlen)
+{
+    if (strcmp(conf->auth_mode, "jwt") == 0 && strlen(conf->auth_jwt_secret) < 32) {
+        snprintf(err, errlen, "%s: 'auth.jwt_secret' must be at least 32 characters when "
+                 "auth.mode = \"jwt\"", path);
+        return CS_ERR;
+    }
+    return CS_OK;
+}
+
+int conf_load(struct cs_conf *conf, const char *path, char *err, size_t errlen)
+{
+    config_t cfg;
+    int rc = CS_ERR;
+
+    conf_defaults(conf);
+    config_init(&cfg);
+    if (config_read_file(&cfg, path) != CONFIG_TRUE) {
+        if (config_error_type(&cfg) == CONFIG_ERR_FILE_IO)
+            snprintf(err, errlen, "%s: cannot read the file", path);
+        else
+            snprintf(err, errlen, "%s:%d: %s", path, config_error_line(&cfg),
+                     config_error_text(&cfg));
+        goto out;
+    }
+    if (conf_check_unknown(config_root_setting(&cfg), path, err, errlen) != CS_OK)
+        goto out;
+    for (size_t i = 0; i < CS_ARRAY_LEN(conf_keys); i++) {
+        config_setting_t *s = config_lookup(&cfg, conf_keys[i].name);
+        if (s != NULL && conf_apply(conf, &conf_keys[i], s, path, err, errlen) != CS_OK)
+            goto out;
+    }
+    if (conf_check_cross(conf, path, err, errlen) != CS_OK)
+        goto out;
+    rc = CS_OK;
+out:
+    config_destroy(&cfg);
+    if (rc != CS_OK)
+        conf_free(conf);
+    return rc;
+}
+
+void conf_dump_keys(void)
+{
+    for (size_t i = 0; i < CS_ARRAY_LEN(conf_keys); i++) {
+        const struct conf_key *k = &conf_keys[i];
+        if (k->type == CT_INT)
+            printf("%s int %lld..%lld default %lld\n", k->name, k->min, k->max, k->idef);
+        else
+            printf("%s string default \"%s\"\n", k->name, k->sdef);
+    }
+}

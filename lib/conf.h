@@ -1,0 +1,89 @@
+/* conf.h - the one configuration file both binaries read (libconfig syntax). */
+#ifndef CS_CONF_H
+#define CS_CONF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifndef CS_DEFAULT_CONF
+#define CS_DEFAULT_CONF "/etc/couponseize/couponseize.conf"
+#endif
+#ifndef CS_DEFAULT_SCRIPT
+#define CS_DEFAULT_SCRIPT "/usr/share/couponseize/seize.lua"
+#endif
+
+struct cs_conf {
+    /* log */
+    char *log_level;
+    char *log_target;
+
+    /* fcgi */
+    char *fcgi_listen;
+    int fcgi_workers;
+    int fcgi_backlog;
+    char *fcgi_shm_name;
+    char *fcgi_script;
+    int fcgi_max_body;
+
+    /* redis */
+    char *redis_host;
+    int redis_port;
+    char *redis_password;
+    int redis_connect_timeout_ms;
+    int redis_command_timeout_ms;
+    int redis_breaker_failures;
+    int redis_breaker_open_ms;
+
+    /* mysql */
+    char *mysql_host;
+    int mysql_port;
+    char *mysql_socket;
+    char *mysql_user;
+    char *mysql_password;
+    char *mysql_database;
+    int mysql_timeout_s;
+
+    /* auth */
+    char *auth_mode;
+    char *auth_jwt_secret;
+    int auth_leeway_s;
+
+    /* limits */
+    int limits_node_rps;
+    int limits_burst;
+    int limits_soldout_recheck_ms;
+
+    /* cache */
+    int cache_size;
+    int cache_expire_ms;
+    int cache_refresh_ms;
+    int cache_stale_ms;
+
+    /* preheat */
+    int preheat_horizon_days;
+    int preheat_interval_s;
+
+    /* sync */
+    int sync_interval_s;
+    int sync_batch;
+    int sync_threads;
+    int sync_lock_ttl_ms;
+    char *sync_metrics_file;
+    int sync_status_interval_s;
+};
+
+/* Loads and validates PATH into *conf in one pass. Every key has a default; a
+ * key that is unknown, of the wrong type or out of bounds is an error. On
+ * error returns CS_ERR and writes a message naming the file, line and key into
+ * err. On success the caller owns *conf and frees it with conf_free(). */
+int conf_load(struct cs_conf *conf, const char *path, char *err, size_t errlen);
+
+/* Fills *conf with the built-in defaults. */
+void conf_defaults(struct cs_conf *conf);
+
+void conf_free(struct cs_conf *conf);
+
+/* Prints every key with its type, bounds and default (for documentation). */
+void conf_dump_keys(void);
+
+#endif

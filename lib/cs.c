@@ -1,0 +1,84 @@
+/* cs.c - allocation wrappers and clocks. */
+#include "cs.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void cs_oom(size_t n)
+{
+    fprintf(stderr, "couponseize: out of memory allocating %zu bytes\n", n);
+    abort();
+}
+
+void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (p == NULL)
+        cs_oom(n);
+    return p;
+}
+
+void *xcalloc(size_t nmemb, size_t n)
+{
+    void *p = calloc(nmemb ? nmemb : 1, n ? n : 1);
+    if (p == NULL)
+        cs_oom(nmemb * n);
+    return p;
+}
+
+void *xrealloc(void *p, size_t n)
+{
+    void *q = realloc(p, n ? n : 1);
+    if (q == NULL)
+        cs_oom(n);
+    return q;
+}
+
+char *xstrdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *p = xmalloc(n);
+    memcpy(p, s, n);
+    return p;
+}
+
+int64_t cs_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t cs_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t cs_mono_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int cs_parse_id(const char *s, size_t len, int64_t *out)
+{
+    uint64_t v = 0;
+
+    if (len == 0 || len > 19 || s[0] == '0')
+        return CS_ERR;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return CS_ERR;
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    /* 19 digits fit in uint64_t without wrapping; INT64_MAX is the bound. */
+    if (v > (uint64_t)INT64_MAX)
+        return CS_ERR;
+    *out = (int64_t)v;
+    return CS_OK;
+}

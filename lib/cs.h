@@ -1,0 +1,34 @@
+/* cs.h - status codes, allocation and clock helpers shared by every module. */
+#ifndef CS_H
+#define CS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CS_OK 0
+#define CS_ERR -1
+
+/* Allocation wrappers: abort the process with a log line on out-of-memory, so
+ * callers never check for NULL. */
+void *xmalloc(size_t n);
+void *xcalloc(size_t nmemb, size_t n);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+
+/* Milliseconds since the Unix epoch (CLOCK_REALTIME). */
+int64_t cs_now_ms(void);
+
+/* Milliseconds from an arbitrary fixed point (CLOCK_MONOTONIC). */
+int64_t cs_mono_ms(void);
+
+/* Microseconds from an arbitrary fixed point (CLOCK_MONOTONIC). */
+int64_t cs_mono_us(void);
+
+/* Parses a decimal integer 1..INT64_MAX that fills all of s[0..len). Returns
+ * CS_OK and stores it in *out, or CS_ERR for anything else (sign, spaces,
+ * leading zeros are accepted only as "0"-free digits, overflow). */
+int cs_parse_id(const char *s, size_t len, int64_t *out);
+
+#define CS_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+#endif

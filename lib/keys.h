@@ -1,0 +1,39 @@
+/* keys.h - the one place that builds Redis key names (see DESIGN.md). */
+#ifndef CS_KEYS_H
+#define CS_KEYS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define KEYS_SHARDS 10
+#define KEYS_MAX 96
+
+#define KEY_ACTIVITY_LIST "ACTIVITY:LIST"
+/* Set of revoked activity ids, so every node answers VOIDED (not NO_SUCH_ACTIVITY). */
+#define KEY_ACTIVITY_VOIDED "ACTIVITY:VOIDED"
+
+/* Shard of an activity: id % 10. */
+static inline int keys_shard(int64_t activity_id)
+{
+    return (int)(activity_id % KEYS_SHARDS);
+}
+
+/* Each builder writes a NUL-terminated key into buf (at least KEYS_MAX bytes)
+ * and returns its length. */
+size_t keys_stock(char *buf, int shard);                       /* COUPON:RESOURCE:STOCK:{i} */
+size_t keys_seize_list(char *buf, int64_t activity_id);        /* COUPON:SEIZE:LIST:<id>_{i} */
+size_t keys_queue(char *buf, int shard);                       /* QUEUE:COUPON:SEIZE:SYNC:{i} */
+size_t keys_dead(char *buf, int shard);                        /* QUEUE:COUPON:SEIZE:DEAD:{i} */
+size_t keys_sync_lock(char *buf, int shard);                   /* LOCK:COUPON:SYNC:{i} */
+
+/* Queue field "<activityId>:<userId>". */
+size_t keys_queue_field(char *buf, int64_t activity_id, int64_t user_id);
+
+/* Parses a queue field; CS_OK with both ids, or CS_ERR when malformed. */
+int keys_parse_queue_field(const char *field, size_t len, int64_t *activity_id,
+                           int64_t *user_id);
+
+/* Redis Cluster slot of a key: CRC16 of its {hash tag} (or the whole key) mod 16384. */
+unsigned keys_slot(const char *key, size_t len);
+
+#endif

@@ -1,0 +1,302 @@
+/* rconn.c - Redis connection wrapper over hiredis' blocking API. */
+#include "rconn.h"
+#include "cs.h"
+#include "log.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define RCONN_BACKOFF_MIN_MS 50
+#define RCONN_BACKOFF_MAX_MS 2000
+
+static struct timeval ms_to_tv(int ms)
+{
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    return tv;
+}
+
+struct rconn *rconn_new(const struct rconn_opts *opts)
+{
+    struct rconn *rc = xcalloc(1, sizeof(*rc));
+    rc->opts = *opts;
+    rc->opts.host = xstrdup(opts->host ? opts->host : "127.0.0.1");
+    rc->opts.password = xstrdup(opts->password ? opts->password : "");
+    return rc;
+}
+
+void rconn_free(struct rconn *rc)
+{
+    if (rc == NULL)
+        return;
+    rconn_drop(rc);
+    free((char *)rc->opts.host);
+    free((char *)rc->opts.password);
+    free(rc);
+}
+
+static void rconn_set_err(struct rconn *rc, int err, const char *what, const char *why)
+{
+    rc->err = err;
+    snprintf(rc->errstr, sizeof(rc->errstr), "%.64s: %.180s", what, why);
+}
+
+/* Maps a hiredis context error to ours; a read timeout shows as EAGAIN. */
+static int rconn_ctx_err(const redisContext *c)
+{
+    if (c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ETIMEDOUT))
+        return RCONN_ERR_TIMEOUT;
+    if (strstr(c->errstr, "timed out") != NULL || strstr(c->errstr, "Resource temporarily") != NULL)
+        return RCONN_ERR_TIMEOUT;
+    return RCONN_ERR_IO;
+}
+
+void rconn_drop(struct rconn *rc)
+{
+    if (rc->ctx != NULL) {
+        redisFree(rc->ctx);
+        rc->ctx = NULL;
+    }
+}
+
+/* After a failure the next connect waits a growing backoff, so a dead Redis
+ * costs each request a clock read rather than a connect timeout. */
+static void rconn_fail(struct rconn *rc)
+{
+    rconn_drop(rc);
+    rc->backoff_ms = rc->backoff_ms ? rc->backoff_ms * 2 : RCONN_BACKOFF_MIN_MS;
+    if (rc->backoff_ms > RCONN_BACKOFF_MAX_MS)
+        rc->backoff_ms = RCONN_BACKOFF_MAX_MS;
+    rc->retry_at_ms = cs_mono_ms() + rc->backoff_ms;
+}
+
+int rconn_ensure(struct rconn *rc)
+{
+    if (rc->ctx != NULL)
+        return CS_OK;
+    if (!rc->opts.no_backoff && rc->retry_at_ms != 0 && cs_mono_ms() < rc->retry_at_ms) {
+        if (rc->err == RCONN_OK)
+            rconn_set_err(rc, RCONN_ERR_BACKOFF, "redis", "waiting to reconnect");
+        else
+            rc->err = RCONN_ERR_BACKOFF;
+        return CS_ERR;
+    }
+
+    redisContext *c = redisConnectWithTimeout(rc->opts.host, rc->opts.port,
+                                              ms_to_tv(rc->opts.connect_timeout_ms));
+    if (c == NULL) {
+        rconn_set_err(rc, RCONN_ERR_IO, "redisConnect()", "cannot allocate context");
+        rconn_fail(rc);
+        return CS_ERR;
+    }
+    if (c->err) {
+        rconn_set_err(rc, rconn_ctx_err(c), "redisConnect() failed", c->errstr);
+        redisFree(c);
+        rconn_fail(rc);
+        return CS_ERR;
+    }
+    redisSetTimeout(c, ms_to_tv(rc->opts.command_timeout_ms));
+    rc->ctx = c;
+
+    if (rc->opts.password[0] != '\0') {
+        redisReply *r = redisCommand(c, "AUTH %s", rc->opts.password);
+        if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+            /* The reply text never contains the password. */
+            rconn_set_err(rc, RCONN_ERR_REPLY, "AUTH failed",
+                          r ? r->str : c->errstr);
+            if (r)
+                freeReplyObject(r);
+            rconn_fail(rc);
+            return CS_ERR;
+        }
+        freeReplyObject(r);
+    }
+    rc->err = RCONN_OK;
+    rc->errstr[0] = '\0';
+    rc->backoff_ms = 0;
+    rc->retry_at_ms = 0;
+    return CS_OK;
+}
+
+redisContext *rconn_ctx_for_key(struct rconn *rc, const char *key)
+{
+    (void)key; /* one node serves every slot until cluster routing lands here */
+    if (rconn_ensure(rc) != CS_OK)
+        return NULL;
+    return rc->ctx;
+}
+
+static redisReply *rconn_check(struct rconn *rc, redisReply *r, const char *what)
+{
+    if (r == NULL) {
+        rconn_set_err(rc, rc->ctx ? rconn_ctx_err(rc->ctx) : RCONN_ERR_IO, what,
+                      rc->ctx ? rc->ctx->errstr : "no connection");
+        rconn_fail(rc);
+        return NULL;
+    }
+    return r;
+}
+
+redisReply *rconn_command(struct rconn *rc, const char *key, const char *fmt, ...)
+{
+    redisContext *c = rconn_ctx_for_key(rc, key);
+    if (c == NULL)
+        return NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = redisvCommand(c, fmt, ap);
+    va_end(ap);
+    return rconn_check(rc, r, "redis command failed");
+}
+
+redisReply *rconn_commandv(struct rconn *rc, const char *key, int argc, const char **argv,
+                           const size_t *argvlen)
+{
+    redisContext *c = rconn_ctx_for_key(rc, key);
+    if (c == NULL)
+        return NULL;
+    redisReply *r = redisCommandArgv(c, argc, argv, argvlen);
+    return rconn_check(rc, r, "redis command failed");
+}
+
+int rconn_append(struct rconn *rc, const char *key, const char *fmt, ...)
+{
+    redisContext *c = rconn_ctx_for_key(rc, key);
+    if (c == NULL)
+        return CS_ERR;
+    va_list ap;
+    va_start(ap, fmt);
+    int r = redisvAppendCommand(c, fmt, ap);
+    va_end(ap);
+    if (r != REDIS_OK) {
+        rconn_set_err(rc, RCONN_ERR_IO, "redisAppendCommand() failed", c->errstr);
+        rconn_fail(rc);
+        return CS_ERR;
+    }
+    return CS_OK;
+}
+
+int rconn_appendv(struct rconn *rc, const char *key, int argc, const char **argv,
+                  const size_t *argvlen)
+{
+    redisContext *c = rconn_ctx_for_key(rc, key);
+    if (c == NULL)
+        return CS_ERR;
+    if (redisAppendCommandArgv(c, argc, argv, argvlen) != REDIS_OK) {
+        rconn_set_err(rc, RCONN_ERR_IO, "redisAppendCommandArgv() failed", c->errstr);
+        rconn_fail(rc);
+        return CS_ERR;
+    }
+    return CS_OK;
+}
+
+int rconn_get_reply(struct rconn *rc, redisReply **reply)
+{
+    void *r = NULL;
+    *reply = NULL;
+    if (rc->ctx == NULL) {
+        rconn_set_err(rc, RCONN_ERR_IO, "redisGetReply()", "no connection");
+        return CS_ERR;
+    }
+    if (redisGetReply(rc->ctx, &r) != REDIS_OK || r == NULL) {
+        rconn_check(rc, NULL, "redisGetReply() failed");
+        return CS_ERR;
+    }
+    *reply = r;
+    return CS_OK;
+}
+
+int rscript_load_file(struct rscript *s, const char *path, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    memset(s, 0, sizeof(*s));
+    if (f == NULL) {
+        snprintf(err, errlen, "cannot open Lua script %s: %s", path, strerror(errno));
+        return CS_ERR;
+    }
+    size_t cap = 4096, n = 0, got;
+    char *buf = xmalloc(cap);
+    while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
+        n += got;
+        if (n + 1 >= cap) {
+            cap *= 2;
+            buf = xrealloc(buf, cap);
+        }
+    }
+    fclose(f);
+    buf[n] = '\0';
+    if (n == 0) {
+        free(buf);
+        snprintf(err, errlen, "Lua script %s is empty", path);
+        return CS_ERR;
+    }
+    s->src = buf;
+    s->len = n;
+    return CS_OK;
+}
+
+void rscript_free(struct rscript *s)
+{
+    free(s->src);
+    s->src = NULL;
+}
+
+static int rconn_script_load(struct rconn *rc, struct rscript *s, const char *key)
+{
+    redisReply *r = rconn_command(rc, key, "SCRIPT LOAD %b", s->src, s->len);
+    if (r == NULL)
+        return CS_ERR;
+    if (r->type != REDIS_REPLY_STRING || r->len != 40) {
+        rconn_set_err(rc, RCONN_ERR_REPLY, "SCRIPT LOAD failed",
+                      r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+        freeReplyObject(r);
+        return CS_ERR;
+    }
+    memcpy(s->sha, r->str, 40);
+    s->sha[40] = '\0';
+    freeReplyObject(r);
+    return CS_OK;
+}
+
+redisReply *rconn_evalsha(struct rconn *rc, const struct rscript *cs, int nkeys, int argc,
+                          const char **argv, const size_t *argvlen)
+{
+    /* The SHA is a cache of what the server computed; it is filled lazily. */
+    struct rscript *s = (struct rscript *)cs;
+    const char *key = nkeys > 0 ? argv[0] : NULL;
+    const char *av[16];
+    size_t avl[16];
+    char nk[12];
+
+    if (argc + 3 > (int)CS_ARRAY_LEN(av)) {
+        rconn_set_err(rc, RCONN_ERR_REPLY, "rconn_evalsha()", "too many arguments");
+        return NULL;
+    }
+    if (s->sha[0] == '\0' && rconn_script_load(rc, s, key) != CS_OK)
+        return NULL;
+
+    av[0] = "EVALSHA";
+    avl[0] = 7;
+    av[1] = s->sha;
+    avl[1] = 40;
+    avl[2] = (size_t)snprintf(nk, sizeof(nk), "%d", nkeys);
+    av[2] = nk;
+    for (int i = 0; i < argc; i++) {
+        av[i + 3] = argv[i];
+        avl[i + 3] = argvlen ? argvlen[i] : strlen(argv[i]);
+    }
+    for (int attempt = 0;; attempt++) {
+        redisReply *r = rconn_commandv(rc, key, argc + 3, av, avl);
+        if (r == NULL)
+            return NULL;
+        if (attempt == 0 && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
+            freeReplyObject(r);
+            if (rconn_script_load(rc, s, key) != CS_OK)
+                return NULL;
+            continue;
+        }
+        return r;
+    }
+}

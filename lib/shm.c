@@ -1,0 +1,229 @@
+/* shm.c - the node shared-memory segment (POSIX shm_open + mmap). */
+#include "shm.h"
+#include "cs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SHM_MAGIC 0x4353484d4e4f4445ULL /* "CSHMNODE" */
+#define SHM_VERSION 1
+#define SHM_PROBES 16
+
+const int64_t shm_lat_bounds_us[SHM_LAT_BUCKETS] = {
+    250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 1000000, INT64_MAX,
+};
+
+int shm_node_unlink(const char *name)
+{
+    return shm_unlink(name) == 0 || errno == ENOENT ? CS_OK : CS_ERR;
+}
+
+struct shm_node *shm_node_open(const char *name, int fresh, char *err, size_t errlen)
+{
+    size_t size = sizeof(struct shm_node);
+    int created = 0, fd;
+
+    if (fresh)
+        shm_node_unlink(name);
+    fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd >= 0) {
+        created = 1;
+        if (ftruncate(fd, (off_t)size) != 0) {
+            snprintf(err, errlen, "ftruncate(%s) failed: %s", name, strerror(errno));
+            close(fd);
+            shm_unlink(name);
+            return NULL;
+        }
+    } else if (errno == EEXIST) {
+        fd = shm_open(name, O_RDWR, 0600);
+    }
+    if (fd < 0) {
+        snprintf(err, errlen, "shm_open(%s) failed: %s", name, strerror(errno));
+        return NULL;
+    }
+
+    struct stat st;
+    if (!created && (fstat(fd, &st) != 0 || (size_t)st.st_size != size)) {
+        /* A segment of another layout (older version): start over. */
+        close(fd);
+        if (fresh)
+            return NULL;
+        return shm_node_open(name, 1, err, errlen);
+    }
+    struct shm_node *node = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (node == MAP_FAILED) {
+        snprintf(err, errlen, "mmap(%s) failed: %s", name, strerror(errno));
+        return NULL;
+    }
+    if (created) {
+        /* ftruncate zeroed it; the magic goes last so joiners see a whole segment. */
+        node->version = SHM_VERSION;
+        node->size = (uint32_t)size;
+        atomic_store(&node->created_ms, cs_now_ms());
+        __atomic_store_n(&node->magic, SHM_MAGIC, __ATOMIC_RELEASE);
+    } else {
+        for (int i = 0; i < 1000 && __atomic_load_n(&node->magic, __ATOMIC_ACQUIRE) != SHM_MAGIC; i++)
+            usleep(1000);
+        if (node->magic != SHM_MAGIC || node->version != SHM_VERSION) {
+            snprintf(err, errlen, "shared memory %s is not a couponseize segment of version %d",
+                     name, SHM_VERSION);
+            munmap(node, size);
+            return NULL;
+        }
+    }
+    return node;
+}
+
+void shm_node_close(struct shm_node *node)
+{
+    if (node != NULL)
+        munmap(node, sizeof(*node));
+}
+
+static unsigned shm_hash(int64_t id)
+{
+    uint64_t x = (uint64_t)id * 0x9E3779B97F4A7C15ULL;
+    return (unsigned)(x >> 40) & (SHM_FLAGS - 1);
+}
+
+void shm_flag_set(struct shm_flag *tab, int64_t id, int64_t until_ms)
+{
+    unsigned h = shm_hash(id);
+    int64_t now = cs_mono_ms();
+
+    for (int i = 0; i < SHM_PROBES; i++) {
+        struct shm_flag *f = &tab[(h + (unsigned)i) & (SHM_FLAGS - 1)];
+        int64_t cur = atomic_load(&f->id);
+        if (cur == id) {
+            atomic_store(&f->until_ms, until_ms);
+            return;
+        }
+        /* Claim an empty slot, or one whose flag has run out. */
+        if (cur == 0 || atomic_load(&f->until_ms) <= now) {
+            if (atomic_compare_exchange_strong(&f->id, &cur, id)) {
+                atomic_store(&f->until_ms, until_ms);
+                return;
+            }
+            if (cur == id) {
+                atomic_store(&f->until_ms, until_ms);
+                return;
+            }
+        }
+    }
+}
+
+int shm_flag_test(const struct shm_flag *tab, int64_t id, int64_t now_ms)
+{
+    unsigned h = shm_hash(id);
+
+    for (int i = 0; i < SHM_PROBES; i++) {
+        const struct shm_flag *f = &tab[(h + (unsigned)i) & (SHM_FLAGS - 1)];
+        int64_t cur = atomic_load(&f->id);
+        if (cur == id)
+            return now_ms < atomic_load(&f->until_ms);
+        if (cur == 0)
+            return 0;
+    }
+    return 0;
+}
+
+void shm_flag_clear(struct shm_flag *tab, int64_t id)
+{
+    unsigned h = shm_hash(id);
+
+    for (int i = 0; i < SHM_PROBES; i++) {
+        struct shm_flag *f = &tab[(h + (unsigned)i) & (SHM_FLAGS - 1)];
+        int64_t cur = atomic_load(&f->id);
+        if (cur == id) {
+            atomic_store(&f->until_ms, 0);
+            return;
+        }
+        if (cur == 0)
+            return;
+    }
+}
+
+int shm_breaker_allow(struct shm_node *node, int64_t now_ms, int64_t lease_ms)
+{
+    if (atomic_load(&node->breaker_state) == BREAKER_CLOSED)
+        return 1;
+    if (now_ms < atomic_load(&node->breaker_open_until_ms))
+        return 0;
+    /* One probe at a time; a probe whose worker died loses its lease. */
+    int64_t lease = atomic_load(&node->breaker_probe_until_ms);
+    if (lease > now_ms)
+        return 0;
+    if (!atomic_compare_exchange_strong(&node->breaker_probe_until_ms, &lease, now_ms + lease_ms))
+        return 0;
+    atomic_store(&node->breaker_state, BREAKER_HALF_OPEN);
+    return 1;
+}
+
+int shm_breaker_success(struct shm_node *node)
+{
+    if (atomic_load(&node->breaker_failures) != 0)
+        atomic_store(&node->breaker_failures, 0);
+    if (atomic_load(&node->breaker_state) == BREAKER_CLOSED)
+        return 0;
+    int prev = atomic_exchange(&node->breaker_state, BREAKER_CLOSED);
+    atomic_store(&node->breaker_probe_until_ms, 0);
+    return prev != BREAKER_CLOSED;
+}
+
+int shm_breaker_failure(struct shm_node *node, int64_t now_ms, int threshold, int open_ms)
+{
+    int f = atomic_fetch_add(&node->breaker_failures, 1) + 1;
+    int state = atomic_load(&node->breaker_state);
+
+    if (state == BREAKER_HALF_OPEN || (state == BREAKER_CLOSED && f >= threshold)) {
+        atomic_store(&node->breaker_open_until_ms, now_ms + open_ms);
+        atomic_store(&node->breaker_probe_until_ms, 0);
+        int prev = atomic_exchange(&node->breaker_state, BREAKER_OPEN);
+        if (prev == BREAKER_CLOSED) {
+            atomic_fetch_add(&node->m.breaker_opened, 1);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+int shm_bucket_take(struct shm_node *node, int64_t now_us, int rps, int burst,
+                    int *retry_after_s)
+{
+    if (rps <= 0)
+        return 1;
+    int64_t interval = 1000000 / rps;
+    if (interval < 1)
+        interval = 1;
+    int64_t tolerance = interval * (int64_t)burst;
+    int64_t tat = atomic_load(&node->bucket_tat_us);
+
+    for (;;) {
+        int64_t base = tat > now_us ? tat : now_us;
+        int64_t next = base + interval;
+        if (next - now_us > tolerance + interval) {
+            int64_t wait_us = next - now_us - tolerance - interval;
+            *retry_after_s = (int)(wait_us / 1000000) + 1;
+            return 0;
+        }
+        if (atomic_compare_exchange_weak(&node->bucket_tat_us, &tat, next))
+            return 1;
+    }
+}
+
+void shm_observe_latency(struct shm_node *node, int64_t us)
+{
+    int b = 0;
+    while (b < SHM_LAT_BUCKETS - 1 && us > shm_lat_bounds_us[b])
+        b++;
+    atomic_fetch_add_explicit(&node->m.seize_lat[b], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&node->m.seize_lat_sum_us, (uint64_t)(us > 0 ? us : 0),
+                              memory_order_relaxed);
+    atomic_fetch_add_explicit(&node->m.seize_lat_count, 1, memory_order_relaxed);
+}

@@ -1,0 +1,97 @@
+/* shm.h - the node shared-memory segment every worker maps: sold-out and
+ * voided flags, the Redis breaker, the node token bucket and metrics.
+ *
+ * Everything in it is updated with lock-free atomics: a worker killed in the
+ * middle of an update never leaves a lock held, and a half-written flag is
+ * only a hint (the Lua script re-checks every decision). */
+#ifndef CS_SHM_H
+#define CS_SHM_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SHM_FLAGS 1024           /* slots per flag table, power of two */
+#define SHM_ROUTES 8
+#define SHM_CODES 24
+#define SHM_LAT_BUCKETS 12       /* seize latency histogram, last is +Inf */
+
+enum breaker_state { BREAKER_CLOSED = 0, BREAKER_OPEN = 1, BREAKER_HALF_OPEN = 2 };
+
+struct shm_flag {
+    _Atomic int64_t id;
+    _Atomic int64_t until_ms;    /* flag holds while cs_mono_ms() < until_ms */
+};
+
+struct shm_metrics {
+    _Atomic uint64_t requests[SHM_ROUTES][SHM_CODES];
+    _Atomic uint64_t seize_lat[SHM_LAT_BUCKETS];  /* non-cumulative counts */
+    _Atomic uint64_t seize_lat_sum_us;
+    _Atomic uint64_t seize_lat_count;
+    _Atomic uint64_t redis_errors;
+    _Atomic uint64_t redis_timeouts;
+    _Atomic uint64_t breaker_opened;
+    _Atomic uint64_t rate_limited;
+    _Atomic uint64_t soldout_hint_hits;
+    _Atomic uint64_t cache_hits;
+    _Atomic uint64_t cache_misses;
+    _Atomic uint64_t cache_evictions;
+    _Atomic uint64_t cache_load_failures;
+    _Atomic uint64_t cache_stale_served;
+    _Atomic uint64_t worker_restarts;
+};
+
+struct shm_node {
+    uint64_t magic;
+    uint32_t version;
+    uint32_t size;
+    _Atomic int64_t created_ms;
+
+    _Atomic int breaker_state;
+    _Atomic int breaker_failures;
+    _Atomic int64_t breaker_open_until_ms;
+    _Atomic int64_t breaker_probe_until_ms;  /* lease of the one probing worker */
+
+    _Atomic int64_t bucket_tat_us;           /* GCRA theoretical arrival time */
+
+    struct shm_flag soldout[SHM_FLAGS];
+    struct shm_flag voided[SHM_FLAGS];
+
+    struct shm_metrics m;
+};
+
+/* Latency bucket upper bounds in microseconds (the last is +Inf). */
+extern const int64_t shm_lat_bounds_us[SHM_LAT_BUCKETS];
+
+/* Maps the segment NAME ("/couponseize"). With fresh set, any old segment of
+ * that name is removed and a zeroed one created (the supervisor). Otherwise an
+ * existing segment is joined, or created if none exists (spawn-fcgi workers:
+ * the first one creates it). Returns the mapping or NULL with a message in
+ * err. The mapping lives until the process exits or shm_node_close(). */
+struct shm_node *shm_node_open(const char *name, int fresh, char *err, size_t errlen);
+void shm_node_close(struct shm_node *node);
+int shm_node_unlink(const char *name);
+
+/* Flag tables: set ID until UNTIL_MS; test at NOW_MS. A full table drops the
+ * oldest expired slot; failing that the flag is not recorded (a hint only). */
+void shm_flag_set(struct shm_flag *tab, int64_t id, int64_t until_ms);
+int shm_flag_test(const struct shm_flag *tab, int64_t id, int64_t now_ms);
+void shm_flag_clear(struct shm_flag *tab, int64_t id);
+
+/* Breaker. shm_breaker_allow() returns 1 when a Redis call may be made now:
+ * always when closed; when open and the open interval is over, to exactly one
+ * caller at a time (the probe, holding a lease of lease_ms). */
+int shm_breaker_allow(struct shm_node *node, int64_t now_ms, int64_t lease_ms);
+/* Returns 1 when this success closed an open breaker. */
+int shm_breaker_success(struct shm_node *node);
+/* Returns 1 when this failure opened the breaker. */
+int shm_breaker_failure(struct shm_node *node, int64_t now_ms, int threshold, int open_ms);
+
+/* Node token bucket as GCRA: RPS per second with BURST extra. Returns 1 when
+ * the request may go on, else 0 and *retry_after_s (>= 1). rps 0 = no limit. */
+int shm_bucket_take(struct shm_node *node, int64_t now_us, int rps, int burst,
+                    int *retry_after_s);
+
+void shm_observe_latency(struct shm_node *node, int64_t us);
+
+#endif
