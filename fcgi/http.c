@@ -48,6 +48,18 @@ const char *http_code_msg(enum cs_code code)
     return codes[code].msg;
 }
 
+enum cs_code http_seize_outcome(long long result)
+{
+    if (result >= 0)
+        return CODE_SEIZED;
+    switch (result) {
+    case -1: return CODE_ALREADY_SEIZED;
+    case -2: return CODE_SOLD_OUT;
+    case -3: return CODE_NO_SUCH_ACTIVITY;
+    default: return CODE_INTERNAL_ERROR;
+    }
+}
+
 static const char *reason_phrase(int status)
 {
     switch (status) {
@@ -129,7 +141,9 @@ int http_parse_id_body(const char *body, size_t len, int64_t *id, const char **w
         *why = "empty body";
         return CS_ERR;
     }
-    doc = cJSON_ParseWithLength(body, len);
+    /* Trailing bytes after the value are an error too: the parse must end
+     * at the NUL that follows the body. */
+    doc = cJSON_ParseWithLengthOpts(body, len + 1, NULL, 1);
     if (doc == NULL) {
         *why = "body is not valid JSON";
         return CS_ERR;
@@ -205,7 +219,7 @@ int http_query_param(const char *query, const char *name, char *out, size_t outl
     while (p != NULL && *p != '\0') {
         const char *amp = strchr(p, '&');
         size_t seg = amp ? (size_t)(amp - p) : strlen(p);
-        if (seg > nl && strncmp(p, name, nl) == 0 && p[nl] == '=') {
+        if (seg > nl + 1 && strncmp(p, name, nl) == 0 && p[nl] == '=') {
             size_t vl = seg - nl - 1;
             if (vl >= outlen)
                 vl = outlen - 1;

@@ -33,15 +33,20 @@ int http_code_status(enum cs_code code);      /* 200, 409, ... */
 const char *http_code_name(enum cs_code code); /* "SEIZED", ... */
 const char *http_code_msg(enum cs_code code);  /* default human message */
 
+/* Maps the integer reply of lua/seize.lua to its outcome: >= 0 SEIZED,
+ * -1 ALREADY_SEIZED, -2 SOLD_OUT, -3 NO_SUCH_ACTIVITY, else INTERNAL_ERROR. */
+enum cs_code http_seize_outcome(long long result);
+
 /* Parses a seize/revoke body: a JSON object whose "id" is a JSON integer
- * 1..2^63-1 written without sign, fraction or exponent. Returns CS_OK with
+ * 1..2^63-1 written without sign, fraction or exponent. body[len] MUST be
+ * the NUL that ends the body. Returns CS_OK with
  * *id, or CS_ERR with a short reason in *why (a static string). */
 int http_parse_id_body(const char *body, size_t len, int64_t *id, const char **why);
 
 /* True when the Content-Type names JSON (application/json, any parameters). */
 int http_is_json_type(const char *content_type);
 
-/* Finds "name=value" in a query string; copies the value (not unescaped,
+/* Finds "name=value" (value not empty) in a query string; copies the value (not unescaped,
  * truncated to outlen-1) and returns CS_OK, or CS_ERR when absent. */
 int http_query_param(const char *query, const char *name, char *out, size_t outlen);
 

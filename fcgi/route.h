@@ -5,8 +5,6 @@
 struct worker;
 struct req;
 
-#include "http.h"
-
 enum route_id {
     ROUTE_SEIZE,
     ROUTE_STATUS,
@@ -23,9 +21,6 @@ extern const char *const route_names[ROUTE__COUNT];
 /* Finds the route of r->path, checks the method (405 otherwise) and runs
  * its handler; unknown paths get 404 NOT_FOUND. */
 void route_dispatch(struct worker *w, struct req *r);
-
-/* Maps a lua/seize.lua integer reply to its outcome. */
-enum cs_code seize_outcome(long long result);
 
 void seize_handle(struct worker *w, struct req *r);
 void status_handle(struct worker *w, struct req *r);

@@ -12,19 +12,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Outcome of lua/seize.lua for its integer reply. */
-enum cs_code seize_outcome(long long result)
-{
-    if (result >= 0)
-        return CODE_SEIZED;
-    switch (result) {
-    case -1: return CODE_ALREADY_SEIZED;
-    case -2: return CODE_SOLD_OUT;
-    case -3: return CODE_NO_SUCH_ACTIVITY;
-    default: return CODE_INTERNAL_ERROR;
-    }
-}
-
 /* The window check on cached metadata; CODE_OK when a seize may be tried. */
 static enum cs_code seize_window(const struct activity *a, int64_t now_ms)
 {
@@ -125,7 +112,7 @@ void seize_handle(struct worker *w, struct req *r)
     long long res = rep->integer;
     freeReplyObject(rep);
 
-    enum cs_code code = seize_outcome(res);
+    enum cs_code code = http_seize_outcome(res);
     int64_t recheck = cs_mono_ms() + c->limits_soldout_recheck_ms;
     if (code == CODE_SEIZED) {
         char extra[96];

@@ -1,0 +1,155 @@
+/* test_conf.c - configuration loading: defaults, types, bounds, errors with key and line. */
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "conf.h"
+#include "cs.h"
+
+static char path[64];
+
+static void write_conf(const char *text)
+{
+    strcpy(path, "/tmp/cs-conf-XXXXXX");
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, text, strlen(text)), (int)strlen(text));
+    close(fd);
+}
+
+static int load(const char *text, struct cs_conf *c, char *err, size_t errlen)
+{
+    write_conf(text);
+    int rc = conf_load(c, path, err, errlen);
+    unlink(path);
+    return rc;
+}
+
+static const char SECRET[] = "auth = { jwt_secret = \"0123456789abcdef0123456789abcdef\"; };\n";
+
+START_TEST(defaults_apply)
+{
+    struct cs_conf c;
+    char err[256];
+    ck_assert_int_eq(load(SECRET, &c, err, sizeof(err)), CS_OK);
+    ck_assert_int_eq(c.redis_port, 6379);
+    ck_assert_int_eq(c.fcgi_workers, 4);
+    ck_assert_int_eq(c.fcgi_max_body, 1024);
+    ck_assert_int_eq(c.sync_interval_s, 60);
+    ck_assert_int_eq(c.sync_batch, 500);
+    ck_assert_int_eq(c.sync_threads, 10);
+    ck_assert_int_eq(c.preheat_horizon_days, 30);
+    ck_assert_str_eq(c.auth_mode, "jwt");
+    ck_assert_str_eq(c.redis_host, "127.0.0.1");
+    conf_free(&c);
+}
+END_TEST
+
+START_TEST(values_override)
+{
+    struct cs_conf c;
+    char err[256];
+    ck_assert_int_eq(load("redis = { host = \"10.0.0.5\"; port = 7000; };\n"
+                          "fcgi = { workers = 16; listen = \"127.0.0.1:9000\"; };\n"
+                          "sync = { interval_s = 1; batch = 1000; };\n"
+                          "auth = { mode = \"trusted-header\"; };\n",
+                          &c, err, sizeof(err)),
+                     CS_OK);
+    ck_assert_str_eq(c.redis_host, "10.0.0.5");
+    ck_assert_int_eq(c.redis_port, 7000);
+    ck_assert_int_eq(c.fcgi_workers, 16);
+    ck_assert_str_eq(c.fcgi_listen, "127.0.0.1:9000");
+    ck_assert_int_eq(c.sync_interval_s, 1);
+    ck_assert_int_eq(c.sync_batch, 1000);
+    ck_assert_str_eq(c.auth_mode, "trusted-header");
+    conf_free(&c);
+}
+END_TEST
+
+static void expect_error(const char *text, const char *needle1, const char *needle2)
+{
+    struct cs_conf c;
+    char err[256] = "";
+    ck_assert_int_eq(load(text, &c, err, sizeof(err)), CS_ERR);
+    ck_assert_msg(strstr(err, needle1) != NULL, "'%s' lacks '%s'", err, needle1);
+    if (needle2)
+        ck_assert_msg(strstr(err, needle2) != NULL, "'%s' lacks '%s'", err, needle2);
+}
+
+START_TEST(errors_name_key_and_line)
+{
+    expect_error("auth = { jwt_secret = \"0123456789abcdef0123456789abcdef\"; };\n"
+                 "redis = {\n  port = 70000;\n};\n", "redis.port", ":3:");
+    expect_error("redis = { prot = 1; };\n", "unknown key 'redis.prot'", ":1:");
+    expect_error("redis = { port = \"6379\"; };\n", "redis.port", "integer");
+    expect_error("redis = { host = 5; };\n", "redis.host", "string");
+    expect_error("log = { level = \"loud\"; };\n", "log.level", NULL);
+    expect_error("fcgi = { workers = 0; };\n", "fcgi.workers", "out of range");
+    expect_error("redis = { port = 1 \n", ":2:", "syntax");
+    expect_error("workers = 4;\n", "group", NULL);
+    expect_error("auth = { mode = \"jwt\"; jwt_secret = \"short\"; };\n", "auth.jwt_secret", NULL);
+}
+END_TEST
+
+START_TEST(missing_file)
+{
+    struct cs_conf c;
+    char err[256];
+    ck_assert_int_eq(conf_load(&c, "/nonexistent/couponseize.conf", err, sizeof(err)), CS_ERR);
+    ck_assert_ptr_nonnull(strstr(err, "/nonexistent/couponseize.conf"));
+}
+END_TEST
+
+START_TEST(shipped_example_documents_every_key)
+{
+    /* Each key of the table appears in etc/couponseize.conf. */
+    const char *src = getenv("top_srcdir");
+    char p[512], line[256], *buf;
+    snprintf(p, sizeof(p), "%s/etc/couponseize.conf", src ? src : ".");
+    FILE *f = fopen(p, "r");
+    ck_assert_ptr_nonnull(f);
+    buf = xcalloc(1, 65536);
+    ck_assert_int_gt(fread(buf, 1, 65535, f), 0);
+    fclose(f);
+    FILE *keys = tmpfile();
+    ck_assert_ptr_nonnull(keys);
+    FILE *saved = stdout;
+    stdout = keys;
+    conf_dump_keys();
+    fflush(keys);
+    stdout = saved;
+    rewind(keys);
+    int n = 0;
+    while (fgets(line, sizeof(line), keys) != NULL) {
+        char *dot = strchr(line, '.'), *sp = strchr(line, ' ');
+        ck_assert_ptr_nonnull(dot);
+        *sp = '\0';
+        char needle[96];
+        snprintf(needle, sizeof(needle), "  %s = ", dot + 1);
+        ck_assert_msg(strstr(buf, needle) != NULL, "example config lacks %s", line);
+        n++;
+    }
+    fclose(keys);
+    free(buf);
+    ck_assert_int_gt(n, 30);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("conf");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, defaults_apply);
+    tcase_add_test(tc, values_override);
+    tcase_add_test(tc, errors_name_key_and_line);
+    tcase_add_test(tc, missing_file);
+    tcase_add_test(tc, shipped_example_documents_every_key);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}

@@ -1,0 +1,214 @@
+/* test_conns.c - error paths of the Redis and MySQL connection wrappers, and
+ * EVALSHA's reload on NOSCRIPT against a throwaway redis-server. */
+#include <arpa/inet.h>
+#include <check.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "conf.h"
+#include "cs.h"
+#include "mconn.h"
+#include "rconn.h"
+
+/* A TCP listener on a free loopback port that never answers. */
+static int silent_listener(int *port)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(sa);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    ck_assert_int_eq(listen(fd, 16), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    *port = ntohs(sa.sin_port);
+    return fd;
+}
+
+static int closed_port(void)
+{
+    int port, fd = silent_listener(&port);
+    close(fd);
+    return port;
+}
+
+START_TEST(redis_refused_sets_sticky_error_and_backs_off)
+{
+    struct rconn_opts o = {"127.0.0.1", closed_port(), "", 200, 200, 0};
+    struct rconn *rc = rconn_new(&o);
+    ck_assert_ptr_null(rconn_command(rc, NULL, "PING"));
+    ck_assert_int_eq(rc->err, RCONN_ERR_IO);
+    ck_assert_ptr_nonnull(strstr(rc->errstr, "redisConnect"));
+    /* Within the backoff no connect is attempted at all. */
+    int64_t t0 = cs_mono_us();
+    ck_assert_ptr_null(rconn_command(rc, NULL, "PING"));
+    ck_assert_int_eq(rc->err, RCONN_ERR_BACKOFF);
+    ck_assert_int_lt(cs_mono_us() - t0, 5000);
+    ck_assert_int_eq(rconn_append(rc, NULL, "PING"), CS_ERR);
+    rconn_free(rc);
+}
+END_TEST
+
+START_TEST(redis_silent_server_times_out)
+{
+    int port, lfd = silent_listener(&port);
+    struct rconn_opts o = {"127.0.0.1", port, "", 200, 100, 1};
+    struct rconn *rc = rconn_new(&o);
+    int64_t t0 = cs_mono_ms();
+    ck_assert_ptr_null(rconn_command(rc, NULL, "PING"));
+    int64_t took = cs_mono_ms() - t0;
+    ck_assert_int_eq(rc->err, RCONN_ERR_TIMEOUT);
+    ck_assert_int_ge(took, 90);
+    ck_assert_int_lt(took, 2000);
+    ck_assert_ptr_null(rc->ctx); /* thrown away after the error */
+    rconn_free(rc);
+    close(lfd);
+}
+END_TEST
+
+static pid_t redis_pid;
+static int redis_port;
+
+static void redis_start(void)
+{
+    if (redis_port == 0)
+        redis_port = closed_port();
+    char port[16];
+    snprintf(port, sizeof(port), "%d", redis_port);
+    redis_pid = fork();
+    if (redis_pid == 0) {
+        freopen("/dev/null", "w", stdout);
+        execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1",
+               "--save", "", "--appendonly", "no", (char *)NULL);
+        _exit(127);
+    }
+    struct rconn_opts o = {"127.0.0.1", redis_port, "", 200, 500, 1};
+    struct rconn *rc = rconn_new(&o);
+    for (int i = 0; i < 100; i++) {
+        redisReply *r = rconn_command(rc, NULL, "PING");
+        if (r) {
+            freeReplyObject(r);
+            break;
+        }
+        usleep(50000);
+    }
+    rconn_free(rc);
+}
+
+static void redis_stop(void)
+{
+    if (redis_pid > 0) {
+        kill(redis_pid, SIGKILL);
+        waitpid(redis_pid, NULL, 0);
+    }
+}
+
+START_TEST(evalsha_reloads_on_noscript)
+{
+    if (system("command -v redis-server >/dev/null 2>&1") != 0)
+        ck_abort_msg("redis-server is not installed (./bootstrap installs it)");
+    struct rconn_opts o = {"127.0.0.1", redis_port, "", 500, 500, 1};
+    struct rconn *rc = rconn_new(&o);
+    struct rscript s = {0};
+    s.src = xstrdup("return tonumber(ARGV[1]) + 1");
+    s.len = strlen(s.src);
+    const char *argv[] = {"k", "41"};
+
+    redisReply *r = rconn_evalsha(rc, &s, 1, 2, argv, NULL);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_int_eq(r->type, REDIS_REPLY_INTEGER);
+    ck_assert_int_eq(r->integer, 42);
+    freeReplyObject(r);
+    ck_assert_int_eq(strlen(s.sha), 40);
+
+    /* The server forgets the script: the next call loads it again. */
+    r = rconn_command(rc, NULL, "SCRIPT FLUSH");
+    freeReplyObject(r);
+    r = rconn_evalsha(rc, &s, 1, 2, argv, NULL);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_int_eq(r->integer, 42);
+    freeReplyObject(r);
+
+    /* A reply error is a reply, not a broken connection. */
+    r = rconn_command(rc, NULL, "NOSUCHCOMMAND");
+    ck_assert_ptr_nonnull(r);
+    ck_assert_int_eq(r->type, REDIS_REPLY_ERROR);
+    freeReplyObject(r);
+    ck_assert_ptr_nonnull(rc->ctx);
+
+    /* Server gone: the wrapper reports it and reconnects once it is back. */
+    redis_stop();
+    ck_assert_ptr_null(rconn_command(rc, NULL, "PING"));
+    ck_assert_int_ne(rc->err, RCONN_OK);
+    redis_start();
+    r = rconn_command(rc, NULL, "PING");
+    ck_assert_ptr_nonnull(r);
+    freeReplyObject(r);
+    rscript_free(&s);
+    rconn_free(rc);
+}
+END_TEST
+
+START_TEST(mysql_unreachable_is_a_connection_error)
+{
+    struct cs_conf c;
+    conf_defaults(&c);
+    free(c.mysql_socket);
+    c.mysql_socket = xstrdup("/nonexistent/mysql.sock");
+    c.mysql_timeout_s = 1;
+    struct mconn *mc = mconn_new(&c);
+    struct mval p[1] = {MV_INT(1)};
+    uint64_t aff = 99;
+    ck_assert_int_eq(mconn_exec(mc, "SELECT ?", p, 1, &aff), CS_ERR);
+    ck_assert_ptr_nonnull(strstr(mc->errstr, "mysql_real_connect"));
+    ck_assert(mconn_err_is_conn(mc));
+    ck_assert_uint_eq(aff, 99);
+    ck_assert_int_eq(mconn_begin(mc), CS_ERR);
+    ck_assert_int_eq(mconn_commit(mc), CS_ERR);
+    mconn_rollback(mc); /* harmless without a connection */
+    mconn_free(mc);
+    conf_free(&c);
+}
+END_TEST
+
+START_TEST(script_file_errors)
+{
+    struct rscript s;
+    char err[256];
+    ck_assert_int_eq(rscript_load_file(&s, "/nonexistent/seize.lua", err, sizeof(err)), CS_ERR);
+    ck_assert_ptr_nonnull(strstr(err, "/nonexistent/seize.lua"));
+    const char *src = getenv("top_srcdir");
+    char p[512];
+    snprintf(p, sizeof(p), "%s/lua/seize.lua", src ? src : ".");
+    ck_assert_int_eq(rscript_load_file(&s, p, err, sizeof(err)), CS_OK);
+    ck_assert_ptr_nonnull(strstr(s.src, "HINCRBY"));
+    rscript_free(&s);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("conns");
+    TCase *tc = tcase_create("errors");
+    tcase_add_test(tc, redis_refused_sets_sticky_error_and_backs_off);
+    tcase_add_test(tc, redis_silent_server_times_out);
+    tcase_add_test(tc, mysql_unreachable_is_a_connection_error);
+    tcase_add_test(tc, script_file_errors);
+    suite_add_tcase(s, tc);
+    TCase *tr = tcase_create("redis");
+    tcase_add_unchecked_fixture(tr, redis_start, redis_stop);
+    tcase_add_test(tr, evalsha_reloads_on_noscript);
+    suite_add_tcase(s, tr);
+    SRunner *sr = srunner_create(s);
+    /* Fork mode would kill the fixture's server with the first test child. */
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}

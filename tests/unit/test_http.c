@@ -1,0 +1,215 @@
+/* test_http.c - request parsing, token checks and outcome mapping of coupon-fcgi. */
+#include <check.h>
+#include <jwt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "auth.h"
+#include "cs.h"
+#include "http.h"
+
+static const char SECRET[] = "unit-test-secret-0123456789abcdefghijkl";
+
+static int parse(const char *body, int64_t *id)
+{
+    const char *why = NULL;
+    int rc = http_parse_id_body(body, strlen(body), id, &why);
+    if (rc != CS_OK)
+        ck_assert_ptr_nonnull(why);
+    return rc;
+}
+
+START_TEST(id_body_accepts_integers)
+{
+    int64_t id = 0;
+    ck_assert_int_eq(parse("{\"id\":1}", &id), CS_OK);
+    ck_assert_int_eq(id, 1);
+    ck_assert_int_eq(parse(" { \"name\" : \"x,}\\\"\" , \"nested\":{\"id\":5,\"a\":[1,{\"b\":2}]}, \"id\" : 42 } ", &id), CS_OK);
+    ck_assert_int_eq(id, 42);
+    ck_assert_int_eq(parse("{\"id\":9223372036854775807}", &id), CS_OK);
+    ck_assert(id == INT64_MAX);
+}
+END_TEST
+
+START_TEST(id_body_rejects_everything_else)
+{
+    static const char *const bad[] = {
+        "", "not json", "{", "[1]", "1", "{\"id\":\"1\"}", "{\"id\":1.5}", "{\"id\":-1}",
+        "{\"id\":0}", "{\"id\":1e3}", "{\"id\":9223372036854775808}",
+        "{\"id\":99999999999999999999}", "{\"id\":null}", "{\"id\":true}", "{\"ID\":1}",
+        "{\"idx\":1}", "{}", "{\"id\":1}garbage", "{\"id\":1.0}", "{\"id\":01}",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        int64_t id = 77;
+        ck_assert_msg(parse(bad[i], &id) == CS_ERR, "accepted %s", bad[i]);
+    }
+}
+END_TEST
+
+START_TEST(content_type_and_query)
+{
+    char v[32];
+    ck_assert(http_is_json_type("application/json"));
+    ck_assert(http_is_json_type("application/json; charset=utf-8"));
+    ck_assert(http_is_json_type("Application/JSON"));
+    ck_assert(!http_is_json_type(NULL));
+    ck_assert(!http_is_json_type("text/plain"));
+    ck_assert(!http_is_json_type("application/jsonp"));
+    ck_assert(!http_is_json_type("application/x-www-form-urlencoded"));
+    ck_assert_int_eq(http_query_param("a=1&id=25&b=2", "id", v, sizeof(v)), CS_OK);
+    ck_assert_str_eq(v, "25");
+    ck_assert_int_eq(http_query_param("xid=3", "id", v, sizeof(v)), CS_ERR);
+    ck_assert_int_eq(http_query_param("", "id", v, sizeof(v)), CS_ERR);
+    ck_assert_int_eq(http_query_param("id=", "id", v, sizeof(v)), CS_ERR);
+}
+END_TEST
+
+START_TEST(outcome_mapping)
+{
+    ck_assert_int_eq(http_seize_outcome(0), CODE_SEIZED);
+    ck_assert_int_eq(http_seize_outcome(999), CODE_SEIZED);
+    ck_assert_int_eq(http_seize_outcome(-1), CODE_ALREADY_SEIZED);
+    ck_assert_int_eq(http_seize_outcome(-2), CODE_SOLD_OUT);
+    ck_assert_int_eq(http_seize_outcome(-3), CODE_NO_SUCH_ACTIVITY);
+    ck_assert_int_eq(http_seize_outcome(-4), CODE_INTERNAL_ERROR);
+    ck_assert_int_eq(http_code_status(CODE_SEIZED), 200);
+    ck_assert_int_eq(http_code_status(CODE_SOLD_OUT), 409);
+    ck_assert_int_eq(http_code_status(CODE_NO_SUCH_ACTIVITY), 404);
+    ck_assert_int_eq(http_code_status(CODE_TOO_MANY_REQUESTS), 429);
+    ck_assert_int_eq(http_code_status(CODE_UNAVAILABLE), 503);
+    ck_assert_str_eq(http_code_name(CODE_UNSUPPORTED_MEDIA_TYPE), "UNSUPPORTED_MEDIA_TYPE");
+    for (int c = 0; c < CODE__COUNT; c++) {
+        ck_assert_ptr_nonnull(http_code_name((enum cs_code)c));
+        ck_assert_int_ge(http_code_status((enum cs_code)c), 200);
+    }
+}
+END_TEST
+
+/* Mints a token with libjwt; sub NULL leaves it out, exp 0 leaves it out. */
+static char *mint(jwt_alg_t alg, const char *key, const char *sub, long exp, const char *role)
+{
+    jwt_t *j;
+    ck_assert_int_eq(jwt_new(&j), 0);
+    if (sub)
+        jwt_add_grant(j, "sub", sub);
+    if (exp)
+        jwt_add_grant_int(j, "exp", exp);
+    if (role)
+        jwt_add_grant(j, "role", role);
+    ck_assert_int_eq(jwt_set_alg(j, alg, (const unsigned char *)key, key ? (int)strlen(key) : 0), 0);
+    char *tok = jwt_encode_str(j);
+    jwt_free(j);
+    ck_assert_ptr_nonnull(tok);
+    char *hdr = xmalloc(strlen(tok) + 8);
+    sprintf(hdr, "Bearer %s", tok);
+    free(tok);
+    return hdr;
+}
+
+static enum auth_result check(const char *hdr, struct auth_identity *id)
+{
+    struct auth_cfg cfg = {AUTH_MODE_JWT, (const unsigned char *)SECRET, strlen(SECRET), 0};
+    const char *why = NULL;
+    return auth_check(&cfg, hdr, NULL, NULL, time(NULL), id, &why);
+}
+
+START_TEST(jwt_good_tokens)
+{
+    struct auth_identity id;
+    long exp = time(NULL) + 600;
+    char *t = mint(JWT_ALG_HS256, SECRET, "4242", exp, NULL);
+    ck_assert_int_eq(check(t, &id), AUTH_OK);
+    ck_assert_int_eq(id.user_id, 4242);
+    ck_assert_int_eq(id.is_admin, 0);
+    free(t);
+    t = mint(JWT_ALG_HS256, SECRET, "7", exp, "admin");
+    ck_assert_int_eq(check(t, &id), AUTH_OK);
+    ck_assert_int_eq(id.is_admin, 1);
+    free(t);
+}
+END_TEST
+
+START_TEST(jwt_bad_tokens)
+{
+    struct auth_identity id;
+    long exp = time(NULL) + 600;
+    char *t;
+
+    ck_assert_int_eq(check(NULL, &id), AUTH_MISSING);
+    ck_assert_int_eq(check("", &id), AUTH_MISSING);
+    ck_assert_int_eq(check("Basic dXNlcjpwYXNz", &id), AUTH_INVALID);
+    ck_assert_int_eq(check("Bearer ", &id), AUTH_INVALID);
+    ck_assert_int_eq(check("Bearer a.b.c", &id), AUTH_INVALID);
+
+    t = mint(JWT_ALG_HS256, "another-secret-0123456789abcdefghijkl", "1", exp, NULL);
+    ck_assert_int_eq(check(t, &id), AUTH_INVALID); /* forged */
+    free(t);
+    t = mint(JWT_ALG_HS512, SECRET, "1", exp, NULL);
+    ck_assert_int_eq(check(t, &id), AUTH_INVALID); /* other alg, right key */
+    free(t);
+    t = mint(JWT_ALG_NONE, NULL, "1", exp, NULL);
+    ck_assert_int_eq(check(t, &id), AUTH_INVALID); /* alg none */
+    free(t);
+    t = mint(JWT_ALG_HS256, SECRET, "1", time(NULL) - 5, NULL);
+    ck_assert_int_eq(check(t, &id), AUTH_INVALID); /* expired */
+    free(t);
+    t = mint(JWT_ALG_HS256, SECRET, "1", 0, NULL);
+    ck_assert_int_eq(check(t, &id), AUTH_INVALID); /* no exp */
+    free(t);
+    t = mint(JWT_ALG_HS256, SECRET, "abc", exp, NULL);
+    ck_assert_int_eq(check(t, &id), AUTH_INVALID); /* sub not a number */
+    free(t);
+    t = mint(JWT_ALG_HS256, SECRET, "-5", exp, NULL);
+    ck_assert_int_eq(check(t, &id), AUTH_INVALID);
+    free(t);
+    t = mint(JWT_ALG_HS256, SECRET, NULL, exp, NULL);
+    ck_assert_int_eq(check(t, &id), AUTH_INVALID); /* no sub */
+    free(t);
+
+    /* A valid token with its signature cut off or altered. */
+    t = mint(JWT_ALG_HS256, SECRET, "1", exp, NULL);
+    size_t n = strlen(t);
+    t[n - 2] = t[n - 2] == 'A' ? 'B' : 'A';
+    ck_assert_int_eq(check(t, &id), AUTH_INVALID);
+    *strrchr(t, '.') = '\0';
+    ck_assert_int_eq(check(t, &id), AUTH_INVALID);
+    free(t);
+}
+END_TEST
+
+START_TEST(trusted_header_mode)
+{
+    struct auth_cfg cfg = {AUTH_MODE_TRUSTED_HEADER, NULL, 0, 0};
+    struct auth_identity id;
+    const char *why;
+    ck_assert_int_eq(auth_check(&cfg, NULL, "123", NULL, 0, &id, &why), AUTH_OK);
+    ck_assert_int_eq(id.user_id, 123);
+    ck_assert_int_eq(id.is_admin, 0);
+    ck_assert_int_eq(auth_check(&cfg, NULL, "9", "admin", 0, &id, &why), AUTH_OK);
+    ck_assert_int_eq(id.is_admin, 1);
+    ck_assert_int_eq(auth_check(&cfg, NULL, NULL, NULL, 0, &id, &why), AUTH_MISSING);
+    ck_assert_int_eq(auth_check(&cfg, NULL, "12a", NULL, 0, &id, &why), AUTH_INVALID);
+    ck_assert_int_eq(auth_check(&cfg, NULL, "0", NULL, 0, &id, &why), AUTH_INVALID);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("http");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, id_body_accepts_integers);
+    tcase_add_test(tc, id_body_rejects_everything_else);
+    tcase_add_test(tc, content_type_and_query);
+    tcase_add_test(tc, outcome_mapping);
+    tcase_add_test(tc, jwt_good_tokens);
+    tcase_add_test(tc, jwt_bad_tokens);
+    tcase_add_test(tc, trusted_header_mode);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}

@@ -1,0 +1,84 @@
+/* test_keys.c - Redis key names, queue fields and cluster slots. */
+#include <check.h>
+#include <string.h>
+
+#include "cs.h"
+#include "keys.h"
+
+START_TEST(key_names)
+{
+    char k[KEYS_MAX];
+    ck_assert_int_eq(keys_shard(13), 3);
+    ck_assert_int_eq(keys_shard(10), 0);
+    keys_stock(k, 3);
+    ck_assert_str_eq(k, "COUPON:RESOURCE:STOCK:{3}");
+    keys_seize_list(k, 13);
+    ck_assert_str_eq(k, "COUPON:SEIZE:LIST:13_{3}");
+    keys_queue(k, 7);
+    ck_assert_str_eq(k, "QUEUE:COUPON:SEIZE:SYNC:{7}");
+    keys_dead(k, 0);
+    ck_assert_str_eq(k, "QUEUE:COUPON:SEIZE:DEAD:{0}");
+    size_t n = keys_queue_field(k, 9223372036854775807LL, 42);
+    ck_assert_str_eq(k, "9223372036854775807:42");
+    ck_assert_uint_eq(n, strlen(k));
+}
+END_TEST
+
+START_TEST(queue_field_parse)
+{
+    int64_t a, u;
+    ck_assert_int_eq(keys_parse_queue_field("3:77", 4, &a, &u), CS_OK);
+    ck_assert_int_eq(a, 3);
+    ck_assert_int_eq(u, 77);
+    static const char *const bad[] = {"", "3", "3:", ":3", "a:1", "1:b", "0:1", "1:0",
+                                      "-1:2", "1:2:3", "1 :2", "99999999999999999999:1"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        ck_assert_msg(keys_parse_queue_field(bad[i], strlen(bad[i]), &a, &u) == CS_ERR,
+                      "accepted %s", bad[i]);
+}
+END_TEST
+
+START_TEST(slots_follow_hash_tags)
+{
+    char a[KEYS_MAX], b[KEYS_MAX], c[KEYS_MAX];
+    /* Redis Cluster reference values. */
+    ck_assert_uint_eq(keys_slot("foo", 3), 12182);
+    ck_assert_uint_eq(keys_slot("123456789", 9), 0x31C3 & 16383);
+    /* Every key one seize touches lands in one slot. */
+    size_t la = keys_stock(a, 4), lb = keys_seize_list(b, 14), lc = keys_queue(c, 4);
+    ck_assert_uint_eq(keys_slot(a, la), keys_slot(b, lb));
+    ck_assert_uint_eq(keys_slot(a, la), keys_slot(c, lc));
+    ck_assert_uint_eq(keys_slot(a, la), keys_slot("{4}", 3));
+    ck_assert_uint_eq(keys_slot("x{}y", 4), keys_slot("x{}y", 4));
+}
+END_TEST
+
+START_TEST(parse_id_bounds)
+{
+    int64_t v;
+    ck_assert_int_eq(cs_parse_id("1", 1, &v), CS_OK);
+    ck_assert_int_eq(cs_parse_id("9223372036854775807", 19, &v), CS_OK);
+    ck_assert_int_eq(cs_parse_id("9223372036854775808", 19, &v), CS_ERR);
+    ck_assert_int_eq(cs_parse_id("0", 1, &v), CS_ERR);
+    ck_assert_int_eq(cs_parse_id("01", 2, &v), CS_ERR);
+    ck_assert_int_eq(cs_parse_id("", 0, &v), CS_ERR);
+    ck_assert_int_eq(cs_parse_id("+1", 2, &v), CS_ERR);
+    ck_assert_int_eq(cs_parse_id("12345678901234567890", 20, &v), CS_ERR);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("keys");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, key_names);
+    tcase_add_test(tc, queue_field_parse);
+    tcase_add_test(tc, slots_follow_hash_tags);
+    tcase_add_test(tc, parse_id_bounds);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}

@@ -1,0 +1,168 @@
+/* test_shm.c - node shared memory: flags, breaker, token bucket, across processes. */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cs.h"
+#include "shm.h"
+
+static char name[64];
+static struct shm_node *node;
+
+static void setup(void)
+{
+    char err[256];
+    snprintf(name, sizeof(name), "/cs-test-%d", (int)getpid());
+    node = shm_node_open(name, 1, err, sizeof(err));
+    ck_assert_msg(node != NULL, "%s", err);
+}
+
+static void teardown(void)
+{
+    shm_node_close(node);
+    shm_node_unlink(name);
+}
+
+START_TEST(flags_hold_until_deadline)
+{
+    int64_t now = cs_mono_ms();
+    ck_assert(!shm_flag_test(node->soldout, 5, now));
+    shm_flag_set(node->soldout, 5, now + 1000);
+    ck_assert(shm_flag_test(node->soldout, 5, now));
+    ck_assert(!shm_flag_test(node->soldout, 6, now));
+    ck_assert(!shm_flag_test(node->soldout, 5, now + 1000));
+    shm_flag_clear(node->soldout, 5);
+    ck_assert(!shm_flag_test(node->soldout, 5, now));
+    /* Many ids: each recorded flag reads back. */
+    for (int64_t id = 1; id <= 500; id++)
+        shm_flag_set(node->voided, id * 7919, INT64_MAX);
+    for (int64_t id = 1; id <= 500; id++)
+        ck_assert(shm_flag_test(node->voided, id * 7919, now));
+    ck_assert(!shm_flag_test(node->voided, 3, now));
+}
+END_TEST
+
+START_TEST(breaker_opens_probes_and_closes)
+{
+    int64_t t = 1000000;
+    ck_assert(shm_breaker_allow(node, t, 100));
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(shm_breaker_failure(node, t, 3, 500), 0);
+    ck_assert_int_eq(shm_breaker_failure(node, t, 3, 500), 1); /* third opens */
+    ck_assert_int_eq(atomic_load(&node->breaker_state), BREAKER_OPEN);
+    ck_assert(!shm_breaker_allow(node, t + 499, 100));
+    /* After the open interval exactly one caller probes. */
+    ck_assert(shm_breaker_allow(node, t + 500, 100));
+    ck_assert(!shm_breaker_allow(node, t + 501, 100));
+    /* A failed probe opens it again. */
+    shm_breaker_failure(node, t + 510, 3, 500);
+    ck_assert_int_eq(atomic_load(&node->breaker_state), BREAKER_OPEN);
+    ck_assert(!shm_breaker_allow(node, t + 600, 100));
+    ck_assert(shm_breaker_allow(node, t + 1010, 100));
+    ck_assert_int_eq(shm_breaker_success(node), 1);
+    ck_assert_int_eq(atomic_load(&node->breaker_state), BREAKER_CLOSED);
+    ck_assert(shm_breaker_allow(node, t + 1011, 100));
+    ck_assert_int_eq(atomic_load(&node->m.breaker_opened), 1);
+}
+END_TEST
+
+START_TEST(probe_of_a_killed_worker_expires)
+{
+    int64_t t = cs_mono_ms();
+    for (int i = 0; i < 5; i++)
+        shm_breaker_failure(node, t - 1000, 5, 100);
+    pid_t pid = fork();
+    if (pid == 0) {
+        char err[256];
+        struct shm_node *mine = shm_node_open(name, 0, err, sizeof(err));
+        /* Take the probe, then die without reporting. */
+        if (mine && shm_breaker_allow(mine, cs_mono_ms(), 300))
+            raise(SIGKILL);
+        _exit(1);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    ck_assert(WIFSIGNALED(status));
+    ck_assert(!shm_breaker_allow(node, cs_mono_ms(), 300)); /* lease still held */
+    usleep(350 * 1000);
+    ck_assert(shm_breaker_allow(node, cs_mono_ms(), 300));  /* lease ran out */
+}
+END_TEST
+
+START_TEST(bucket_limits_rate)
+{
+    int retry = 0, ok = 0;
+    int64_t t = 5000000;
+    ck_assert(shm_bucket_take(node, t, 0, 0, &retry)); /* 0 = off */
+    for (int i = 0; i < 100; i++)
+        ok += shm_bucket_take(node, t, 10, 4, &retry);
+    ck_assert_int_eq(ok, 5); /* one plus the burst of four */
+    ck_assert_int_ge(retry, 1);
+    /* A second later the bucket is full again: capacity is 1 + burst. */
+    ok = 0;
+    for (int i = 0; i < 100; i++)
+        ok += shm_bucket_take(node, t + 1000000, 10, 4, &retry);
+    ck_assert_int_eq(ok, 5);
+    /* Steady state: offered 40/s for 2 s, about 10/s get through. */
+    ok = 0;
+    for (int i = 1; i <= 80; i++)
+        ok += shm_bucket_take(node, t + 2000000 + i * 25000, 10, 4, &retry);
+    ck_assert_int_ge(ok, 20);
+    ck_assert_int_le(ok, 26);
+}
+END_TEST
+
+START_TEST(flags_are_seen_by_other_processes)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        char err[256];
+        struct shm_node *mine = shm_node_open(name, 0, err, sizeof(err));
+        if (mine == NULL)
+            _exit(2);
+        shm_flag_set(mine->soldout, 77, cs_mono_ms() + 60000);
+        atomic_fetch_add(&mine->m.cache_hits, 5);
+        _exit(0);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    ck_assert(shm_flag_test(node->soldout, 77, cs_mono_ms()));
+    ck_assert_uint_eq(atomic_load(&node->m.cache_hits), 5);
+}
+END_TEST
+
+START_TEST(latency_histogram)
+{
+    shm_observe_latency(node, 100);
+    shm_observe_latency(node, 600);
+    shm_observe_latency(node, 5000000);
+    ck_assert_uint_eq(atomic_load(&node->m.seize_lat[0]), 1);
+    ck_assert_uint_eq(atomic_load(&node->m.seize_lat[2]), 1);
+    ck_assert_uint_eq(atomic_load(&node->m.seize_lat[SHM_LAT_BUCKETS - 1]), 1);
+    ck_assert_uint_eq(atomic_load(&node->m.seize_lat_count), 3);
+    ck_assert_uint_eq(atomic_load(&node->m.seize_lat_sum_us), 5000700);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("shm");
+    TCase *tc = tcase_create("core");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_add_test(tc, flags_hold_until_deadline);
+    tcase_add_test(tc, breaker_opens_probes_and_closes);
+    tcase_add_test(tc, probe_of_a_killed_worker_expires);
+    tcase_add_test(tc, bucket_limits_rate);
+    tcase_add_test(tc, flags_are_seen_by_other_processes);
+    tcase_add_test(tc, latency_histogram);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed == 0 ? 0 : 1;
+}
