@@ -1,0 +1,307 @@
+/* loadgen.c - closed-loop HTTP/1.1 load generator for the seize route.
+ *
+ * Keeps C keep-alive connections busy until N requests are answered; each
+ * request carries its own HS256 token (user = base + request number, or one
+ * fixed user), so every request is a distinct user. Prints the count of
+ * each response code, throughput and latency percentiles, as text or JSON.
+ *
+ *   loadgen -p PORT -s SECRET -a ACTIVITY [-c 64] [-n 2000] [-b USERBASE]
+ *           [-U] [-u PATH] [-m METHOD] [-d BODY] [-T trusted-header] [-j]
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <jwt.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_CODES 32
+#define BUF 8192
+
+struct conn {
+    int fd;
+    char out[BUF];
+    size_t outlen, outoff;
+    char in[BUF];
+    size_t inlen;
+    int64_t sent_us;
+    int busy;
+};
+
+static struct {
+    const char *host, *path, *method, *secret, *body, *mode;
+    int port, conc, total, same_user, json;
+    int64_t activity, user_base;
+} opt = {"127.0.0.1", "/market/consumer/coupon/seize", "POST", NULL, NULL, "jwt", 0, 64, 2000,
+         0, 0, 1, 1000000};
+
+static char code_names[MAX_CODES][40];
+static long code_counts[MAX_CODES];
+static int ncodes;
+static long status_counts[600];
+static int64_t *lat;
+static int started, done, errors;
+
+static int64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void count_code(const char *name)
+{
+    for (int i = 0; i < ncodes; i++)
+        if (strcmp(code_names[i], name) == 0) {
+            code_counts[i]++;
+            return;
+        }
+    if (ncodes < MAX_CODES) {
+        snprintf(code_names[ncodes], sizeof(code_names[0]), "%s", name);
+        code_counts[ncodes++] = 1;
+    }
+}
+
+static char *mint(int64_t user)
+{
+    jwt_t *j;
+    char sub[24];
+    snprintf(sub, sizeof(sub), "%lld", (long long)user);
+    if (jwt_new(&j) != 0)
+        abort();
+    jwt_add_grant(j, "sub", sub);
+    jwt_add_grant_int(j, "exp", (long)time(NULL) + 3600);
+    jwt_set_alg(j, JWT_ALG_HS256, (const unsigned char *)opt.secret, (int)strlen(opt.secret));
+    char *t = jwt_encode_str(j);
+    jwt_free(j);
+    return t;
+}
+
+static void build_request(struct conn *c, int n)
+{
+    int64_t user = opt.same_user ? opt.user_base : opt.user_base + n;
+    char body[512], auth[1200];
+    if (opt.body)
+        snprintf(body, sizeof(body), "%s", opt.body);
+    else
+        snprintf(body, sizeof(body), "{\"id\":%lld}", (long long)opt.activity);
+    if (strcmp(opt.mode, "jwt") == 0 && opt.secret) {
+        char *t = mint(user);
+        snprintf(auth, sizeof(auth), "Authorization: Bearer %s\r\n", t);
+        free(t);
+    } else if (strcmp(opt.mode, "trusted-header") == 0) {
+        snprintf(auth, sizeof(auth), "X-User-Id: %lld\r\n", (long long)user);
+    } else {
+        auth[0] = '\0';
+    }
+    int len;
+    if (strcmp(opt.method, "GET") != 0)
+        len = snprintf(c->out, sizeof(c->out),
+                       "%s %s HTTP/1.1\r\nHost: %s\r\n%sContent-Type: application/json\r\n"
+                       "Content-Length: %zu\r\n\r\n%s",
+                       opt.method, opt.path, opt.host, auth, strlen(body), body);
+    else
+        len = snprintf(c->out, sizeof(c->out), "%s %s HTTP/1.1\r\nHost: %s\r\n%s\r\n",
+                       opt.method, opt.path, opt.host, auth);
+    c->outlen = (size_t)len;
+    c->outoff = 0;
+}
+
+static int connect_one(void)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)opt.port)};
+    inet_pton(AF_INET, opt.host, &sa.sin_addr);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
+        perror("connect");
+        exit(2);
+    }
+    fcntl(fd, F_SETFL, O_NONBLOCK);
+    return fd;
+}
+
+/* Returns 1 when c->in holds a whole response, parsing it. */
+static int response_complete(struct conn *c)
+{
+    char *hend = memmem(c->in, c->inlen, "\r\n\r\n", 4);
+    if (hend == NULL)
+        return 0;
+    size_t hlen = (size_t)(hend - c->in) + 4;
+    long clen = 0;
+    char *cl = NULL;
+    for (char *p = c->in; p < hend; p++)
+        if ((*p == 'C' || *p == 'c') && strncasecmp(p, "Content-Length:", 15) == 0) {
+            cl = p;
+            break;
+        }
+    if (cl)
+        clen = strtol(cl + 15, NULL, 10);
+    if (c->inlen < hlen + (size_t)clen)
+        return 0;
+    int status = atoi(c->in + 9);
+    if (status > 0 && status < 600)
+        status_counts[status]++;
+    c->in[hlen + (size_t)clen < BUF ? hlen + (size_t)clen : BUF - 1] = '\0';
+    char *code = strstr(c->in + hlen, "\"code\":\"");
+    if (code) {
+        code += 8;
+        char name[40];
+        size_t n = strcspn(code, "\"");
+        if (n >= sizeof(name))
+            n = sizeof(name) - 1;
+        memcpy(name, code, n);
+        name[n] = '\0';
+        count_code(name);
+    } else {
+        char name[40];
+        snprintf(name, sizeof(name), "HTTP_%d", status);
+        count_code(name);
+    }
+    /* Keep any bytes past this response (there should be none). */
+    size_t used = hlen + (size_t)clen;
+    memmove(c->in, c->in + used, c->inlen - used);
+    c->inlen -= used;
+    return 1;
+}
+
+static int cmp64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv)
+{
+    int o;
+    while ((o = getopt(argc, argv, "h:p:u:m:s:a:c:n:b:Ud:T:j")) != -1) {
+        switch (o) {
+        case 'h': opt.host = optarg; break;
+        case 'p': opt.port = atoi(optarg); break;
+        case 'u': opt.path = optarg; break;
+        case 'm': opt.method = optarg; break;
+        case 's': opt.secret = optarg; break;
+        case 'a': opt.activity = atoll(optarg); break;
+        case 'c': opt.conc = atoi(optarg); break;
+        case 'n': opt.total = atoi(optarg); break;
+        case 'b': opt.user_base = atoll(optarg); break;
+        case 'U': opt.same_user = 1; break;
+        case 'd': opt.body = optarg; break;
+        case 'T': opt.mode = optarg; break;
+        case 'j': opt.json = 1; break;
+        default:
+            fprintf(stderr, "usage: loadgen -p PORT [-s SECRET] [-a ID] [-c CONC] [-n TOTAL] "
+                            "[-b USERBASE] [-U] [-u PATH] [-m METHOD] [-d BODY] "
+                            "[-T jwt|trusted-header|none] [-j]\n");
+            return 2;
+        }
+    }
+    if (opt.port <= 0 || opt.conc <= 0 || opt.total <= 0) {
+        fprintf(stderr, "loadgen: -p PORT is required; -c and -n must be positive\n");
+        return 2;
+    }
+    if (opt.conc > opt.total)
+        opt.conc = opt.total;
+    lat = calloc((size_t)opt.total, sizeof(int64_t));
+    struct conn *conns = calloc((size_t)opt.conc, sizeof(struct conn));
+    int ep = epoll_create1(0);
+
+    /* Pre-build the first requests so minting is not on the clock. */
+    int64_t t0 = now_us();
+    for (int i = 0; i < opt.conc; i++) {
+        struct conn *c = &conns[i];
+        c->fd = connect_one();
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT, .data.ptr = c};
+        epoll_ctl(ep, EPOLL_CTL_ADD, c->fd, &ev);
+        build_request(c, started++);
+        c->busy = 1;
+        c->sent_us = now_us();
+    }
+    struct epoll_event evs[256];
+    while (done < opt.total) {
+        int n = epoll_wait(ep, evs, 256, 10000);
+        if (n <= 0) {
+            fprintf(stderr, "loadgen: no progress for 10 s (%d of %d done)\n", done, opt.total);
+            break;
+        }
+        for (int i = 0; i < n; i++) {
+            struct conn *c = evs[i].data.ptr;
+            if ((evs[i].events & EPOLLOUT) && c->outoff < c->outlen) {
+                ssize_t w = write(c->fd, c->out + c->outoff, c->outlen - c->outoff);
+                if (w > 0)
+                    c->outoff += (size_t)w;
+                if (c->outoff == c->outlen) {
+                    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+                    epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
+                }
+            }
+            if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+                ssize_t r = read(c->fd, c->in + c->inlen, BUF - 1 - c->inlen);
+                if (r <= 0 && !(r < 0 && errno == EAGAIN)) {
+                    /* Server closed: count the request as an error and reconnect. */
+                    errors++;
+                    epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
+                    close(c->fd);
+                    c->inlen = 0;
+                    lat[done++] = now_us() - c->sent_us;
+                    count_code("CONNECTION_ERROR");
+                    if (started < opt.total) {
+                        c->fd = connect_one();
+                        build_request(c, started++);
+                        c->sent_us = now_us();
+                        struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT, .data.ptr = c};
+                        epoll_ctl(ep, EPOLL_CTL_ADD, c->fd, &ev);
+                    }
+                    continue;
+                }
+                if (r > 0)
+                    c->inlen += (size_t)r;
+                if (response_complete(c)) {
+                    lat[done++] = now_us() - c->sent_us;
+                    if (started < opt.total) {
+                        build_request(c, started++);
+                        c->sent_us = now_us();
+                        struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT, .data.ptr = c};
+                        epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
+                    } else {
+                        epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
+                    }
+                }
+            }
+        }
+    }
+    double secs = (double)(now_us() - t0) / 1e6;
+    qsort(lat, (size_t)done, sizeof(int64_t), cmp64);
+    double p50 = done ? lat[done / 2] / 1000.0 : 0, p99 = done ? lat[(size_t)(done * 0.99)] / 1000.0 : 0;
+    double p999 = done ? lat[(size_t)(done * 0.999)] / 1000.0 : 0, pmax = done ? lat[done - 1] / 1000.0 : 0;
+    if (opt.json) {
+        printf("{\"requests\":%d,\"seconds\":%.3f,\"rps\":%.1f,\"p50_ms\":%.3f,\"p99_ms\":%.3f,"
+               "\"p999_ms\":%.3f,\"max_ms\":%.3f,\"errors\":%d,\"codes\":{",
+               done, secs, done / secs, p50, p99, p999, pmax, errors);
+        for (int i = 0; i < ncodes; i++)
+            printf("%s\"%s\":%ld", i ? "," : "", code_names[i], code_counts[i]);
+        printf("},\"status\":{");
+        int first = 1;
+        for (int s = 0; s < 600; s++)
+            if (status_counts[s]) {
+                printf("%s\"%d\":%ld", first ? "" : ",", s, status_counts[s]);
+                first = 0;
+            }
+        printf("}}\n");
+    } else {
+        printf("requests %d in %.3f s: %.1f rps, p50 %.3f ms, p99 %.3f ms, max %.3f ms\n", done,
+               secs, done / secs, p50, p99, pmax);
+        for (int i = 0; i < ncodes; i++)
+            printf("  %-24s %ld\n", code_names[i], code_counts[i]);
+    }
+    return done == opt.total ? 0 : 1;
+}
