@@ -29,7 +29,7 @@ static const struct {
     [CODE_UNSUPPORTED_MEDIA_TYPE] = {415, "UNSUPPORTED_MEDIA_TYPE",
                                      "Content-Type must be application/json"},
     [CODE_TOO_MANY_REQUESTS] = {429, "TOO_MANY_REQUESTS", "too many requests, retry later"},
-    [CODE_UNAVAILABLE] = {503, "UNAVAILABLE", "service temporarily unavailable, nothing was issued"},
+    [CODE_UNAVAILABLE] = {503, "UNAVAILABLE", "service temporarily unavailable, retry later"},
     [CODE_INTERNAL_ERROR] = {500, "INTERNAL_ERROR", "internal error"},
 };
 

@@ -7,6 +7,11 @@
  *
  *   loadgen -p PORT -s SECRET -a ACTIVITY [-c 64] [-n 2000] [-b USERBASE]
  *           [-U] [-u PATH] [-m METHOD] [-d BODY] [-T trusted-header] [-j]
+ *           [-D SECONDS] [-L FILE]
+ *
+ * -D runs for SECONDS instead of stopping after N requests (N is then only a
+ * cap). -L writes one line per response: "ms_since_start status code user
+ * latency_us", after a first line "# start_epoch_ms E".
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -33,6 +38,7 @@ struct conn {
     char in[BUF];
     size_t inlen;
     int64_t sent_us;
+    int64_t user;
     int busy;
 };
 
@@ -40,8 +46,13 @@ static struct {
     const char *host, *path, *method, *secret, *body, *mode;
     int port, conc, total, same_user, json;
     int64_t activity, user_base;
+    double duration;
+    const char *logpath;
 } opt = {"127.0.0.1", "/market/consumer/coupon/seize", "POST", NULL, NULL, "jwt", 0, 64, 2000,
-         0, 0, 1, 1000000};
+         0, 0, 1, 1000000, 0, NULL};
+
+static FILE *resp_log;
+static int64_t t_start;
 
 static char code_names[MAX_CODES][40];
 static long code_counts[MAX_CODES];
@@ -55,6 +66,13 @@ static int64_t now_us(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void log_response(const struct conn *c, int status, const char *code, int64_t now)
+{
+    if (resp_log)
+        fprintf(resp_log, "%.3f %d %s %lld %lld\n", (double)(now - t_start) / 1000.0, status, code,
+                (long long)c->user, (long long)(now - c->sent_us));
 }
 
 static void count_code(const char *name)
@@ -87,6 +105,7 @@ static char *mint(int64_t user)
 
 static void build_request(struct conn *c, int n)
 {
+    c->user = opt.same_user ? opt.user_base : opt.user_base + n;
     int64_t user = opt.same_user ? opt.user_base : opt.user_base + n;
     char body[512], auth[1200];
     if (opt.body)
@@ -162,10 +181,12 @@ static int response_complete(struct conn *c)
         memcpy(name, code, n);
         name[n] = '\0';
         count_code(name);
+        log_response(c, status, name, now_us());
     } else {
         char name[40];
         snprintf(name, sizeof(name), "HTTP_%d", status);
         count_code(name);
+        log_response(c, status, name, now_us());
     }
     /* Keep any bytes past this response (there should be none). */
     size_t used = hlen + (size_t)clen;
@@ -183,7 +204,7 @@ static int cmp64(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     int o;
-    while ((o = getopt(argc, argv, "h:p:u:m:s:a:c:n:b:Ud:T:j")) != -1) {
+    while ((o = getopt(argc, argv, "h:p:u:m:s:a:c:n:b:Ud:T:jD:L:")) != -1) {
         switch (o) {
         case 'h': opt.host = optarg; break;
         case 'p': opt.port = atoi(optarg); break;
@@ -198,6 +219,8 @@ int main(int argc, char **argv)
         case 'd': opt.body = optarg; break;
         case 'T': opt.mode = optarg; break;
         case 'j': opt.json = 1; break;
+        case 'D': opt.duration = atof(optarg); break;
+        case 'L': opt.logpath = optarg; break;
         default:
             fprintf(stderr, "usage: loadgen -p PORT [-s SECRET] [-a ID] [-c CONC] [-n TOTAL] "
                             "[-b USERBASE] [-U] [-u PATH] [-m METHOD] [-d BODY] "
@@ -209,14 +232,29 @@ int main(int argc, char **argv)
         fprintf(stderr, "loadgen: -p PORT is required; -c and -n must be positive\n");
         return 2;
     }
+    if (opt.duration > 0 && opt.total == 2000)
+        opt.total = 100000000; /* -D without -n: no count limit */
     if (opt.conc > opt.total)
         opt.conc = opt.total;
-    lat = calloc((size_t)opt.total, sizeof(int64_t));
+    if (opt.logpath) {
+        resp_log = fopen(opt.logpath, "w");
+        if (resp_log == NULL) {
+            perror(opt.logpath);
+            return 2;
+        }
+        struct timespec rt;
+        clock_gettime(CLOCK_REALTIME, &rt);
+        fprintf(resp_log, "# start_epoch_ms %lld\n", (long long)rt.tv_sec * 1000 + rt.tv_nsec / 1000000);
+    }
+    size_t latcap = opt.total < 20000000 ? (size_t)opt.total : 20000000;
+    lat = calloc(latcap, sizeof(int64_t));
     struct conn *conns = calloc((size_t)opt.conc, sizeof(struct conn));
     int ep = epoll_create1(0);
 
     /* Pre-build the first requests so minting is not on the clock. */
     int64_t t0 = now_us();
+    t_start = t0;
+    int64_t deadline = opt.duration > 0 ? t0 + (int64_t)(opt.duration * 1e6) : INT64_MAX;
     for (int i = 0; i < opt.conc; i++) {
         struct conn *c = &conns[i];
         c->fd = connect_one();
@@ -227,7 +265,8 @@ int main(int argc, char **argv)
         c->sent_us = now_us();
     }
     struct epoll_event evs[256];
-    while (done < opt.total) {
+    int inflight = opt.conc;
+    while (inflight > 0) {
         int n = epoll_wait(ep, evs, 256, 10000);
         if (n <= 0) {
             fprintf(stderr, "loadgen: no progress for 10 s (%d of %d done)\n", done, opt.total);
@@ -252,26 +291,35 @@ int main(int argc, char **argv)
                     epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
                     close(c->fd);
                     c->inlen = 0;
-                    lat[done++] = now_us() - c->sent_us;
+                    if ((size_t)done < latcap)
+                        lat[done] = now_us() - c->sent_us;
+                    done++;
                     count_code("CONNECTION_ERROR");
-                    if (started < opt.total) {
+                    log_response(c, 0, "CONNECTION_ERROR", now_us());
+                    inflight--;
+                    if (started < opt.total && now_us() < deadline) {
                         c->fd = connect_one();
                         build_request(c, started++);
                         c->sent_us = now_us();
                         struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT, .data.ptr = c};
                         epoll_ctl(ep, EPOLL_CTL_ADD, c->fd, &ev);
+                        inflight++;
                     }
                     continue;
                 }
                 if (r > 0)
                     c->inlen += (size_t)r;
                 if (response_complete(c)) {
-                    lat[done++] = now_us() - c->sent_us;
-                    if (started < opt.total) {
+                    if ((size_t)done < latcap)
+                        lat[done] = now_us() - c->sent_us;
+                    done++;
+                    inflight--;
+                    if (started < opt.total && now_us() < deadline) {
                         build_request(c, started++);
                         c->sent_us = now_us();
                         struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT, .data.ptr = c};
                         epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
+                        inflight++;
                     } else {
                         epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
                     }
@@ -280,9 +328,12 @@ int main(int argc, char **argv)
         }
     }
     double secs = (double)(now_us() - t0) / 1e6;
-    qsort(lat, (size_t)done, sizeof(int64_t), cmp64);
-    double p50 = done ? lat[done / 2] / 1000.0 : 0, p99 = done ? lat[(size_t)(done * 0.99)] / 1000.0 : 0;
-    double p999 = done ? lat[(size_t)(done * 0.999)] / 1000.0 : 0, pmax = done ? lat[done - 1] / 1000.0 : 0;
+    if (resp_log)
+        fclose(resp_log);
+    int nlat = (size_t)done < latcap ? done : (int)latcap;
+    qsort(lat, (size_t)nlat, sizeof(int64_t), cmp64);
+    double p50 = nlat ? lat[nlat / 2] / 1000.0 : 0, p99 = nlat ? lat[(size_t)(nlat * 0.99)] / 1000.0 : 0;
+    double p999 = nlat ? lat[(size_t)(nlat * 0.999)] / 1000.0 : 0, pmax = nlat ? lat[nlat - 1] / 1000.0 : 0;
     if (opt.json) {
         printf("{\"requests\":%d,\"seconds\":%.3f,\"rps\":%.1f,\"p50_ms\":%.3f,\"p99_ms\":%.3f,"
                "\"p999_ms\":%.3f,\"max_ms\":%.3f,\"errors\":%d,\"codes\":{",
@@ -303,5 +354,5 @@ int main(int argc, char **argv)
         for (int i = 0; i < ncodes; i++)
             printf("  %-24s %ld\n", code_names[i], code_counts[i]);
     }
-    return done == opt.total ? 0 : 1;
+    return (opt.duration > 0 || done == opt.total) && inflight == 0 ? 0 : 1;
 }
