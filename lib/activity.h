@@ -57,8 +57,9 @@ struct preheat_result {
     int restored;              /* of those, rebuilt from MySQL after Redis data loss */
 };
 
-/* Preheat: selects from MySQL the activities not voided, not ended, starting
- * within horizon_days; writes ACTIVITY:LIST; for each one sets the stock field
+/* Preheat: selects from MySQL the activities not voided, not ended (or ended
+ * less than a day ago, so late seizes answer ENDED), starting within
+ * horizon_days; writes ACTIVITY:LIST; for each one sets the stock field
  * only if absent (a live sale is never reset). When absent, stock = total_num
  * - coupons in MySQL - entries still queued, and the seize list is rebuilt
  * from MySQL and the queue before the stock field appears. Safe to run from

@@ -51,6 +51,7 @@ check_eq "seize before start -> NOT_STARTED" NOT_STARTED "$(seize_code 202 11)"
 check_eq "status shows NOT_STARTED" NOT_STARTED "$(status_of 202)"
 check_eq "seize in progress -> SEIZED" SEIZED "$(seize_code 201 11)"
 check_eq "status shows IN_PROGRESS" IN_PROGRESS "$(status_of 201)"
+http GET "/market/consumer/coupon/status?id=201"
 check_eq "status remaining is live" 999 "$(json_get "$(json_get "$HTTP_BODY" activity)" remaining)"
 check_eq "unknown id -> NO_SUCH_ACTIVITY" NO_SUCH_ACTIVITY "$(seize_code 299 11)"
 check_eq "status of an unknown id -> 404" 404 "$(http_code GET '/market/consumer/coupon/status?id=299')"
@@ -113,7 +114,8 @@ wait_for 10 bash -c "[[ \$(redis-cli -h $REDIS_HOST -p $REDIS_PORT HKEYS 'QUEUE:
 stack stop-sync
 rcli FLUSHALL >/dev/null
 preheat
-check_eq "preheat after the loss restores one activity" 1 "$(json_get "$HTTP_BODY" restored)"
+# 201 and 206 had coupons in MySQL; 202 had none (created, not restored).
+check_eq "preheat after the loss restores the two activities with coupons" 2 "$(json_get "$HTTP_BODY" restored)"
 check_eq "restored stock = 200 - 150" 50 "$(stock_of 206)"
 out=$(load 206 32 150 600000)
 check_eq "the 150 earlier users get ALREADY_SEIZED" 150 "$(code_count "$out" ALREADY_SEIZED)"

@@ -1,0 +1,412 @@
+/* jobs.c - preheat, status job, reconciliation and queue depth for coupon-sync. */
+#include "jobs.h"
+#include "activity.h"
+#include "cs.h"
+#include "drain.h"
+#include "keys.h"
+#include "log.h"
+#include "mconn.h"
+#include "rconn.h"
+#include "smetrics.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Pause before re-reading an activity whose numbers did not add up. */
+#define JOBS_RECHECK_MS 200
+
+static const char SQL_RECONCILE[] =
+    "SELECT a.total_num, (SELECT COUNT(*) FROM coupon c WHERE c.activity_id = a.id) "
+    "FROM activity a WHERE a.id = ?";
+
+/* Routes a job failure: a dropped connection is an outage of that dependency
+ * (logged once), anything else is logged as it comes. */
+static void jobs_fail(struct mconn *mc, struct rconn *rc, const char *what, const char *err)
+{
+    char why[600];
+    snprintf(why, sizeof(why), "%s: %s", what, err);
+    if (rc != NULL && rc->ctx == NULL)
+        smetrics_dep_fail(SM_DEP_REDIS, why);
+    else if (mc != NULL && mc->my == NULL)
+        smetrics_dep_fail(SM_DEP_MYSQL, why);
+    else {
+        smetrics_add_errors(1);
+        log_error("%s", why);
+    }
+}
+
+int jobs_preheat(struct mconn *mc, struct rconn *rc, int horizon_days)
+{
+    struct preheat_result res;
+    char err[512];
+
+    if (activity_preheat(mc, rc, horizon_days, &res, err, sizeof(err)) != CS_OK) {
+        jobs_fail(mc, rc, "preheat", err);
+        return CS_ERR;
+    }
+    smetrics_dep_ok(SM_DEP_MYSQL);
+    smetrics_dep_ok(SM_DEP_REDIS);
+    if (res.created > 0 || res.restored > 0)
+        log_info("preheat: %d activities listed, %d stock fields created, %d restored",
+                 res.loaded, res.created, res.restored);
+    else
+        log_debug("preheat: %d activities listed", res.loaded);
+    return CS_OK;
+}
+
+int jobs_status(struct mconn *mc, struct rconn *rc)
+{
+    uint64_t changed;
+    char err[512];
+
+    (void)rc;
+    if (activity_advance_status(mc, &changed, err, sizeof(err)) != CS_OK) {
+        jobs_fail(mc, NULL, "status job", err);
+        return CS_ERR;
+    }
+    smetrics_dep_ok(SM_DEP_MYSQL);
+    if (changed > 0)
+        log_info("status job: %" PRIu64 " activities moved on", changed);
+    return CS_OK;
+}
+
+int jobs_queue_depth(struct rconn *rc, int64_t *total)
+{
+    char key[KEYS_MAX];
+    int64_t sum = 0;
+
+    for (int i = 0; i < KEYS_SHARDS; i++) {
+        keys_queue(key, i);
+        redisReply *r = rconn_command(rc, key, "HLEN %s", key);
+        if (r == NULL || r->type != REDIS_REPLY_INTEGER) {
+            jobs_fail(NULL, rc, "HLEN", r ? "unexpected reply" : rc->errstr);
+            if (r != NULL)
+                freeReplyObject(r);
+            return CS_ERR;
+        }
+        smetrics_set_depth(i, r->integer);
+        sum += r->integer;
+        freeReplyObject(r);
+    }
+    *total = sum;
+    return CS_OK;
+}
+
+/* ---- reconciliation ----------------------------------------------------------------- */
+
+struct rec_item {
+    int64_t id;
+    int read;                  /* read in this pass (its shard was not busy) */
+    int found;                 /* still in MySQL */
+    int has_stock;             /* stock field present in Redis */
+    int64_t total, coupons, queued, stock, delta;
+};
+
+/* A queued (activity, user) pair; the queue is deduplicated because HSCAN may
+ * return an entry twice. */
+struct rec_pair {
+    int64_t aid, uid;
+};
+
+static int rec_item_cmp(const void *x, const void *y)
+{
+    const struct rec_item *a = x, *b = y;
+    return (a->id > b->id) - (a->id < b->id);
+}
+
+static int rec_pair_cmp(const void *x, const void *y)
+{
+    const struct rec_pair *a = x, *b = y;
+    if (a->aid != b->aid)
+        return (a->aid > b->aid) - (a->aid < b->aid);
+    return (a->uid > b->uid) - (a->uid < b->uid);
+}
+
+static int rec_mysql_row(void *arg, int ncols, char **cols)
+{
+    struct rec_item *it = arg;
+    if (ncols != 2 || cols[0] == NULL || cols[1] == NULL)
+        return CS_ERR;
+    it->found = 1;
+    it->total = strtoll(cols[0], NULL, 10);
+    it->coupons = strtoll(cols[1], NULL, 10);
+    return CS_OK;
+}
+
+static struct rec_item *rec_find(struct rec_item *items, size_t n, int64_t id)
+{
+    struct rec_item key = {.id = id};
+    return bsearch(&key, items, n, sizeof(*items), rec_item_cmp);
+}
+
+/* Counts the entries of queue shard SHARD per listed activity. */
+static int rec_scan_shard(struct rconn *rc, int shard, struct rec_item *items, size_t n,
+                          char *err, size_t errlen)
+{
+    char key[KEYS_MAX], cursor[24] = "0";
+    struct rec_pair *pairs = NULL;
+    size_t np = 0, cap = 0;
+
+    keys_queue(key, shard);
+    do {
+        redisReply *r = rconn_command(rc, key, "HSCAN %s %s COUNT 1000", key, cursor);
+        if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+            snprintf(err, errlen, "HSCAN %s: %s", key,
+                     r == NULL ? rc->errstr : r->type == REDIS_REPLY_ERROR ? r->str
+                                                                          : "unexpected reply");
+            if (r != NULL)
+                freeReplyObject(r);
+            free(pairs);
+            return CS_ERR;
+        }
+        snprintf(cursor, sizeof(cursor), "%s", r->element[0]->str);
+        const redisReply *kv = r->element[1];
+        for (size_t i = 0; i + 1 < kv->elements; i += 2) {
+            struct rec_pair p;
+            const redisReply *f = kv->element[i];
+            if (keys_parse_queue_field(f->str, f->len, &p.aid, &p.uid) != CS_OK ||
+                rec_find(items, n, p.aid) == NULL)
+                continue;
+            if (np == cap) {
+                cap = cap ? cap * 2 : 1024;
+                pairs = xrealloc(pairs, cap * sizeof(*pairs));
+            }
+            pairs[np++] = p;
+        }
+        freeReplyObject(r);
+    } while (strcmp(cursor, "0") != 0);
+
+    if (np > 0)
+        qsort(pairs, np, sizeof(*pairs), rec_pair_cmp);
+    for (size_t i = 0; i < np; i++)
+        if (i == 0 || rec_pair_cmp(&pairs[i], &pairs[i - 1]) != 0)
+            rec_find(items, n, pairs[i].aid)->queued++;
+    free(pairs);
+    return CS_OK;
+}
+
+/*
+ * Reads the three numbers of every item of SHARD and computes delta = stock +
+ * queued + coupons - total. The caller holds the shard lock, so no drain moves
+ * entries meanwhile (an entry between its commit and its HDEL would count
+ * twice). A seize during the reads can still move the numbers; the stock is
+ * read first, so such a race makes the sum come out high, never low.
+ */
+static int rec_read_shard(struct mconn *mc, struct rconn *rc, struct rec_item *items, size_t n,
+                          int shard, char *err, size_t errlen, int *mysql_failed)
+{
+    char skey[KEYS_MAX];
+
+    *mysql_failed = 0;
+    keys_stock(skey, shard);
+    for (size_t i = 0; i < n; i++) {
+        struct rec_item *it = &items[i];
+        if (keys_shard(it->id) != shard)
+            continue;
+        it->read = 1;
+        it->found = it->has_stock = 0;
+        it->total = it->coupons = it->queued = it->stock = it->delta = 0;
+        redisReply *r = rconn_command(rc, skey, "HGET %s %" PRId64, skey, it->id);
+        if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+            snprintf(err, errlen, "HGET %s: %s", skey, r ? r->str : rc->errstr);
+            if (r != NULL)
+                freeReplyObject(r);
+            return CS_ERR;
+        }
+        if (r->type == REDIS_REPLY_STRING) {
+            it->has_stock = 1;
+            it->stock = strtoll(r->str, NULL, 10);
+        }
+        freeReplyObject(r);
+    }
+    if (rec_scan_shard(rc, shard, items, n, err, errlen) != CS_OK)
+        return CS_ERR;
+    for (size_t i = 0; i < n; i++) {
+        struct rec_item *it = &items[i];
+        if (keys_shard(it->id) != shard)
+            continue;
+        struct mval p[] = {MV_INT(it->id)};
+        if (mconn_query(mc, SQL_RECONCILE, p, 1, rec_mysql_row, it) != CS_OK) {
+            snprintf(err, errlen, "%s", mc->errstr);
+            *mysql_failed = 1;
+            return CS_ERR;
+        }
+        it->delta = it->stock + it->queued + it->coupons - it->total;
+    }
+    return CS_OK;
+}
+
+/* Whether items[i] is worth a look: listed, in MySQL, with a live stock field. */
+static int rec_checked(const struct rec_item *it)
+{
+    return it->found && it->has_stock;
+}
+
+/* Last mismatch warned about per activity, so a standing one is not repeated
+ * at warning level every tick. One list per shard: a shard is reconciled by
+ * one task at a time. */
+struct rec_warned {
+    struct {
+        int64_t id, delta;
+    } *v;
+    size_t n;
+};
+static struct rec_warned rec_warned[KEYS_SHARDS];
+
+static int rec_already_warned(struct rec_warned *w, int64_t id, int64_t delta)
+{
+    for (size_t i = 0; i < w->n; i++)
+        if (w->v[i].id == id) {
+            int same = w->v[i].delta == delta;
+            w->v[i].delta = delta;
+            return same;
+        }
+    w->v = xrealloc(w->v, (w->n + 1) * sizeof(*w->v));
+    w->v[w->n].id = id;
+    w->v[w->n].delta = delta;
+    w->n++;
+    return 0;
+}
+
+static void rec_forget(struct rec_warned *w, int64_t id)
+{
+    for (size_t i = 0; i < w->n; i++)
+        if (w->v[i].id == id) {
+            w->v[i] = w->v[--w->n];
+            return;
+        }
+}
+
+/* Reads SHARD once, and when something does not add up once more after a
+ * pause, holding the shard lock. *skipped when someone else holds it. */
+static int rec_shard(struct mconn *mc, struct rconn *rc, int lock_ttl_ms, int shard,
+                     struct rec_item *items, struct rec_item *again, size_t n, int *skipped,
+                     char *err, size_t errlen, int *mysql_failed)
+{
+    char token[DRAIN_TOKEN_MAX];
+    int ret = CS_ERR;
+
+    *skipped = 0;
+    *mysql_failed = 0;
+    int got = drain_lock_take(rc, shard, lock_ttl_ms, token, sizeof(token));
+    if (got < 0) {
+        snprintf(err, errlen, "%s", rc->errstr);
+        return CS_ERR;
+    }
+    if (got == 0) {
+        *skipped = 1; /* being drained: the drain reconciles it when done */
+        return CS_OK;
+    }
+    if (rec_read_shard(mc, rc, items, n, shard, err, errlen, mysql_failed) != CS_OK)
+        goto out;
+    int suspects = 0;
+    for (size_t i = 0; i < n; i++)
+        suspects += items[i].delta != 0;
+    if (suspects > 0) {
+        /* A live sale moves the numbers while they are read: report only
+         * what reads the same twice. */
+        struct timespec ts = {0, JOBS_RECHECK_MS * 1000000L};
+        nanosleep(&ts, NULL);
+        if (rec_read_shard(mc, rc, again, n, shard, err, errlen, mysql_failed) != CS_OK)
+            goto out;
+    }
+    ret = CS_OK;
+out:
+    if (drain_lock_release(rc, shard, token) < 0 && ret == CS_OK) {
+        snprintf(err, errlen, "%s", rc->errstr);
+        ret = CS_ERR;
+    }
+    return ret;
+}
+
+int jobs_reconcile_shard(struct mconn *mc, struct rconn *rc, int shard, int lock_ttl_ms,
+                         int *mismatches)
+{
+    struct activity *acts = NULL;
+    struct rec_item *items = NULL, *again = NULL;
+    size_t n = 0, nacts = 0;
+    char err[512];
+    int ret = CS_ERR, mysql_failed = 0, skipped = 0;
+
+    *mismatches = 0;
+    redisReply *r = rconn_command(rc, KEY_ACTIVITY_LIST, "GET %s", KEY_ACTIVITY_LIST);
+    if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+        jobs_fail(NULL, rc, "reconcile: GET " KEY_ACTIVITY_LIST, r ? r->str : rc->errstr);
+        if (r != NULL)
+            freeReplyObject(r);
+        return CS_ERR;
+    }
+    if (r->type != REDIS_REPLY_STRING) {
+        freeReplyObject(r); /* nothing preheated yet */
+        return CS_OK;
+    }
+    if (activity_list_parse(r->str, r->len, &acts, &nacts) != CS_OK) {
+        freeReplyObject(r);
+        jobs_fail(NULL, NULL, "reconcile", KEY_ACTIVITY_LIST " is not a valid activity list");
+        return CS_ERR;
+    }
+    freeReplyObject(r);
+
+    items = xcalloc(nacts + 1, sizeof(*items));
+    for (size_t i = 0; i < nacts; i++)
+        if (keys_shard(acts[i].id) == shard)
+            items[n++].id = acts[i].id;
+    if (n == 0) {
+        ret = CS_OK;
+        goto out;
+    }
+    qsort(items, n, sizeof(*items), rec_item_cmp);
+    /* A listed id twice would be counted twice: keep one. */
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++)
+        if (m == 0 || items[m - 1].id != items[i].id)
+            items[m++] = items[i];
+    n = m;
+    again = xcalloc(n + 1, sizeof(*again));
+    memcpy(again, items, n * sizeof(*items));
+
+    if (rec_shard(mc, rc, lock_ttl_ms, shard, items, again, n, &skipped, err, sizeof(err),
+                  &mysql_failed) != CS_OK) {
+        jobs_fail(mysql_failed ? mc : NULL, mysql_failed ? NULL : rc, "reconcile", err);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const struct rec_item *a = &items[i], *b = &again[i];
+        if (!a->read || !b->read || !rec_checked(a) || !rec_checked(b) || a->delta == 0 ||
+            a->delta != b->delta) {
+            rec_forget(&rec_warned[shard], a->id);
+            continue;
+        }
+        (*mismatches)++;
+        if (rec_already_warned(&rec_warned[shard], b->id, b->delta))
+            log_debug("reconcile: activity %" PRId64 " still off by %+" PRId64, b->id, b->delta);
+        else
+            log_warn("reconcile: activity %" PRId64 ": Redis stock %" PRId64 " + queued %" PRId64
+                     " + coupons in MySQL %" PRId64 " = %" PRId64 ", total_num %" PRId64
+                     " (off by %+" PRId64 ")",
+                     b->id, b->stock, b->queued, b->coupons,
+                     b->stock + b->queued + b->coupons, b->total, b->delta);
+    }
+    if (*mismatches > 0)
+        smetrics_add_mismatches((uint64_t)*mismatches);
+    log_debug("reconcile: shard %d: %zu activities%s, %d mismatches", shard, n,
+              skipped ? " (skipped: locked)" : "", *mismatches);
+    ret = CS_OK;
+out:
+    free(again);
+    free(items);
+    free(acts);
+    return ret;
+}
+
+void jobs_cleanup(void)
+{
+    for (int i = 0; i < KEYS_SHARDS; i++) {
+        free(rec_warned[i].v);
+        rec_warned[i].v = NULL;
+        rec_warned[i].n = 0;
+    }
+}

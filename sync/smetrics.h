@@ -1,0 +1,35 @@
+/* smetrics.h - coupon-sync counters and gauges, the Prometheus text file, and the
+ * once-per-outage log of its two dependencies. */
+#ifndef CS_SMETRICS_H
+#define CS_SMETRICS_H
+
+#include <stdint.h>
+
+/* Every function here is thread-safe (atomics); call from any thread. */
+
+void smetrics_add_rows(uint64_t n);       /* coupon rows inserted */
+void smetrics_add_batches(uint64_t n);    /* batches committed */
+void smetrics_add_errors(uint64_t n);     /* failed tasks and jobs */
+void smetrics_add_dead(uint64_t n);       /* entries moved to a dead-letter hash */
+void smetrics_add_mismatches(uint64_t n); /* reconciliation mismatches */
+void smetrics_set_depth(int shard, int64_t depth);
+/* Records a shard task that finished without error at wall-clock now_ms. */
+void smetrics_success(int64_t now_ms);
+
+uint64_t smetrics_rows(void);
+uint64_t smetrics_errors(void);
+
+enum smetrics_dep { SM_DEP_REDIS, SM_DEP_MYSQL };
+
+/* A call to DEP failed with WHY. Logs an error only on the first failure of an
+ * outage (not on every retry) and counts an error every time. */
+void smetrics_dep_fail(enum smetrics_dep dep, const char *why);
+
+/* A call to DEP worked: logs once that the outage is over, if there was one. */
+void smetrics_dep_ok(enum smetrics_dep dep);
+
+/* Writes every metric in Prometheus text format to PATH atomically (PATH.tmp
+ * then rename). CS_OK, or CS_ERR after logging why. */
+int smetrics_write(const char *path);
+
+#endif

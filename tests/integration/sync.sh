@@ -1,0 +1,262 @@
+#!/usr/bin/env bash
+# sync.sh - coupon-sync against a throwaway stack: queue -> MySQL exactly once through
+# kill -9, a MySQL outage, bad entries and two daemons at once.
+#
+# The stack's own coupon-sync is stopped first; every daemon here is started by
+# the test (with sync.lock_ttl_ms lowered so a killed daemon's shard locks
+# expire quickly) and stopped on exit. Exit: 0 pass, 1 fail, 77 skip, 99 no stack.
+
+# shellcheck source=tests/lib.sh
+. "${top_srcdir:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/lib.sh"
+
+SYNC_BIN=$top_builddir/coupon-sync
+[[ -x $SYNC_BIN ]] || skip_all "$SYNC_BIN is not built"
+command -v python3 >/dev/null 2>&1 || skip_all "python3 is not installed"
+
+export COUPON_CONF_OVERRIDES="sync.lock_ttl_ms=2000
+sync.batch=200
+preheat.interval_s=3600
+log.level=\"info\""
+cs_stack_up --no-web
+stack stop-sync
+
+DAEMONS=()
+stop_daemons() {
+    local p
+    for p in "${DAEMONS[@]}"; do
+        if pid_alive "$p"; then kill -KILL "$p" 2>/dev/null || true; fi
+        wait "$p" 2>/dev/null # reaped here, so bash reports no "Killed" later
+    done
+    DAEMONS=()
+}
+cs_defer stop_daemons
+
+LOG=$COUPON_DIR/sync-test.log
+SHA=""
+
+# start_daemon: a coupon-sync in the background, logging to $LOG; sets DPID.
+start_daemon() {
+    (eval "exec $COUPON_SYNC_CMD") >>"$LOG" 2>&1 &
+    DPID=$!
+    DAEMONS+=("$DPID")
+}
+
+# once: one full tick (preheat, drain, status job, reconcile).
+once() { "$SYNC_BIN" -c "$COUPON_CONF" --once >>"$LOG" 2>&1; }
+
+q1() { mysql_q "$1" | head -n 1; }
+
+# mk_activities BASE TOTAL: activities BASE..BASE+9 (BASE % 10 == 0: one per
+# shard), on sale now, TOTAL coupons each, with their stock fields in Redis as
+# preheat would set them.
+mk_activities() {
+    local i
+    for ((i = 0; i < 10; i++)); do
+        mk_activity $(($1 + i)) "$2" -60 86400 || return 1
+        rcli hsetnx "COUPON:RESOURCE:STOCK:{$i}" $(($1 + i)) "$2" >/dev/null
+    done
+}
+
+# fill_queue BASE USERS UID0: queues users UID0+1..UID0+USERS for each of the
+# activities BASE..BASE+9, as lua/seize.lua would (queue entry + stock
+# decrement), in redis-cli pipe mode.
+fill_queue() {
+    local now
+    now=$(date +%s%3N)
+    awk -v base="$1" -v per="$2" -v uid0="$3" -v now="$now" '
+    function bulk(s) { printf "$%d\r\n%s\r\n", length(s), s }
+    BEGIN {
+        for (s = 0; s < 10; s++) {
+            a = base + s; key = "QUEUE:COUPON:SEIZE:SYNC:{" s "}"
+            for (u = 1; u <= per; u += 1000) {
+                m = (per - u + 1 < 1000) ? per - u + 1 : 1000
+                printf "*%d\r\n", 2 + 2 * m; bulk("HSET"); bulk(key)
+                for (k = 0; k < m; k++) { bulk(a ":" (uid0 + u + k)); bulk(now) }
+            }
+            printf "*4\r\n"; bulk("HINCRBY"); bulk("COUPON:RESOURCE:STOCK:{" s "}")
+            bulk(a); bulk(-per)
+        }
+    }' | rcli --pipe >/dev/null
+}
+
+queued() {
+    local s n=0
+    for ((s = 0; s < 10; s++)); do n=$((n + $(rcli hlen "QUEUE:COUPON:SEIZE:SYNC:{$s}"))); done
+    echo "$n"
+}
+
+coupons() { q1 "SELECT COUNT(*) FROM coupon WHERE activity_id BETWEEN $1 AND $(($1 + 9))"; }
+
+# bad_invariant: activities where total_num != stock_num + coupons.
+bad_invariant() {
+    q1 "SELECT COUNT(*) FROM activity a WHERE a.total_num <>
+        a.stock_num + (SELECT COUNT(*) FROM coupon c WHERE c.activity_id = a.id)"
+}
+
+drained() { [[ $(queued) == 0 ]]; }
+
+# seize ACTIVITY USER: EVALSHA of lua/seize.lua as coupon-fcgi does it.
+seize() {
+    local s=$(($1 % 10))
+    rcli evalsha "$SHA" 3 "COUPON:RESOURCE:STOCK:{$s}" "COUPON:SEIZE:LIST:$1_{$s}" \
+        "QUEUE:COUPON:SEIZE:SYNC:{$s}" "$1" "$2" "$(date +%s%3N)"
+}
+
+# --- configuration check ------------------------------------------------------------------
+
+out=$("$SYNC_BIN" -t -c "$COUPON_CONF" 2>&1)
+check_eq "-t accepts the stack's configuration" \
+    "configuration file $COUPON_CONF test is successful" "$out"
+printf 'sync = { bogus_key = 1; };\n' >"$COUPON_DIR/bad.conf"
+out=$("$SYNC_BIN" -t -c "$COUPON_DIR/bad.conf" 2>&1)
+check_eq "-t exits 1 on a bad file" 1 "$?"
+check_match "-t names the key and the line" "bad\.conf:1: unknown key 'sync\.bogus_key'" "$out"
+
+# --- one user, two activities of one shard ----------------------------------------------------
+
+mk_activity 3 100 -60 86400 && mk_activity 13 100 -60 86400
+once
+SHA=$(rcli script load "$(cat "$top_srcdir/lua/seize.lua")")
+r1=$(seize 3 4242)
+r2=$(seize 13 4242)
+check_eq "user 4242 seizes activities 3 and 13" "99 99" "$r1 $r2"
+once
+check_eq "both coupons are in MySQL (same shard, same user)" "3 13" \
+    "$(mysql_q "SELECT activity_id FROM coupon WHERE user_id = 4242 ORDER BY activity_id" | tr '\n' ' ' | sed 's/ $//')"
+check_eq "stock_num of both went down by one" "99 99" \
+    "$(mysql_q "SELECT stock_num FROM activity WHERE id IN (3, 13) ORDER BY id" | tr '\n' ' ' | sed 's/ $//')"
+check_eq "the shard queue is empty" 0 "$(rcli hlen 'QUEUE:COUPON:SEIZE:SYNC:{3}')"
+
+# --- 100,000 entries, kill -9 three times during the drain --------------------------------------
+
+mk_activities 200 10000
+fill_queue 200 10000 1000000
+check_eq "100000 entries queued" 100000 "$(queued)"
+kills=0
+for target in 10000 30000 50000; do
+    start_daemon
+    deadline=$((SECONDS + 60))
+    until (($(coupons 200) >= target)) || ! pid_alive "$DPID" || ((SECONDS > deadline)); do
+        sleep 0.05
+    done
+    got=$(coupons 200)
+    { kill -KILL "$DPID" && ((got < 100000)) && kills=$((kills + 1)); wait "$DPID"; } 2>/dev/null
+    diag "kill -9 after $got rows"
+done
+check_eq "coupon-sync was killed with -9 three times mid-drain" 3 "$kills"
+start_daemon
+wait_for 120 drained
+check_eq "after restart: exactly 100000 coupons" 100000 "$(coupons 200)"
+check_eq "no (activity, user) twice" 100000 \
+    "$(q1 "SELECT COUNT(DISTINCT activity_id, user_id) FROM coupon WHERE activity_id BETWEEN 200 AND 209")"
+check_eq "total_num = stock_num + coupons for every activity" 0 "$(bad_invariant)"
+check_eq "every activity sold out in MySQL" 0 \
+    "$(q1 "SELECT SUM(stock_num) FROM activity WHERE id BETWEEN 200 AND 209")"
+
+# --- SIGHUP and SIGTERM --------------------------------------------------------------------------
+
+kill -HUP "$DPID"
+wait_for 10 grep -q "reloading $COUPON_CONF" "$LOG"
+check "SIGHUP reloads the configuration and the daemon lives on" pid_alive "$DPID"
+kill -TERM "$DPID"
+wait "$DPID"
+check_eq "SIGTERM: exit status 0" 0 "$?"
+
+# --- restore after Redis lost an activity's data ---------------------------------------------------
+
+rcli hdel 'COUPON:RESOURCE:STOCK:{0}' 200 >/dev/null
+rcli del 'COUPON:SEIZE:LIST:200_{0}' >/dev/null
+mysql_q "UPDATE activity SET total_num = total_num + 5, stock_num = stock_num + 5 WHERE id = 200"
+once
+check_eq "preheat restores stock = total - coupons in MySQL" 5 \
+    "$(rcli hget 'COUPON:RESOURCE:STOCK:{0}' 200)"
+check_eq "preheat rebuilds the seize list from MySQL" 10000 \
+    "$(rcli hlen 'COUPON:SEIZE:LIST:200_{0}')"
+check_eq "a restored user cannot seize again" -1 "$(seize 200 1000001)"
+
+# --- MySQL killed during a drain -----------------------------------------------------------------
+
+mk_activities 300 5000
+fill_queue 300 5000 2000000
+: >"$LOG.mysql"
+LOG_SAVE=$LOG LOG=$LOG.mysql
+start_daemon
+LOG=$LOG_SAVE
+until (($(coupons 300) > 0)) || drained; do sleep 0.02; done
+stack stop-mysql --kill
+left=$(queued)
+diag "MySQL stopped with $left entries still queued"
+sleep 3
+check "coupon-sync survives MySQL going away" pid_alive "$DPID"
+check_eq "nothing left the queue while MySQL was down" "$left" "$(queued)"
+check_eq "the outage is logged once, not every tick" 1 "$(grep -c 'MySQL failing' "$LOG.mysql")"
+stack start-mysql
+wait_for 60 drained
+check_eq "after MySQL is back: all 50000 coupons landed" 50000 "$(coupons 300)"
+check_eq "invariant after the outage" 0 "$(bad_invariant)"
+check "the recovery is logged" grep -q 'MySQL works again' "$LOG.mysql"
+stop_daemons
+
+# --- a malformed entry goes to the dead-letter hash ---------------------------------------------
+
+mk_activities 500 100
+rcli hset 'QUEUE:COUPON:SEIZE:SYNC:{4}' 'not-a-field' 1700000000000 >/dev/null
+rcli hset 'QUEUE:COUPON:SEIZE:SYNC:{4}' '504:77' 'soon' >/dev/null
+rcli hset 'QUEUE:COUPON:SEIZE:SYNC:{4}' '999994:1' 1700000000000 >/dev/null
+fill_queue 500 99 5000000
+once
+check_eq "malformed field: dead letter with reason and value" \
+    "reason=malformed field; value=1700000000000" \
+    "$(rcli hget 'QUEUE:COUPON:SEIZE:DEAD:{4}' not-a-field)"
+check_eq "non-numeric value: dead letter" "reason=value is not a number; value=soon" \
+    "$(rcli hget 'QUEUE:COUPON:SEIZE:DEAD:{4}' 504:77)"
+check_eq "unknown activity: dead letter" "reason=unknown activity; value=1700000000000" \
+    "$(rcli hget 'QUEUE:COUPON:SEIZE:DEAD:{4}' 999994:1)"
+check_eq "the rest drained, the dead shard's included" 990 "$(coupons 500)"
+check_eq "the queue is empty" 0 "$(queued)"
+
+# --- a coupon queued before a revoke lands voided ----------------------------------------------
+
+mk_activity 601 10 -60 86400
+rcli hsetnx 'COUPON:RESOURCE:STOCK:{1}' 601 10 >/dev/null
+check_eq "user 7 seizes activity 601" 9 "$(seize 601 7)"
+mysql_q "UPDATE activity SET status = 4 WHERE id = 601"
+once
+check_eq "its coupon is written voided (status 4)" 4 \
+    "$(q1 "SELECT status FROM coupon WHERE activity_id = 601 AND user_id = 7")"
+
+# --- two daemons at once, their locks taken away under them ---------------------------------------
+
+mk_activities 400 5000
+fill_queue 400 5000 4000000
+start_daemon
+start_daemon
+# Deleting the shard locks makes both daemons write the same batches: the
+# UNIQUE key and "decrement by rows inserted" must still give an exact result.
+for ((i = 0; i < 40; i++)); do
+    for ((s = 0; s < 10; s++)); do rcli del "LOCK:COUPON:SYNC:{$s}" >/dev/null; done
+    drained && break
+    sleep 0.05
+done
+wait_for 60 drained
+stop_daemons
+check_eq "two daemons: exactly 50000 coupons" 50000 "$(coupons 400)"
+check_eq "two daemons: stock decremented once per coupon" 0 "$(bad_invariant)"
+check_eq "two daemons: every activity sold out once" 0 \
+    "$(q1 "SELECT SUM(stock_num) FROM activity WHERE id BETWEEN 400 AND 409")"
+
+# --- reconciliation and metrics -------------------------------------------------------------------
+
+once
+prom=$(cat "$COUPON_DIR/sync.prom" 2>/dev/null)
+check_match "metrics file has the counters" "couponseize_sync_rows_total [0-9]+" "$prom"
+check_match "metrics file has per-shard queue depth" \
+    'couponseize_sync_queue_depth\{shard="9"\} 0' "$prom"
+check_match "reconciliation finds no mismatch" \
+    "couponseize_sync_reconcile_mismatches_total 0" "$prom"
+rcli hincrby 'COUPON:RESOURCE:STOCK:{1}' 401 3 >/dev/null
+once
+check_match "reconciliation reports a stock that does not add up" \
+    "couponseize_sync_reconcile_mismatches_total 1" "$(cat "$COUPON_DIR/sync.prom")"
+
+finish
