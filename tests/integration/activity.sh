@@ -39,7 +39,7 @@ mk_activity 201 1000 -60 3600       # in progress
 mk_activity 202 10 3600 7200        # starts in an hour
 mk_activity 203 10 -60 4            # ends in 4 s
 mk_activity 204 10 -60 3600         # to be revoked
-mk_activity 205 10 -7200 -3600      # ended an hour ago: not preheated
+mk_activity 205 10 -200000 -100000 # ended over a day ago: not preheated
 preheat
 check_eq "preheat answers 200" 200 "$HTTP_CODE"
 check_eq "preheat loads the live and upcoming activities" 4 "$(json_get "$HTTP_BODY" loaded)"
