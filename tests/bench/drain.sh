@@ -40,7 +40,6 @@ THREADS=10 # coupon-sync's sync.threads default, given to the baseline too
 
 SYNC_BIN=$top_builddir/coupon-sync
 [[ -x $SYNC_BIN ]] || { echo "drain.sh: $SYNC_BIN is not built" >&2; exit 77; }
-command -v gcc >/dev/null 2>&1 || { echo "drain.sh: gcc is needed for the baseline" >&2; exit 77; }
 
 export COUPON_CONF_OVERRIDES='log.level="warning"
 preheat.interval_s=3600'
@@ -49,26 +48,9 @@ stack stop-sync >&2
 
 # --- the baseline program ------------------------------------------------------------------
 
-BASE_BIN=$COUPON_DIR/drain_baseline
-build_baseline() {
-    local cflags libs
-    if pkg-config --exists hiredis libcjson libconfig libmariadb 2>/dev/null; then
-        cflags=$(pkg-config --cflags hiredis libcjson libconfig libmariadb)
-        libs=$(pkg-config --libs hiredis libcjson libconfig libmariadb)
-    else
-        cflags="$(mariadb_config --include) -I/usr/include/hiredis"
-        libs="$(mariadb_config --libs) -lhiredis -lcjson -lconfig"
-    fi
-    local -a lib=("$top_builddir/lib/libcs.a")
-    if [[ ! -f ${lib[0]} ]]; then
-        lib=()
-        for f in cs log conf keys rconn mconn; do lib+=("$top_srcdir/lib/$f.c"); done
-    fi
-    # shellcheck disable=SC2086 # flag lists
-    gcc -std=c11 -D_GNU_SOURCE -O2 -I"$top_srcdir/lib" $cflags \
-        "$top_srcdir/tests/bench/drain_baseline.c" "${lib[@]}" $libs -lpthread -o "$BASE_BIN"
-}
-build_baseline || { echo "drain.sh: building drain_baseline failed" >&2; exit 1; }
+BASE_BIN=$top_builddir/tests/bench/drain_baseline
+[[ -x $BASE_BIN ]] || make -C "$top_builddir" tests/bench/drain_baseline >&2 ||
+    { echo "drain.sh: building drain_baseline failed" >&2; exit 1; }
 
 # --- data ----------------------------------------------------------------------------------------
 

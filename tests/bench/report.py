@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""report.py - the benchmark table, bench.json and latency.png from tests/bench/run's raw.json."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+raw = json.load(open(sys.argv[1]))
+out = sys.argv[2]
+
+HTTP = ["return200", "noop", "php_instock", "seize_instock", "seize_flash",
+        "seize_soldout", "php_soldout"]
+LABEL = {
+    "return200": "nginx return 200 (reference)",
+    "noop": "no-op libfcgi responder (reference)",
+    "php_instock": "PHP-FPM peer, in stock (reference)",
+    "php_soldout": "PHP-FPM peer, sold out (reference)",
+    "seize_instock": "seize, in stock",
+    "seize_flash": "seize, flash sale (1,000 / 200,000)",
+    "seize_soldout": "seize, sold out",
+    "redis_evalsha": "redis-benchmark EVALSHA (reference)",
+}
+
+
+def get(name, key):
+    return raw.get(name, {}).get(key)
+
+
+def ratio(a, b, key="rps"):
+    x, y = get(a, key), get(b, key)
+    return x / y if x and y else None
+
+
+rows = []
+for name in HTTP + ["redis_evalsha"]:
+    if name not in raw:
+        continue
+    r = raw[name]
+    rows.append({
+        "scenario": name,
+        "label": LABEL[name],
+        "rps": r["rps"],
+        "p50_ms": r["p50_ms"],
+        "p99_ms": r["p99_ms"],
+        "p999_ms": r.get("p999_ms"),
+        "codes": r.get("codes"),
+        "x_return200": ratio(name, "return200"),
+        "x_noop": ratio(name, "noop"),
+        "x_php": ratio(name, "php_soldout" if "soldout" in name else "php_instock"),
+        "x_redis": ratio(name, "redis_evalsha"),
+    })
+
+targets = []
+
+
+def target(name, value, ok):
+    targets.append({"target": name, "value": value, "met": bool(ok)})
+
+
+v = ratio("seize_instock", "php_instock")
+target("in-stock seize >= 2.0x PHP-FPM peer (rps)", v, v is not None and v >= 2.0)
+v = ratio("seize_instock", "noop")
+target("in-stock seize >= 0.75x no-op responder (rps)", v, v is not None and v >= 0.75)
+v = ratio("seize_soldout", "noop")
+target("sold-out seize >= 0.9x no-op responder (rps)", v, v is not None and v >= 0.9)
+a, b = get("seize_instock", "p99_ms"), get("php_instock", "p99_ms")
+target("seize p99 <= PHP-FPM peer p99 (ms)", f"{a} vs {b}", a is not None and b is not None and a <= b)
+rss = raw.get("worker_rss_kib", 0)
+target("worker RSS <= 8 MiB", f"{rss / 1024:.1f} MiB", 0 < rss <= 8192)
+d = raw.get("drain") or {}
+dr = d.get("ratio")
+target("sync drain >= 10x per-row baseline", dr, dr is not None and dr >= 10)
+lc = raw.get("lcache") or {}
+lc_ok = lc.get("pass")
+target("W-TinyLFU hit ratio > LRU on both traces", lc_ok, bool(lc_ok))
+
+
+def fmt(x, spec):
+    return format(x, spec) if isinstance(x, (int, float)) else "-"
+
+
+print()
+print(f"couponseize benchmarks: {raw.get('workers')} workers, {raw.get('concurrency')} connections, "
+      f"one machine ({os.cpu_count()} cores) running everything")
+print(f"{'scenario':<40} {'rps':>9} {'p50 ms':>8} {'p99 ms':>8} {'x ret200':>9} {'x noop':>7} {'x php':>6}")
+for r in rows:
+    print(f"{r['label']:<40} {fmt(r['rps'], '9.0f')} {fmt(r['p50_ms'], '8.2f')} "
+          f"{fmt(r['p99_ms'], '8.2f')} {fmt(r['x_return200'], '9.2f')} {fmt(r['x_noop'], '7.2f')} "
+          f"{fmt(r['x_php'], '6.2f')}")
+print()
+if d:
+    print(f"sync drain: coupon-sync {fmt(d.get('coupon_sync_rows_per_s'), '.0f')} rows/s, per-row baseline "
+          f"{fmt(d.get('baseline_rows_per_s'), '.0f')} rows/s, ratio {fmt(dr, '.1f')}")
+for t in lc.get("results", []):
+    print(f"cache {t.get('trace')} cap={t.get('capacity')}: W-TinyLFU {fmt(t.get('tinylfu'), '.4f')} "
+          f"LRU {fmt(t.get('lru'), '.4f')}")
+print(f"worker RSS (largest): {rss} KiB")
+print()
+for t in targets:
+    v = t["value"]
+    v = fmt(v, ".2f") if isinstance(v, float) else v
+    print(f"  [{'met' if t['met'] else 'MISSED'}] {t['target']}: {v}")
+
+result = {"scenarios": rows, "targets": targets, "worker_rss_kib": rss,
+          "drain": d, "lcache": lc, "workers": raw.get("workers"),
+          "concurrency": raw.get("concurrency")}
+with open(os.path.join(out, "bench.json"), "w") as f:
+    json.dump(result, f, indent=2)
+print(f"\nwrote {out}/bench.json", end="")
+
+if shutil.which("gnuplot"):
+    dat = os.path.join(out, "latency.dat")
+    with open(dat, "w") as f:
+        f.write("scenario p50 p99 p999\n")
+        for r in rows:
+            if r["scenario"] == "redis_evalsha":
+                continue
+            f.write(f"\"{r['scenario']}\" {r['p50_ms']} {r['p99_ms']} {r['p999_ms'] or r['p99_ms']}\n")
+    png = os.path.join(out, "latency.png")
+    script = f"""
+set terminal pngcairo size 1100,600 noenhanced
+set output '{png}'
+set title 'Latency percentiles per scenario (ms, log scale)'
+set style data histograms
+set style histogram clustered gap 1
+set style fill solid 0.8 border -1
+set logscale y
+set ylabel 'ms'
+set xtics rotate by -20
+set key top left
+plot '{dat}' using 2:xtic(1) title 'p50', '' using 3 title 'p99', '' using 4 title 'p99.9'
+"""
+    try:
+        subprocess.run(["gnuplot"], input=script, text=True, check=True, capture_output=True)
+        print(f", {png}", end="")
+    except subprocess.CalledProcessError as e:
+        print(f" (gnuplot failed: {e.stderr.strip()})", end="")
+print()
