@@ -1,0 +1,384 @@
+#!/usr/bin/env bash
+# webservers.sh - the shipped nginx, lighttpd and Apache snippets, each in a real
+# server on a loopback port, in front of one coupon-fcgi: routing on
+# REQUEST_URI, the Authorization header reaching the app, the admin ACL, JSON
+# for the answers the server gives itself, and recovery after a restart of
+# coupon-fcgi.
+#
+# nginx is the stack's own (tests/stack builds it from etc/nginx/couponseize.conf
+# with the same socket substitution); lighttpd and Apache get a minimal server
+# config of their own here that includes the shipped snippet with only the
+# socket path (and, for lighttpd, the error page directory) replaced. A server
+# that is not installed is skipped; the test skips (77) only when none is.
+# shellcheck disable=SC2317 # helpers are called through check/wait_for/cs_defer
+set -u
+
+# shellcheck source=tests/lib.sh
+. "${top_srcdir:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/lib.sh"
+
+first_exe() {
+    local c
+    for c in "$@"; do
+        if command -v "$c" >/dev/null 2>&1; then command -v "$c"; return 0; fi
+        if [[ -x $c ]]; then printf '%s\n' "$c"; return 0; fi
+    done
+    return 1
+}
+NGINX=$(first_exe nginx /usr/sbin/nginx) || NGINX=""
+LIGHTTPD=$(first_exe lighttpd /usr/sbin/lighttpd) || LIGHTTPD=""
+APACHE=$(first_exe apache2 /usr/sbin/apache2 httpd /usr/sbin/httpd) || APACHE=""
+APACHE_MODDIR=""
+if [[ -n $APACHE ]]; then
+    for d in /usr/lib/apache2/modules /usr/lib64/httpd/modules /usr/lib/httpd/modules \
+        /usr/libexec/apache2; do
+        if [[ -f $d/mod_proxy_fcgi.so ]]; then APACHE_MODDIR=$d; break; fi
+    done
+fi
+[[ -n $NGINX || -n $LIGHTTPD || -n $APACHE ]] ||
+    skip_all "none of nginx, lighttpd, apache2 is installed"
+
+if [[ -n $NGINX ]]; then
+    cs_stack_up --no-sync
+else
+    cs_stack_up --no-sync --no-web
+fi
+
+WS=$COUPON_DIR/webservers
+mkdir -p "$WS"
+# As root, lighttpd and Apache run their workers as the web server user, as in
+# production; that user must reach the socket inside the stack's private
+# directory (the socket itself is 0666, see fcgi.listen).
+WEB_USER="" WEB_GROUP=""
+if [[ $(id -u) == 0 ]]; then
+    if id www-data >/dev/null 2>&1; then WEB_USER=www-data; else WEB_USER=nobody; fi
+    WEB_GROUP=$(id -gn "$WEB_USER")
+    chmod o+x "$COUPON_DIR"
+    chmod 0755 "$WS"
+fi
+
+# --- servers ---------------------------------------------------------------------
+
+PORT_REGISTRY=${COUPON_PORT_REGISTRY:-/tmp/couponseize-ports-$(id -u)}
+
+port_free() {
+    python3 -c '
+import socket, sys
+s = socket.socket()
+try:
+    s.bind(("127.0.0.1", int(sys.argv[1])))
+except OSError:
+    sys.exit(1)' "$1"
+}
+
+# free_port: prints a free loopback port, reserved in the registry tests/stack
+# uses, so that a stack starting in parallel does not pick it too. (It runs in
+# a $(...) subshell: the reservations are remembered in a file.)
+free_port() {
+    local i p
+    mkdir -p "$PORT_REGISTRY" 2>/dev/null || true
+    for ((i = 0; i < 200; i++)); do
+        p=$((20000 + (RANDOM * 32768 + RANDOM) % 12000))
+        mkdir "$PORT_REGISTRY/$p" 2>/dev/null || continue
+        printf '%s\n' "$COUPON_DIR" >"$PORT_REGISTRY/$p/owner"
+        printf '%s\n' "$p" >>"$WS/ports"
+        if port_free "$p"; then
+            printf '%s\n' "$p"
+            return 0
+        fi
+    done
+    return 1
+}
+
+release_ports() {
+    local p
+    [[ -f $WS/ports ]] || return 0
+    while read -r p; do
+        [[ $p =~ ^[0-9]+$ ]] && rm -rf "${PORT_REGISTRY:?}/$p"
+    done <"$WS/ports"
+}
+cs_defer release_ports
+
+# stop_server PID: SIGTERM (the servers stop their own children), SIGKILL
+# after 10 s.
+stop_server() {
+    local pid=$1 i
+    kill -TERM "$pid" 2>/dev/null || return 0
+    for ((i = 0; i < 100; i++)); do
+        pid_alive "$pid" || return 0
+        sleep 0.1
+    done
+    kill -KILL "$pid" 2>/dev/null || true
+}
+
+# show_server_logs: the ends of the servers' error logs, when something failed.
+show_server_logs() {
+    local f
+    ((CS_FAIL > 0)) || return 0
+    for f in "$WS"/*/logs/error.log; do
+        [[ -s $f ]] || continue
+        echo "# ---- last lines of $f ----"
+        tail -n 20 "$f" | sed 's/^/# /'
+    done
+}
+cs_defer show_server_logs
+
+listening() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# launch_server NAME PORT CMD...: starts CMD (a server staying in the
+# foreground) and waits until it accepts on PORT; stopped on exit.
+launch_server() {
+    local name=$1 port=$2 pid
+    shift 2
+    "$@" </dev/null >>"$WS/$name/logs/stdout.log" 2>&1 &
+    pid=$!
+    cs_defer stop_server "$pid"
+    if ! wait_for 10 listening "$port"; then
+        not_ok "$name starts" "$(tail -n 20 "$WS/$name/logs/stdout.log" "$WS/$name/logs/error.log" 2>&1)"
+        return 1
+    fi
+    if ! pid_alive "$pid"; then
+        not_ok "$name starts" "exited: $(tail -n 20 "$WS/$name/logs/stdout.log" 2>&1)"
+        return 1
+    fi
+    ok "$name starts with the shipped snippet (pid $pid, port $port)"
+}
+
+# snippet FILE: the shipped snippet with the socket path replaced.
+snippet() {
+    local body
+    body=$(<"$top_srcdir/$1")
+    printf '%s\n' "${body//"/run/couponseize/fcgi.sock"/"$COUPON_FCGI_SOCK"}"
+}
+
+start_lighttpd() {
+    local d=$WS/lighttpd port
+    mkdir -p "$d/logs" "$d/htdocs" "$d/errors"
+    cp "$top_srcdir"/etc/lighttpd/errors/status-*.html "$d/errors/"
+    snippet etc/lighttpd/couponseize.conf |
+        sed "s|\"/usr/share/couponseize/errors/|\"$d/errors/|" >"$d/couponseize.conf"
+    port=$(free_port) || { not_ok "lighttpd: a free port"; return 1; }
+    {
+        echo "# generated by tests/integration/webservers.sh"
+        echo "server.document-root = \"$d/htdocs\""
+        echo "server.bind = \"127.0.0.1\""
+        echo "server.port = $port"
+        echo "server.errorlog = \"$d/logs/error.log\""
+        if [[ -n $WEB_USER ]]; then
+            echo "server.username = \"$WEB_USER\""
+            echo "server.groupname = \"$WEB_GROUP\""
+        fi
+        echo "include \"$d/couponseize.conf\""
+    } >"$d/lighttpd.conf"
+    # lighttpd opens its error log after dropping privileges.
+    [[ -n $WEB_USER ]] && chown -R "$WEB_USER:$WEB_GROUP" "$d/logs"
+    if ! "$LIGHTTPD" -tt -f "$d/lighttpd.conf" >"$d/logs/check.log" 2>&1; then
+        not_ok "lighttpd accepts the shipped snippet" "$(cat "$d/logs/check.log")"
+        return 1
+    fi
+    ok "lighttpd accepts the shipped snippet (lighttpd -tt)"
+    launch_server lighttpd "$port" "$LIGHTTPD" -D -f "$d/lighttpd.conf" || return 1
+    LIGHTTPD_URL=http://127.0.0.1:$port
+}
+
+start_apache() {
+    local d=$WS/apache2 port builtin m
+    mkdir -p "$d/logs" "$d/run" "$d/htdocs"
+    snippet etc/apache2/couponseize.conf >"$d/couponseize.conf"
+    port=$(free_port) || { not_ok "apache2: a free port"; return 1; }
+    builtin=$("$APACHE" -l 2>/dev/null)
+    {
+        echo "# generated by tests/integration/webservers.sh"
+        for m in mpm_event unixd log_config authz_core authz_host proxy proxy_fcgi headers; do
+            [[ $builtin == *"mod_$m.c"* ]] && continue
+            echo "LoadModule ${m}_module $APACHE_MODDIR/mod_$m.so"
+        done
+        cat <<EOF
+ServerRoot "$d"
+DefaultRuntimeDir "$d/run"
+PidFile "$d/run/httpd.pid"
+Listen 127.0.0.1:$port
+ServerName localhost
+DocumentRoot "$d/htdocs"
+ErrorLog "$d/logs/error.log"
+LogLevel warn
+StartServers 1
+ServerLimit 2
+ThreadsPerChild 8
+MaxRequestWorkers 16
+MinSpareThreads 4
+MaxSpareThreads 12
+EOF
+        if [[ -n $WEB_USER ]]; then
+            echo "User $WEB_USER"
+            echo "Group $WEB_GROUP"
+        fi
+        echo "Include \"$d/couponseize.conf\""
+    } >"$d/httpd.conf"
+    if ! "$APACHE" -t -f "$d/httpd.conf" -d "$d" >"$d/logs/check.log" 2>&1; then
+        not_ok "apache2 accepts the shipped snippet" "$(cat "$d/logs/check.log")"
+        return 1
+    fi
+    ok "apache2 accepts the shipped snippet (apache2 -t)"
+    launch_server apache2 "$port" "$APACHE" -f "$d/httpd.conf" -d "$d" -DFOREGROUND || return 1
+    APACHE_URL=http://127.0.0.1:$port
+}
+
+# --- checks ----------------------------------------------------------------------
+
+# on URL METHOD PATH [BODY] [TOKEN]: like lib.sh's http, against URL. Sets
+# HTTP_CODE, HTTP_HEADERS, HTTP_BODY. A POST without a body carries
+# Content-Length: 0, as browsers send it (lighttpd answers 411 without it).
+on() {
+    local url=$1 method=$2 path=$3 body=${4:-} token=${5:-} out
+    local -a args=(-s -X "$method" --max-time 10 -D -)
+    if [[ -n $body ]]; then
+        args+=(-H 'Content-Type: application/json' --data-binary "$body")
+    elif [[ $method == POST ]]; then
+        args+=(-H 'Content-Length: 0')
+    fi
+    [[ -n $token ]] && args+=(-H "Authorization: Bearer $token")
+    out=$(curl "${args[@]}" -w '\n%{http_code}' "$url$path") || true
+    HTTP_CODE=${out##*$'\n'}
+    out=${out%$'\n'*}
+    HTTP_HEADERS=${out%%$'\r\n\r\n'*}
+    HTTP_BODY=${out#*$'\r\n\r\n'}
+}
+
+# json_at JSON a.b.c: the value at a dotted path (strings unquoted).
+json_at() {
+    python3 -c 'import json, sys
+v = json.loads(sys.argv[1])
+for k in sys.argv[2].split("."):
+    v = v.get(k) if isinstance(v, dict) else None
+if v is not None:
+    print(v if isinstance(v, str) else json.dumps(v))' "$1" "$2" 2>/dev/null
+}
+
+code_of() { json_at "$HTTP_BODY" code; }
+is_json() { [[ ${HTTP_HEADERS,,} == *$'\ncontent-type: application/json'* ]]; }
+
+# expect NAME STATUS CODE: checks the last answer's HTTP status, JSON "code"
+# and Content-Type.
+expect() {
+    local got
+    got="$HTTP_CODE $(code_of)"
+    is_json || got+=" (Content-Type not JSON)"
+    check_eq "$1" "$2 $3" "$got"
+}
+
+ADMIN=$(mint_jwt 1 admin)
+ACT=501
+SEIZE=/market/consumer/coupon/seize
+mk_activity "$ACT" 100 -60 3600 || echo "Bail out! mk_activity failed"
+
+# 127.0.0.2 is another loopback address on Linux: a client the ACL must refuse.
+# (curl exits 45 when it cannot use the address; 7, connection refused, is fine.)
+OTHER_IP=127.0.0.2
+curl -s -o /dev/null --max-time 2 --interface "$OTHER_IP" http://127.0.0.1:1/ 2>/dev/null
+[[ $? == 45 ]] && OTHER_IP=""
+
+# exercise NAME URL USER_ID: the API contract through one server.
+exercise() {
+    local n=$1 url=$2 uid=$3 user forged remaining
+    user=$(mint_jwt "$uid")
+
+    on "$url" POST /market/admin/coupon/preheat '' "$ADMIN"
+    expect "$n: admin preheat from 127.0.0.1 with an admin token" 200 OK
+    on "$url" POST /market/admin/coupon/preheat '' "$user"
+    expect "$n: admin route with a user token reaches the app's role check" 403 FORBIDDEN
+    if [[ -n $OTHER_IP ]]; then
+        on "$url" GET /market/consumer/coupon/status
+        local ok_code=$HTTP_CODE
+        HTTP_CODE=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 --interface "$OTHER_IP" \
+            -H "Authorization: Bearer $ADMIN" "$url/market/admin/metrics")
+        check_eq "$n: admin route from $OTHER_IP refused by the web server ACL" 403 "$HTTP_CODE"
+        HTTP_CODE=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 --interface "$OTHER_IP" \
+            "$url/market/consumer/coupon/status")
+        check_eq "$n: consumer route from $OTHER_IP allowed" "$ok_code" "$HTTP_CODE"
+    fi
+
+    on "$url" POST "$SEIZE" "{\"id\":$ACT}" "$user"
+    expect "$n: seize" 200 SEIZED
+    on "$url" POST "$SEIZE" "{\"id\":$ACT}" "$user"
+    expect "$n: the same user again" 409 ALREADY_SEIZED
+
+    on "$url" GET "/market/consumer/coupon/status?id=$ACT" '' "$user"
+    expect "$n: status?id=$ACT (query string reaches the app)" 200 OK
+    remaining=$(json_at "$HTTP_BODY" activity.remaining)
+    check_match "$n: status has the remaining stock" '^[0-9]+$' "$remaining"
+    check_eq "$n: status knows the token's user seized" true "$(json_at "$HTTP_BODY" mine.seized)"
+
+    on "$url" GET /market/consumer/coupon/nope
+    expect "$n: unknown route" 404 NOT_FOUND
+    on "$url" GET /market/consumer/coupon/st%61tus
+    expect "$n: routing is on the raw REQUEST_URI" 404 NOT_FOUND
+
+    on "$url" POST "$SEIZE" "{\"id\":$ACT}"
+    expect "$n: seize without a token" 401 UNAUTHORIZED
+    forged=$(JWT_SECRET=not-the-secret-not-the-secret-not-the-secret mint_jwt "$uid")
+    on "$url" POST "$SEIZE" "{\"id\":$ACT}" "$forged"
+    expect "$n: seize with a forged token" 401 UNAUTHORIZED
+
+    # 2 KiB: over fcgi.max_body; refused by the server or by the app, in JSON.
+    on "$url" POST "$SEIZE" "{\"id\":$ACT,\"pad\":\"$(printf '%2048s' '')\"}" "$user"
+    expect "$n: 2 KiB body" 413 TOO_LARGE
+}
+
+down_answer() {
+    on "$2" GET /market/consumer/coupon/status
+    expect "$1: coupon-fcgi down" 503 UNAVAILABLE
+    # lighttpd cannot add a header to its own error answers only.
+    [[ $1 == lighttpd ]] ||
+        check_match "$1: coupon-fcgi down: Retry-After" $'\n[Rr]etry-[Aa]fter: [0-9]+' "$HTTP_HEADERS"
+}
+recovered() {
+    on "$1" GET /market/consumer/coupon/status
+    [[ $HTTP_CODE == 200 ]]
+}
+
+declare -A URLS=()
+declare -A USERS=([nginx]=1001 [lighttpd]=1002 [apache2]=1003)
+
+if [[ -n $NGINX ]]; then
+    URLS[nginx]=$COUPON_URL
+else
+    ok "nginx # SKIP nginx is not installed"
+fi
+if [[ -n $LIGHTTPD ]]; then
+    LIGHTTPD_URL=""
+    start_lighttpd && URLS[lighttpd]=$LIGHTTPD_URL
+else
+    ok "lighttpd # SKIP lighttpd is not installed"
+fi
+if [[ -z $APACHE ]]; then
+    ok "apache2 # SKIP apache2 is not installed"
+elif [[ -z $APACHE_MODDIR ]]; then
+    ok "apache2 # SKIP mod_proxy_fcgi.so not found"
+else
+    APACHE_URL=""
+    start_apache && URLS[apache2]=$APACHE_URL
+fi
+
+for s in nginx lighttpd apache2; do
+    [[ -n ${URLS[$s]:-} ]] && exercise "$s" "${URLS[$s]}" "${USERS[$s]}"
+done
+
+# One coupon per server, and nothing else, came out of the stock.
+on "${URLS[nginx]:-${URLS[lighttpd]:-${URLS[apache2]:-}}}" GET "/market/consumer/coupon/status?id=$ACT"
+check_eq "stock went down by one per server" $((100 - ${#URLS[@]})) \
+    "$(json_at "$HTTP_BODY" activity.remaining)"
+
+# coupon-fcgi stopped: every server answers a JSON 503 of its own; started
+# again: every server is back within seconds (Apache's retry=0, lighttpd's
+# disable-time).
+stack stop-fcgi
+for s in nginx lighttpd apache2; do
+    [[ -n ${URLS[$s]:-} ]] && down_answer "$s" "${URLS[$s]}"
+done
+stack start-fcgi
+for s in nginx lighttpd apache2; do
+    [[ -n ${URLS[$s]:-} ]] && check "$s: back within 5 s of coupon-fcgi's restart" \
+        wait_for 5 recovered "${URLS[$s]}"
+done
+
+finish

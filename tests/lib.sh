@@ -1,0 +1,300 @@
+# tests/lib.sh - helpers for the integration tests; source it, don't run it.
+#
+#   . "${top_srcdir:-$(dirname "$0")/../..}/tests/lib.sh"
+#   cs_stack_up [--no-sync] [--no-web] [--demo-data]   # exports DIR/env
+#   check_eq "health answers 200" 200 "$(http_code GET /market/health)"
+#   finish
+#
+# Results are printed TAP-style ("ok 3 - name" / "not ok 4 - name" plus
+# "# ..." diagnostics). Exit codes follow automake: 0 pass, 1 fail, 77 skip,
+# 99 hard error (the stack could not be started).
+#
+# KEEP=1 keeps the stack's directory (logs, data) after the test; the stack
+# itself is always stopped. KEEP=up leaves it running too ("tests/stack down
+# DIR" stops it later).
+
+# shellcheck shell=bash
+
+: "${top_srcdir:=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
+: "${top_builddir:=$top_srcdir}"
+export top_srcdir top_builddir
+CS_STACK=$top_srcdir/tests/stack
+
+CS_N=0
+CS_PASS=0
+CS_FAIL=0
+CS_CLEANUP=()
+
+# --- results ------------------------------------------------------------------
+
+ok() {
+    CS_N=$((CS_N + 1)) CS_PASS=$((CS_PASS + 1))
+    printf 'ok %d - %s\n' "$CS_N" "$1"
+}
+
+# not_ok NAME [DIAGNOSTIC...]
+not_ok() {
+    local name=$1 line
+    shift
+    CS_N=$((CS_N + 1)) CS_FAIL=$((CS_FAIL + 1))
+    printf 'not ok %d - %s\n' "$CS_N" "$name"
+    for line in "$@"; do
+        printf '#   %s\n' "$line"
+    done
+}
+
+# check_eq NAME EXPECTED ACTUAL
+check_eq() {
+    if [[ $2 == "$3" ]]; then
+        ok "$1"
+    else
+        not_ok "$1" "expected: $2" "     got: $3"
+    fi
+}
+
+# check_match NAME REGEX ACTUAL (bash =~, extended regex)
+check_match() {
+    if [[ $3 =~ $2 ]]; then
+        ok "$1"
+    else
+        not_ok "$1" "expected to match: $2" "                got: $3"
+    fi
+}
+
+# check NAME CMD...: passes when CMD succeeds.
+check() {
+    local name=$1
+    shift
+    if "$@"; then
+        ok "$name"
+    else
+        not_ok "$name" "failed: $*"
+    fi
+}
+
+diag() { printf '# %s\n' "$*"; }
+
+# finish: prints the plan and the totals; exits 1 when anything failed.
+finish() {
+    printf '1..%d\n' "$CS_N"
+    printf '# %d passed, %d failed\n' "$CS_PASS" "$CS_FAIL"
+    echo "$CS_PASS passed, $CS_FAIL failed"
+    if ((CS_FAIL > 0)); then exit 1; fi
+    exit 0
+}
+
+# skip_unless_cmd CMD...: returns 77 (and says why) when a CMD is missing:
+#   skip_unless_cmd wrk || exit 77
+skip_unless_cmd() {
+    local c
+    for c in "$@"; do
+        if ! command -v "$c" >/dev/null 2>&1; then
+            echo "SKIP: $c is not installed"
+            return 77
+        fi
+    done
+    return 0
+}
+
+# skip ALL: ends the test as skipped.
+skip_all() {
+    echo "1..0 # SKIP $*"
+    exit 77
+}
+
+# --- the stack ----------------------------------------------------------------
+
+# cs_defer CMD...: runs CMD at exit, before the stack goes down.
+cs_defer() { CS_CLEANUP+=("$(printf '%q ' "$@")"); }
+
+cs_cleanup() {
+    local rc=$? c
+    trap - EXIT
+    for c in "${CS_CLEANUP[@]}"; do
+        eval "$c" || true
+    done
+    if [[ -n ${COUPON_DIR:-} && -d $COUPON_DIR ]]; then
+        if [[ ${KEEP:-} == up ]]; then
+            echo "# KEEP=up: stack still running in $COUPON_DIR (. $COUPON_DIR/env;" \
+                "tests/stack down $COUPON_DIR)" >&2
+        else
+            if ((rc != 0 && rc != 77)); then cs_show_logs >&2; fi
+            "$CS_STACK" down "$COUPON_DIR" >&2 || true
+            if [[ ${KEEP:-} == 1 ]]; then
+                echo "# KEEP=1: stack directory kept: $COUPON_DIR" >&2
+            else
+                rm -rf "$COUPON_DIR"
+            fi
+        fi
+    fi
+    exit "$rc"
+}
+
+# cs_show_logs: the ends of the stack's logs (printed when a test fails).
+cs_show_logs() {
+    local f
+    for f in "$COUPON_DIR/fcgi.log" "$COUPON_DIR/sync.log" "$COUPON_DIR/nginx/error.log" \
+        "$COUPON_DIR/redis/redis.log" "$COUPON_DIR/mysql/error.log"; do
+        [[ -s $f ]] || continue
+        echo "# ---- last lines of $f ----"
+        tail -n 30 "$f" | sed 's/^/# /'
+    done
+}
+
+# cs_stack_up [tests/stack up options]: starts a stack in a fresh temporary
+# directory, sources its env (COUPON_URL, REDIS_PORT, ... see tests/stack) and
+# arranges for it to be stopped and removed on exit. Skips (77) when a server
+# is not installed; exits 99 when the stack does not come up.
+cs_stack_up() {
+    local -a need=(redis-server redis-cli mariadb-install-db mariadb curl)
+    [[ " $* " == *" --no-web "* ]] || need+=(nginx)
+    local c
+    for c in "${need[@]}"; do
+        command -v "$c" >/dev/null 2>&1 || [[ -x /usr/sbin/$c ]] || skip_all "$c is not installed"
+    done
+    command -v mariadbd >/dev/null 2>&1 || [[ -x /usr/sbin/mariadbd ]] ||
+        command -v mysqld >/dev/null 2>&1 || skip_all "mariadbd is not installed"
+
+    COUPON_DIR=$(mktemp -d "${TMPDIR:-/tmp}/cs-test.XXXXXX") || exit 99
+    export COUPON_DIR
+    trap cs_cleanup EXIT
+    trap 'exit 130' INT TERM
+    if ! "$CS_STACK" up "$COUPON_DIR" "$@"; then
+        echo "Bail out! tests/stack up failed"
+        exit 99
+    fi
+    # shellcheck source=/dev/null
+    . "$COUPON_DIR/env"
+}
+
+# cs_reload_env: re-reads DIR/env after a stop-*/start-* helper changed pids.
+cs_reload_env() {
+    # shellcheck source=/dev/null
+    . "$COUPON_DIR/env"
+}
+
+# stack CMD [ARGS]: runs a tests/stack helper on this test's stack and
+# re-reads DIR/env, e.g. "stack restart-redis --kill".
+stack() {
+    local cmd=$1
+    shift
+    "$CS_STACK" "$cmd" "$COUPON_DIR" "$@"
+    local rc=$?
+    cs_reload_env
+    return "$rc"
+}
+
+# --- clients --------------------------------------------------------------------
+
+rcli() { redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" "$@"; }
+
+# mysql_q SQL: runs SQL as the application user; rows tab-separated, no header.
+# (--host=localhost: the socket is used even when MYSQL_HOST is set around us.)
+mysql_q() {
+    mariadb --no-defaults --host=localhost --socket="$MYSQL_SOCKET" -u"$MYSQL_USER" \
+        -p"$MYSQL_PASSWORD" -N -B "$MYSQL_DATABASE" -e "$1"
+}
+
+# mk_activity ID TOTAL START_OFFSET_S END_OFFSET_S [STATUS]: inserts an
+# activity whose distribution window is NOW()+START .. NOW()+END seconds. The
+# status follows from the window (1 not started, 2 in progress, 3 ended)
+# unless given.
+mk_activity() {
+    local id=$1 total=$2 start=$3 end=$4 status=${5:-}
+    local v
+    for v in "$id" "$total" "$start" "$end" ${status:+"$status"}; do
+        [[ $v =~ ^-?[0-9]+$ ]] || { echo "mk_activity: '$v' is not an integer" >&2; return 1; }
+    done
+    if [[ -z $status ]]; then
+        if ((start > 0)); then status=1; elif ((end > 0)); then status=2; else status=3; fi
+    fi
+    mysql_q "INSERT INTO activity (id, name, total_num, stock_num, distribute_start_time,
+        distribute_end_time, validity_days, status)
+        VALUES ($id, 'test activity $id', $total, $total, NOW() + INTERVAL $start SECOND,
+        NOW() + INTERVAL $end SECOND, 30, $status)"
+}
+
+b64url() {
+    if command -v openssl >/dev/null 2>&1; then
+        openssl base64 -A | tr '+/' '-_' | tr -d '='
+    else
+        base64 -w0 | tr '+/' '-_' | tr -d '='
+    fi
+}
+
+# mint_jwt SUB [ROLE] [EXP_OFFSET_S]: prints an HS256 token signed with
+# $COUPON_JWT_SECRET: sub = SUB, exp = now + EXP_OFFSET_S (default 3600;
+# negative for an expired token, "none" for no exp claim), role = ROLE when
+# not empty. JWT_SECRET overrides the key (forged tokens), JWT_ALG the header
+# alg (the signature stays HS256).
+mint_jwt() {
+    local sub=$1 role=${2:-} off=${3:-3600} now header payload input sig
+    local key=${JWT_SECRET:-$COUPON_JWT_SECRET} alg=${JWT_ALG:-HS256}
+    now=$(date +%s)
+    header=$(printf '{"alg":"%s","typ":"JWT"}' "$alg" | b64url)
+    payload=$(printf '{"sub":"%s","iat":%d' "$sub" "$now")
+    if [[ $off != none ]]; then payload+=$(printf ',"exp":%d' $((now + off))); fi
+    if [[ -n $role ]]; then payload+=$(printf ',"role":"%s"' "$role"); fi
+    payload=$(printf '%s}' "$payload" | b64url)
+    input=$header.$payload
+    if command -v openssl >/dev/null 2>&1; then
+        sig=$(printf '%s' "$input" | openssl dgst -sha256 -hmac "$key" -binary | b64url)
+    else
+        sig=$(python3 -c 'import base64, hashlib, hmac, sys
+d = hmac.new(sys.argv[1].encode(), sys.argv[2].encode(), hashlib.sha256).digest()
+print(base64.urlsafe_b64encode(d).decode().rstrip("="))' "$key" "$input")
+    fi
+    printf '%s.%s\n' "$input" "$sig"
+}
+
+# http METHOD PATH [JSON_BODY] [TOKEN]: requests $COUPON_URL$PATH; sets
+# HTTP_CODE and HTTP_BODY (and HTTP_HEADERS). A body is sent as
+# application/json.
+http() {
+    local method=$1 path=$2 body=${3:-} token=${4:-} out hdr
+    local -a args=(-s -X "$method" --max-time 10 -D -)
+    [[ -n $body ]] && args+=(-H 'Content-Type: application/json' --data-binary "$body")
+    [[ -n $token ]] && args+=(-H "Authorization: Bearer $token")
+    out=$(curl "${args[@]}" -w '\n%{http_code}' "$COUPON_URL$path") || true
+    HTTP_CODE=${out##*$'\n'}
+    out=${out%$'\n'*}
+    hdr=${out%%$'\r\n\r\n'*}
+    # shellcheck disable=SC2034 # results for the caller
+    HTTP_HEADERS=$hdr
+    # shellcheck disable=SC2034
+    HTTP_BODY=${out#*$'\r\n\r\n'}
+}
+
+# http_code METHOD PATH [JSON_BODY] [TOKEN]: prints only the status code.
+http_code() {
+    http "$@"
+    printf '%s\n' "$HTTP_CODE"
+}
+
+# json_get JSON KEY: prints the value of top-level KEY (strings unquoted,
+# everything else as JSON); empty when absent.
+json_get() {
+    python3 -c 'import json, sys
+v = json.loads(sys.argv[1]).get(sys.argv[2])
+if v is None: sys.exit(0)
+print(v if isinstance(v, str) else json.dumps(v))' "$1" "$2"
+}
+
+# pid_alive PID: the process exists and is not a zombie.
+pid_alive() {
+    local s
+    [[ -n $1 && -r /proc/$1/stat ]] || return 1
+    { read -r s <"/proc/$1/stat"; } 2>/dev/null || return 1
+    s=${s##*) }
+    [[ ${s:0:1} != Z && ${s:0:1} != X ]]
+}
+
+# wait_for TIMEOUT_S CMD...: polls CMD every 0.1 s until it succeeds.
+wait_for() {
+    local deadline=$((SECONDS + $1))
+    shift
+    until "$@"; do
+        ((SECONDS < deadline)) || return 1
+        sleep 0.1
+    done
+}
