@@ -23,8 +23,8 @@ LOG=$COUPON_DIR/degraded.log
     >"$COUPON_DIR/degraded.json" &
 lpid=$!
 sleep 2
-t_stop=$(now_ms)
 stack stop-redis --kill
+t_stop=$(now_ms) # Redis is gone from here on
 sleep 1
 http GET /market/consumer/coupon/status
 check_eq "status during the outage -> 200" 200 "$HTTP_CODE"
