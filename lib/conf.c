@@ -74,6 +74,7 @@ static const struct conf_key conf_keys[] = {
     I("sync.batch", sync_batch, 1, 10000, 500),
     I("sync.threads", sync_threads, 1, 10, 10),
     I("sync.lock_ttl_ms", sync_lock_ttl_ms, 100, 3600000, 30000),
+    I("sync.redis_timeout_ms", sync_redis_timeout_ms, 1, 600000, 2000),
     S("sync.metrics_file", sync_metrics_file, 0, "", NULL),
     I("sync.status_interval_s", sync_status_interval_s, 1, 86400, 60),
 };

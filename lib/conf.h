@@ -68,6 +68,7 @@ struct cs_conf {
     int sync_batch;
     int sync_threads;
     int sync_lock_ttl_ms;
+    int sync_redis_timeout_ms;
     char *sync_metrics_file;
     int sync_status_interval_s;
 };

@@ -93,7 +93,7 @@ struct drain_worker *drain_worker_new(const struct cs_conf *conf)
         .port = conf->redis_port,
         .password = conf->redis_password,
         .connect_timeout_ms = conf->redis_connect_timeout_ms,
-        .command_timeout_ms = conf->redis_command_timeout_ms,
+        .command_timeout_ms = conf->sync_redis_timeout_ms,
     };
     w->rc = rconn_new(&ro);
     w->mc = mconn_new(conf);

@@ -129,7 +129,7 @@ static int syncd_start(struct syncd *d)
         .port = c->redis_port,
         .password = c->redis_password,
         .connect_timeout_ms = c->redis_connect_timeout_ms,
-        .command_timeout_ms = c->redis_command_timeout_ms,
+        .command_timeout_ms = c->sync_redis_timeout_ms,
     };
 
     if (!syncd_got_term)
