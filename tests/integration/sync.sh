@@ -21,10 +21,18 @@ cs_stack_up --no-web
 stack stop-sync
 
 DAEMONS=()
+# stop_daemons: a clean stop (SIGTERM: the current batch finishes and the shard
+# locks are released), SIGKILL after 10 s. A daemon killed while it holds a
+# shard lock would keep the next section's daemon off that shard until the
+# lock expires (sync.lock_ttl_ms).
+not_alive() { ! pid_alive "$1"; }
 stop_daemons() {
     local p
     for p in "${DAEMONS[@]}"; do
-        if pid_alive "$p"; then kill -KILL "$p" 2>/dev/null || true; fi
+        if pid_alive "$p"; then kill -TERM "$p" 2>/dev/null || true; fi
+    done
+    for p in "${DAEMONS[@]}"; do
+        wait_for 10 not_alive "$p" || kill -KILL "$p" 2>/dev/null || true
         wait "$p" 2>/dev/null # reaped here, so bash reports no "Killed" later
     done
     DAEMONS=()
