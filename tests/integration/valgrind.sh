@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# valgrind.sh - coupon-fcgi under valgrind memcheck through every route and
+# error path: no invalid access, no uninitialised use, no leak (definitely or
+# indirectly lost) in the supervisor or a worker.
+# shellcheck source=tests/lib.sh
+. "${top_srcdir:-$(dirname "$0")/../..}/tests/lib.sh"
+
+skip_unless_cmd valgrind || skip_all "valgrind is not installed"
+# An ASan build cannot run under valgrind.
+if nm "$top_builddir/coupon-fcgi" 2>/dev/null | grep -q __asan_init; then
+    skip_all "coupon-fcgi is built with sanitizers"
+fi
+export COUPON_WORKERS=2 COUPON_STACK_TIMEOUT=60
+# shellcheck disable=SC2016 # expanded by tests/stack
+export COUPON_STACK_FCGI_CMD='exec valgrind --quiet --leak-check=full --show-leak-kinds=definite,indirect \
+    --errors-for-leak-kinds=definite,indirect --track-origins=yes \
+    --log-file="$(dirname "$COUPON_CONF")/valgrind.%p.log" "$top_builddir/coupon-fcgi" -c "$COUPON_CONF"'
+cs_stack_up --no-sync
+ADMIN=$(mint_jwt 1 admin)
+S=/market/consumer/coupon/seize
+
+mk_activity 401 3 -60 3600
+mk_activity 402 5 3600 7200
+http POST /market/admin/coupon/preheat '' "$ADMIN"
+check_eq "preheat under valgrind" 200 "$HTTP_CODE"
+for u in 1 2 3 4 5 1; do http POST $S '{"id":401}' "$(mint_jwt $u)"; done
+check_eq "sold out under valgrind" SOLD_OUT "$(json_get "$HTTP_BODY" code)"
+http POST $S '{"id":402}' "$(mint_jwt 9)"
+http POST $S '{"id":499}' "$(mint_jwt 9)"
+http POST $S '{"id":"x"}' "$(mint_jwt 9)"
+http POST $S 'not json' "$(mint_jwt 9)"
+http POST $S '{"id":401}' "$(mint_jwt 9 '' -5)"
+http POST $S '{"id":401}' "$(JWT_SECRET=wrong-secret-0123456789abcdefghijkl mint_jwt 9)"
+http POST $S '{"id":401}'
+http GET $S
+http GET /market/nope
+http GET /market/consumer/coupon/status
+http GET '/market/consumer/coupon/status?id=401' '' "$(mint_jwt 1)"
+http GET '/market/consumer/coupon/status?id=abc'
+http GET /market/health
+http GET /market/admin/metrics
+check_match "metrics under valgrind" "couponseize_requests_total" "$HTTP_BODY"
+http POST /market/admin/coupon/revoke '{"id":402}' "$ADMIN"
+check_eq "revoke under valgrind" 200 "$HTTP_CODE"
+http POST $S '{"id":402}' "$(mint_jwt 9)"
+# Redis away and back: the breaker and the stale cache paths.
+stack stop-redis
+for u in 11 12 13 14 15 16 17; do http POST $S '{"id":401}' "$(mint_jwt $u)"; done
+http GET /market/consumer/coupon/status
+check_eq "stale status under valgrind" true "$(json_get "$HTTP_BODY" stale)"
+stack start-redis
+sleep 1
+http POST $S '{"id":401}' "$(mint_jwt 21)"
+http GET /market/health
+check_eq "health after Redis is back" 200 "$HTTP_CODE"
+# A rolling reload replaces the workers (they exit, so their leak checks run).
+kill -HUP "$COUPON_FCGI_PID"
+sleep 3
+http GET /market/health
+
+stack stop-fcgi
+logs=("$COUPON_DIR"/valgrind.*.log)
+check "valgrind wrote logs for the supervisor and workers (${#logs[@]})" test "${#logs[@]}" -ge 3
+errs=$(cat "${logs[@]}" 2>/dev/null)
+if [[ -z $errs ]]; then
+    ok "no memcheck error or leak in any process"
+else
+    not_ok "no memcheck error or leak in any process" "$(head -c 4000 <<<"$errs")"
+fi
+
+finish
