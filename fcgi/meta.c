@@ -87,6 +87,18 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* bsearch() over a sorted array that may be empty (and then NULL). */
+static struct activity *find_act(struct activity *acts, size_t n, int64_t id)
+{
+    struct activity key = {.id = id};
+    return n > 0 ? bsearch(&key, acts, n, sizeof(*acts), cmp_act) : NULL;
+}
+
+static int is_voided(const struct meta *m, int64_t id)
+{
+    return m->nvoided > 0 && bsearch(&id, m->voided, m->nvoided, sizeof(int64_t), cmp_i64);
+}
+
 /* Reads ACTIVITY:LIST and ACTIVITY:VOIDED in one round trip. */
 static int meta_load(struct worker *w)
 {
@@ -115,14 +127,15 @@ static int meta_load(struct worker *w)
     } else if (list->type != REDIS_REPLY_NIL) {
         log_error("GET %s: unexpected reply type %d", KEY_ACTIVITY_LIST, list->type);
     }
-    qsort(acts, n, sizeof(*acts), cmp_act);
+    if (n > 1)
+        qsort(acts, n, sizeof(*acts), cmp_act);
 
     int64_t *old_rem = m->remaining;
     struct activity *old_acts = m->acts;
     size_t old_n = m->nacts;
     m->remaining = xmalloc(sizeof(int64_t) * (n ? n : 1));
     for (size_t i = 0; i < n; i++) {
-        struct activity *hit = bsearch(&acts[i], old_acts, old_n, sizeof(*old_acts), cmp_act);
+        struct activity *hit = find_act(old_acts, old_n, acts[i].id);
         m->remaining[i] = hit ? old_rem[hit - old_acts] : -1;
     }
     free(old_rem);
@@ -141,7 +154,8 @@ static int meta_load(struct worker *w)
             if (e->type == REDIS_REPLY_STRING && cs_parse_id(e->str, e->len, &id) == CS_OK)
                 m->voided[m->nvoided++] = id;
         }
-        qsort(m->voided, m->nvoided, sizeof(int64_t), cmp_i64);
+        if (m->nvoided > 1)
+            qsort(m->voided, m->nvoided, sizeof(int64_t), cmp_i64);
     }
     m->snap_at = cs_mono_ms();
     m->snap_fail_at = 0;
@@ -164,13 +178,12 @@ static int meta_snap_fresh(const struct meta *m, int64_t now)
 static struct meta_entry *meta_resolve(struct meta *m, int64_t id)
 {
     struct meta_entry *e = xcalloc(1, sizeof(*e));
-    struct activity key = {.id = id};
-    struct activity *a = bsearch(&key, m->acts, m->nacts, sizeof(*m->acts), cmp_act);
+    struct activity *a = find_act(m->acts, m->nacts, id);
 
     if (a != NULL) {
         e->kind = a->status == ACT_VOIDED ? META_VOIDED : META_FOUND;
         e->a = *a;
-    } else if (bsearch(&id, m->voided, m->nvoided, sizeof(int64_t), cmp_i64) != NULL) {
+    } else if (is_voided(m, id)) {
         e->kind = META_VOIDED;
         e->a.id = id;
         e->a.status = ACT_VOIDED;
@@ -239,15 +252,13 @@ int meta_list(struct worker *w, const struct activity **acts, size_t *n, int *st
 
 int64_t meta_last_remaining(struct meta *m, int64_t id)
 {
-    struct activity key = {.id = id};
-    struct activity *a = bsearch(&key, m->acts, m->nacts, sizeof(*m->acts), cmp_act);
+    struct activity *a = find_act(m->acts, m->nacts, id);
     return a ? m->remaining[a - m->acts] : -1;
 }
 
 void meta_set_remaining(struct meta *m, int64_t id, int64_t remaining)
 {
-    struct activity key = {.id = id};
-    struct activity *a = bsearch(&key, m->acts, m->nacts, sizeof(*m->acts), cmp_act);
+    struct activity *a = find_act(m->acts, m->nacts, id);
     if (a != NULL)
         m->remaining[a - m->acts] = remaining;
 }

@@ -139,7 +139,7 @@ static int rec_mysql_row(void *arg, int ncols, char **cols)
 static struct rec_item *rec_find(struct rec_item *items, size_t n, int64_t id)
 {
     struct rec_item key = {.id = id};
-    return bsearch(&key, items, n, sizeof(*items), rec_item_cmp);
+    return n > 0 ? bsearch(&key, items, n, sizeof(*items), rec_item_cmp) : NULL;
 }
 
 /* Counts the entries of queue shard SHARD per listed activity. */

@@ -354,5 +354,12 @@ int main(int argc, char **argv)
         for (int i = 0; i < ncodes; i++)
             printf("  %-24s %ld\n", code_names[i], code_counts[i]);
     }
+    fflush(stdout);
+    for (int i = 0; i < opt.conc; i++)
+        if (conns[i].fd > 0)
+            close(conns[i].fd);
+    close(ep);
+    free(conns);
+    free(lat);
     return (opt.duration > 0 || done == opt.total) && inflight == 0 ? 0 : 1;
 }
