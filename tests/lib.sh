@@ -297,3 +297,27 @@ wait_for() {
         sleep 0.1
     done
 }
+
+# --- load -----------------------------------------------------------------------
+
+LOADGEN=$top_builddir/tests/bench/loadgen
+
+# stock_of ID: the remaining stock of activity ID in Redis.
+stock_of() { rcli HGET "COUPON:RESOURCE:STOCK:{$(($1 % 10))}" "$1"; }
+
+# seize_load ID CONC TOTAL USERBASE [loadgen flags...]: TOTAL seizes of
+# activity ID by users USERBASE.. over CONC connections through $COUPON_URL;
+# prints loadgen's JSON summary.
+seize_load() {
+    local id=$1 conc=$2 total=$3 base=$4
+    shift 4
+    "$LOADGEN" -p "${COUPON_URL##*:}" -s "$COUPON_JWT_SECRET" -a "$id" -c "$conc" -n "$total" \
+        -b "$base" -j "$@"
+}
+
+# code_count JSON CODE: how many answers of a seize_load summary had CODE.
+code_count() {
+    local v
+    v=$(json_get "$(json_get "$1" codes)" "$2")
+    echo "${v:-0}"
+}

@@ -4,22 +4,13 @@
 # shellcheck source=tests/lib.sh
 . "${top_srcdir:-$(dirname "$0")/../..}/tests/lib.sh"
 
-LOADGEN=$top_builddir/tests/bench/loadgen
 [[ -x $LOADGEN ]] || skip_all "tests/bench/loadgen is not built (make check builds it)"
 export COUPON_CONF_OVERRIDES="sync.status_interval_s=1
 preheat.interval_s=3600"
 cs_stack_up
-PORT=${COUPON_URL##*:}
 ADMIN=$(mint_jwt 1 admin)
 SEIZE=/market/consumer/coupon/seize
 
-stock_of() { rcli HGET "COUPON:RESOURCE:STOCK:{$(($1 % 10))}" "$1"; }
-load() {
-    local id=$1 conc=$2 total=$3 base=$4
-    shift 4
-    "$LOADGEN" -p "$PORT" -s "$COUPON_JWT_SECRET" -a "$id" -c "$conc" -n "$total" -b "$base" -j "$@"
-}
-code_count() { local v; v=$(json_get "$(json_get "$1" codes)" "$2"); echo "${v:-0}"; }
 seize_code() { http POST "$SEIZE" "{\"id\":$1}" "$(mint_jwt "$2")"; json_get "$HTTP_BODY" code; }
 status_of() {
     http GET "/market/consumer/coupon/status?id=$1"
@@ -97,7 +88,7 @@ wait_for 15 bash -c "[[ \$(mariadb --no-defaults --host=localhost --socket='$MYS
 check_eq "the coupon seized before the revoke is voided" 4 "$(mysql_q 'SELECT status FROM coupon WHERE activity_id=204')"
 
 # --- preheat in the middle of a sale never resets the stock ----------------------
-load 201 32 300 100000 >/dev/null
+seize_load 201 32 300 100000 >/dev/null
 before=$(stock_of 201)
 for _ in 1 2 3; do preheat; done
 check_eq "three preheats mid-sale leave the stock alone" "$before" "$(stock_of 201)"
@@ -106,7 +97,7 @@ check_eq "... and create nothing" 0 "$(json_get "$HTTP_BODY" created)"
 # --- restore after Redis data loss -------------------------------------------------
 mk_activity 206 200 -60 3600
 preheat
-out=$(load 206 32 150 600000)
+out=$(seize_load 206 32 150 600000)
 check_eq "150 seized before the loss" 150 "$(code_count "$out" SEIZED)"
 wait_for 20 bash -c "[[ \$(mariadb --no-defaults --host=localhost --socket='$MYSQL_SOCKET' -u'$MYSQL_USER' -p'$MYSQL_PASSWORD' -N -B '$MYSQL_DATABASE' -e 'SELECT COUNT(*) FROM coupon WHERE activity_id=206') == 150 ]]"
 check_eq "150 coupons in MySQL" 150 "$(mysql_q 'SELECT COUNT(*) FROM coupon WHERE activity_id=206')"
@@ -117,9 +108,9 @@ preheat
 # 201 and 206 had coupons in MySQL; 202 had none (created, not restored).
 check_eq "preheat after the loss restores the two activities with coupons" 2 "$(json_get "$HTTP_BODY" restored)"
 check_eq "restored stock = 200 - 150" 50 "$(stock_of 206)"
-out=$(load 206 32 150 600000)
+out=$(seize_load 206 32 150 600000)
 check_eq "the 150 earlier users get ALREADY_SEIZED" 150 "$(code_count "$out" ALREADY_SEIZED)"
-out=$(load 206 64 2000 700000)
+out=$(seize_load 206 64 2000 700000)
 check_eq "a flood of new users gets exactly 50 SEIZED" 50 "$(code_count "$out" SEIZED)"
 check_eq "... and the rest SOLD_OUT" 1950 "$(code_count "$out" SOLD_OUT)"
 stack start-sync

@@ -5,7 +5,6 @@
 # shellcheck source=tests/lib.sh
 . "${top_srcdir:-$(dirname "$0")/../..}/tests/lib.sh"
 
-LOADGEN=$top_builddir/tests/bench/loadgen
 [[ -x $LOADGEN ]] || skip_all "tests/bench/loadgen is not built (make check builds it)"
 cs_stack_up
 PORT=${COUPON_URL##*:}

@@ -5,21 +5,11 @@
 # shellcheck source=tests/lib.sh
 . "${top_srcdir:-$(dirname "$0")/../..}/tests/lib.sh"
 
-LOADGEN=$top_builddir/tests/bench/loadgen
 [[ -x $LOADGEN ]] || skip_all "tests/bench/loadgen is not built (make check builds it)"
 cs_stack_up --no-sync
-PORT=${COUPON_URL##*:}
 ADMIN=$(mint_jwt 1 admin)
 SEIZE=/market/consumer/coupon/seize
 
-stock_of() { rcli HGET "COUPON:RESOURCE:STOCK:{$(($1 % 10))}" "$1"; }
-# load ACTIVITY CONC TOTAL USERBASE [extra loadgen flags]: prints loadgen's JSON.
-load() {
-    local id=$1 conc=$2 total=$3 base=$4
-    shift 4
-    "$LOADGEN" -p "$PORT" -s "$COUPON_JWT_SECRET" -a "$id" -c "$conc" -n "$total" -b "$base" -j "$@"
-}
-code_count() { json_get "$(json_get "$1" codes)" "$2"; }
 
 mk_activity 101 200 -60 3600
 mk_activity 102 100000 -60 3600
@@ -30,7 +20,7 @@ check_eq "preheat answers 200" 200 "$HTTP_CODE"
 check_eq "four activities created in Redis" 4 "$(json_get "$HTTP_BODY" created)"
 
 # --- 2,000 distinct users, 64 at a time, stock 200 -------------------------------
-out=$(load 101 64 2000 500000)
+out=$(seize_load 101 64 2000 500000)
 diag "$out"
 check_eq "2,000 users: exactly 200 SEIZED" 200 "$(code_count "$out" SEIZED)"
 check_eq "2,000 users: exactly 1,800 SOLD_OUT" 1800 "$(code_count "$out" SOLD_OUT)"
@@ -42,7 +32,7 @@ users=$(rcli HKEYS 'QUEUE:COUPON:SEIZE:SYNC:{1}' | grep '^101:' | cut -d: -f2 | 
 check_eq "the queued entries are 200 distinct users" 200 "$users"
 
 # --- one user, 100 requests in parallel ------------------------------------------
-out=$(load 102 50 100 777 -U)
+out=$(seize_load 102 50 100 777 -U)
 diag "$out"
 check_eq "one user x100: exactly one SEIZED" 1 "$(code_count "$out" SEIZED)"
 check_eq "one user x100: 99 ALREADY_SEIZED" 99 "$(code_count "$out" ALREADY_SEIZED)"
@@ -96,7 +86,7 @@ expect "a good request still works" 200 SEIZED "${A[@]}" "${J[@]}" --data-binary
 
 # --- kill -9 of a worker under load -------------------------------------------------
 workers_before=$(pgrep -P "$COUPON_FCGI_PID" | sort)
-load 104 64 6000 900000 >"$COUPON_DIR/kill.json" &
+seize_load 104 64 6000 900000 >"$COUPON_DIR/kill.json" &
 lpid=$!
 sleep 0.3
 victim=$(pgrep -P "$COUPON_FCGI_PID" | head -n 1)

@@ -7,6 +7,7 @@
 
 #include "conf.h"
 #include "cs.h"
+#include "runner.h"
 
 static char path[64];
 
@@ -147,9 +148,5 @@ int main(void)
     tcase_add_test(tc, missing_file);
     tcase_add_test(tc, shipped_example_documents_every_key);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    return cs_run_suite(s, 0);
 }

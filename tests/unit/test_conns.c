@@ -15,6 +15,7 @@
 #include "cs.h"
 #include "mconn.h"
 #include "rconn.h"
+#include "runner.h"
 
 /* A TCP listener on a free loopback port that never answers. */
 static int silent_listener(int *port)
@@ -204,11 +205,6 @@ int main(void)
     tcase_add_unchecked_fixture(tr, redis_start, redis_stop);
     tcase_add_test(tr, evalsha_reloads_on_noscript);
     suite_add_tcase(s, tr);
-    SRunner *sr = srunner_create(s);
     /* Fork mode would kill the fixture's server with the first test child. */
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    return cs_run_suite(s, 1);
 }

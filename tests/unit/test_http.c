@@ -9,6 +9,7 @@
 #include "auth.h"
 #include "cs.h"
 #include "http.h"
+#include "runner.h"
 
 static const char SECRET[] = "unit-test-secret-0123456789abcdefghijkl";
 
@@ -207,9 +208,5 @@ int main(void)
     tcase_add_test(tc, jwt_bad_tokens);
     tcase_add_test(tc, trusted_header_mode);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    return cs_run_suite(s, 0);
 }

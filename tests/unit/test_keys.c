@@ -4,6 +4,7 @@
 
 #include "cs.h"
 #include "keys.h"
+#include "runner.h"
 
 START_TEST(key_names)
 {
@@ -76,9 +77,5 @@ int main(void)
     tcase_add_test(tc, slots_follow_hash_tags);
     tcase_add_test(tc, parse_id_bounds);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    return cs_run_suite(s, 0);
 }

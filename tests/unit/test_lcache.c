@@ -1,6 +1,7 @@
 /* test_lcache.c - unit tests of the W-TinyLFU / LRU local cache (lib/lcache.c). */
 #include "lcache.h"
 #include "cs.h"
+#include "runner.h"
 
 #include <check.h>
 #include <stdint.h>
@@ -663,11 +664,5 @@ static Suite *lcache_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(lcache_suite());
-    int failed;
-
-    srunner_run_all(sr, CK_NORMAL);
-    failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+    return cs_run_suite(lcache_suite(), 0);
 }

@@ -8,6 +8,7 @@
 
 #include "cs.h"
 #include "shm.h"
+#include "runner.h"
 
 static char name[64];
 static struct shm_node *node;
@@ -160,9 +161,5 @@ int main(void)
     tcase_add_test(tc, flags_are_seen_by_other_processes);
     tcase_add_test(tc, latency_histogram);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed == 0 ? 0 : 1;
+    return cs_run_suite(s, 0);
 }
