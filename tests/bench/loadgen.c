@@ -149,47 +149,86 @@ static int connect_one(void)
     return fd;
 }
 
+/* Finds a header (case-insensitive) in the header block [p, hend). */
+static const char *find_header(const char *p, const char *hend, const char *name)
+{
+    size_t n = strlen(name);
+    for (; p + n < hend; p++)
+        if (p[0] == '\n' && strncasecmp(p + 1, name, n) == 0)
+            return p + 1 + n;
+    return NULL;
+}
+
+/* Walks a chunked body from *body; returns the bytes it takes when complete
+ * (copying the data of the first chunk to data), else 0. */
+static size_t chunked_length(const char *body, size_t avail, char *data, size_t datalen)
+{
+    size_t pos = 0;
+    int first = 1;
+    for (;;) {
+        const char *eol = memmem(body + pos, avail - pos, "\r\n", 2);
+        if (eol == NULL)
+            return 0;
+        size_t size = strtoul(body + pos, NULL, 16);
+        pos = (size_t)(eol - body) + 2;
+        if (size == 0)
+            return avail - pos >= 2 ? pos + 2 : 0;
+        if (avail - pos < size + 2)
+            return 0;
+        if (first) {
+            size_t n = size < datalen - 1 ? size : datalen - 1;
+            memcpy(data, body + pos, n);
+            data[n] = '\0';
+            first = 0;
+        }
+        pos += size + 2;
+    }
+}
+
 /* Returns 1 when c->in holds a whole response, parsing it. */
 static int response_complete(struct conn *c)
 {
     char *hend = memmem(c->in, c->inlen, "\r\n\r\n", 4);
+    char body[BUF];
+    size_t used;
+
     if (hend == NULL)
         return 0;
     size_t hlen = (size_t)(hend - c->in) + 4;
-    long clen = 0;
-    char *cl = NULL;
-    for (char *p = c->in; p < hend; p++)
-        if ((*p == 'C' || *p == 'c') && strncasecmp(p, "Content-Length:", 15) == 0) {
-            cl = p;
-            break;
-        }
-    if (cl)
-        clen = strtol(cl + 15, NULL, 10);
-    if (c->inlen < hlen + (size_t)clen)
-        return 0;
+    const char *te = find_header(c->in, hend, "Transfer-Encoding:");
+    if (te != NULL && strncasecmp(te + strspn(te, " "), "chunked", 7) == 0) {
+        size_t blen = chunked_length(c->in + hlen, c->inlen - hlen, body, sizeof(body));
+        if (blen == 0)
+            return 0;
+        used = hlen + blen;
+    } else {
+        const char *cl = find_header(c->in, hend, "Content-Length:");
+        size_t clen = cl ? strtoul(cl, NULL, 10) : 0;
+        if (c->inlen < hlen + clen)
+            return 0;
+        size_t n = clen < sizeof(body) - 1 ? clen : sizeof(body) - 1;
+        memcpy(body, c->in + hlen, n);
+        body[n] = '\0';
+        used = hlen + clen;
+    }
     int status = atoi(c->in + 9);
     if (status > 0 && status < 600)
         status_counts[status]++;
-    c->in[hlen + (size_t)clen < BUF ? hlen + (size_t)clen : BUF - 1] = '\0';
-    char *code = strstr(c->in + hlen, "\"code\":\"");
+    char name[40];
+    const char *code = strstr(body, "\"code\":\"");
     if (code) {
         code += 8;
-        char name[40];
         size_t n = strcspn(code, "\"");
         if (n >= sizeof(name))
             n = sizeof(name) - 1;
         memcpy(name, code, n);
         name[n] = '\0';
-        count_code(name);
-        log_response(c, status, name, now_us());
     } else {
-        char name[40];
         snprintf(name, sizeof(name), "HTTP_%d", status);
-        count_code(name);
-        log_response(c, status, name, now_us());
     }
+    count_code(name);
+    log_response(c, status, name, now_us());
     /* Keep any bytes past this response (there should be none). */
-    size_t used = hlen + (size_t)clen;
     memmove(c->in, c->in + used, c->inlen - used);
     c->inlen -= used;
     return 1;

@@ -88,6 +88,9 @@ for r in rows:
     print(f"{r['label']:<40} {fmt(r['rps'], '9.0f')} {fmt(r['p50_ms'], '8.2f')} "
           f"{fmt(r['p99_ms'], '8.2f')} {fmt(r['x_return200'], '9.2f')} {fmt(r['x_noop'], '7.2f')} "
           f"{fmt(r['x_php'], '6.2f')}")
+fl = raw.get("seize_flash", {}).get("codes", {})
+if fl:
+    print(f"flash sale outcomes: {fl}")
 print()
 if d:
     print(f"sync drain: coupon-sync {fmt(d.get('coupon_sync_rows_per_s'), '.0f')} rows/s, per-row baseline "
