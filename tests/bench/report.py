@@ -115,7 +115,7 @@ print(f"\nwrote {out}/bench.json", end="")
 if shutil.which("gnuplot"):
     dat = os.path.join(out, "latency.dat")
     with open(dat, "w") as f:
-        f.write("scenario p50 p99 p999\n")
+        f.write("# scenario p50 p99 p999\n")
         for r in rows:
             if r["scenario"] == "redis_evalsha":
                 continue
