@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# procmodel.sh - coupon-fcgi's three process models behind nginx: spawn-fcgi
+# (fd 0 is the listening socket), systemd socket activation (LISTEN_FDS), and
+# the built-in supervisor's rolling reload (SIGHUP) and graceful stop (SIGTERM).
+# shellcheck source=tests/lib.sh
+. "${top_srcdir:-$(dirname "$0")/../..}/tests/lib.sh"
+
+[[ -x $LOADGEN ]] || skip_all "tests/bench/loadgen is not built (make check builds it)"
+skip_unless_cmd spawn-fcgi systemd-socket-activate || skip_all "spawn-fcgi or systemd-socket-activate missing"
+cs_stack_up --no-sync
+FCGI=$top_builddir/coupon-fcgi
+ADMIN=$(mint_jwt 1 admin)
+mk_activity 501 1000000 -60 3600
+http POST /market/admin/coupon/preheat '' "$ADMIN"
+check_eq "preheat" 200 "$HTTP_CODE"
+stack stop-fcgi
+# Processes this test starts itself, stopped on every exit path.
+cs_defer bash -c "pkill -KILL -f -- '$FCGI -c $COUPON_CONF' || true"
+
+seized() { code_count "$(seize_load 501 8 200 "$1")" SEIZED; }
+
+# --- spawn-fcgi: four processes, each a worker on the inherited socket --------------
+rm -f "$COUPON_FCGI_SOCK"
+spawn-fcgi -s "$COUPON_FCGI_SOCK" -F 4 -- "$FCGI" -c "$COUPON_CONF" >/dev/null 2>&1
+check_eq "spawn-fcgi started" 0 "$?"
+wait_for 5 test -S "$COUPON_FCGI_SOCK"
+check_eq "spawn-fcgi -F 4 gives four workers" 4 "$(pgrep -fc -- "$FCGI -c $COUPON_CONF")"
+check_eq "seizes through nginx to spawn-fcgi workers" 200 "$(seized 100000)"
+check_eq "health through spawn-fcgi workers" 200 "$(http_code GET /market/health)"
+pkill -TERM -f -- "$FCGI -c $COUPON_CONF"
+wait_for 10 bash -c "! pgrep -f -- '$FCGI -c $COUPON_CONF' >/dev/null"
+check_eq "SIGTERM stops spawn-fcgi workers" 0 "$(pgrep -fc -- "$FCGI -c $COUPON_CONF")"
+
+# --- systemd socket activation: the supervisor serves fd 3 ---------------------------
+rm -f "$COUPON_FCGI_SOCK"
+systemd-socket-activate -l "$COUPON_FCGI_SOCK" "$FCGI" -c "$COUPON_CONF" \
+    >>"$COUPON_DIR/activate.log" 2>&1 &
+act=$!
+# systemd-socket-activate execs the service on the first connection.
+wait_for 5 test -S "$COUPON_FCGI_SOCK"
+check_eq "socket activation: the first request is served" 200 "$(http_code GET /market/health)"
+sup=$act
+wait_for 5 bash -c "[[ \$(pgrep -P $sup | wc -l) -eq ${COUPON_WORKERS:-4} ]]"
+check_eq "socket activation: the supervisor forks fcgi.workers workers" "${COUPON_WORKERS:-4}" \
+    "$(pgrep -P "$sup" | wc -l)"
+check_eq "seizes through the activated socket" 200 "$(seized 200000)"
+
+# --- SIGHUP: workers replaced one by one while a load runs ------------------------------
+before=$(pgrep -P "$sup" | sort | tr '\n' ' ')
+seize_load 501 16 20000 300000 >"$COUPON_DIR/hup.json" &
+lpid=$!
+sleep 0.3
+kill -HUP "$sup"
+wait "$lpid"
+out=$(cat "$COUPON_DIR/hup.json")
+diag "$out"
+check_eq "no request failed during the rolling reload" 20000 "$(code_count "$out" SEIZED)"
+wait_for 10 bash -c "[[ \$(pgrep -P $sup | wc -l) -eq ${COUPON_WORKERS:-4} ]]"
+after=$(pgrep -P "$sup" | sort | tr '\n' ' ')
+check "SIGHUP replaced every worker" test -z "$(comm -12 <(tr ' ' '\n' <<<"$before" | sort) <(tr ' ' '\n' <<<"$after" | sort) | tr -d '\n')"
+check_match "the reload was logged" "configuration reloaded" "$(cat "$COUPON_DIR/activate.log")"
+
+# --- SIGTERM: graceful stop, no worker left -----------------------------------------------
+workers=$(pgrep -P "$sup" | tr '\n' ' ')
+kill -TERM "$sup"
+wait_for 15 bash -c "! kill -0 $sup 2>/dev/null || grep -q '^Z' <(awk '{print \$3}' /proc/$sup/stat 2>/dev/null)"
+wait "$sup" 2>/dev/null
+check_eq "SIGTERM: the supervisor exits 0" 0 "$?"
+left=0
+for p in $workers; do pid_alive "$p" && left=$((left + 1)); done
+check_eq "SIGTERM: no worker left behind" 0 "$left"
+
+finish
