@@ -219,7 +219,7 @@ int http_query_param(const char *query, const char *name, char *out, size_t outl
     while (p != NULL && *p != '\0') {
         const char *amp = strchr(p, '&');
         size_t seg = amp ? (size_t)(amp - p) : strlen(p);
-        if (seg > nl + 1 && strncmp(p, name, nl) == 0 && p[nl] == '=') {
+        if (seg > nl && strncmp(p, name, nl) == 0 && p[nl] == '=') {
             size_t vl = seg - nl - 1;
             if (vl >= outlen)
                 vl = outlen - 1;

@@ -46,7 +46,7 @@ int http_parse_id_body(const char *body, size_t len, int64_t *id, const char **w
 /* True when the Content-Type names JSON (application/json, any parameters). */
 int http_is_json_type(const char *content_type);
 
-/* Finds "name=value" (value not empty) in a query string; copies the value (not unescaped,
+/* Finds "name=value" in a query string; copies the value (maybe empty) (not unescaped,
  * truncated to outlen-1) and returns CS_OK, or CS_ERR when absent. */
 int http_query_param(const char *query, const char *name, char *out, size_t outlen);
 

@@ -43,6 +43,8 @@ int main(int argc, char **argv)
     struct cs_conf conf;
     char err[512];
 
+    cs_init();
+
     while ((opt = getopt(argc, argv, "c:th")) != -1) {
         switch (opt) {
         case 'c': path = optarg; break;

@@ -12,6 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#define META_FORGET_RELOAD_MS 100
+
 struct meta_entry {
     enum meta_kind kind;
     struct activity a;
@@ -30,7 +32,6 @@ struct meta {
     int64_t *voided;           /* sorted */
     size_t nvoided;
     int64_t snap_at;           /* cs_mono_ms() of the load, 0 = never */
-    int64_t snap_fail_at;      /* last failed load, to back off */
 
     struct lcache_stats pushed;
 };
@@ -157,15 +158,17 @@ static int meta_load(struct worker *w)
         if (m->nvoided > 1)
             qsort(m->voided, m->nvoided, sizeof(int64_t), cmp_i64);
     }
+    /* The voided set wins: a list written by a preheat that raced a revoke
+     * may still show the activity. */
+    for (size_t i = 0; i < m->nacts; i++)
+        if (is_voided(m, m->acts[i].id))
+            m->acts[i].status = ACT_VOIDED;
     m->snap_at = cs_mono_ms();
-    m->snap_fail_at = 0;
 fail:
     if (list)
         freeReplyObject(list);
     if (voided)
         freeReplyObject(voided);
-    if (!ok)
-        m->snap_fail_at = cs_mono_ms();
     return ok ? CS_OK : CS_ERR;
 }
 
@@ -261,6 +264,14 @@ void meta_set_remaining(struct meta *m, int64_t id, int64_t remaining)
     struct activity *a = find_act(m->acts, m->nacts, id);
     if (a != NULL)
         m->remaining[a - m->acts] = remaining;
+}
+
+void meta_forget(struct meta *m, int64_t id)
+{
+    lcache_remove(m->cache, id);
+    /* However many seizes ask, the list is read again at most this often. */
+    if (cs_mono_ms() - m->snap_at >= META_FORGET_RELOAD_MS)
+        m->snap_at = 0;
 }
 
 void meta_invalidate(struct meta *m)

@@ -34,6 +34,10 @@ int meta_list(struct worker *w, const struct activity **acts, size_t *n, int *st
 int64_t meta_last_remaining(struct meta *m, int64_t id);
 void meta_set_remaining(struct meta *m, int64_t id, int64_t remaining);
 
+/* Forgets what is known of ID (Redis said it has no stock field); the next
+ * lookup of it re-reads the list, at most every 100 ms. */
+void meta_forget(struct meta *m, int64_t id);
+
 /* Forgets everything: the next lookup reloads (after preheat / revoke). */
 void meta_invalidate(struct meta *m);
 

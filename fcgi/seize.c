@@ -100,7 +100,9 @@ void seize_handle(struct worker *w, struct req *r)
         seize_unavailable(w, r);
         return;
     }
-    worker_redis_done(w, 1);
+    /* LOADING, BUSY, READONLY, OOM ...: Redis is there but not serving,
+     * which the breaker must see as a failure. */
+    worker_redis_done(w, rep->type == REDIS_REPLY_INTEGER);
     if (rep->type != REDIS_REPLY_INTEGER) {
         log_error("EVALSHA seize.lua for activity %" PRId64 ": %s", id,
                   rep->type == REDIS_REPLY_ERROR ? rep->str : "non-integer reply");
@@ -125,8 +127,9 @@ void seize_handle(struct worker *w, struct req *r)
     if (code == CODE_SOLD_OUT && c->limits_soldout_recheck_ms > 0)
         shm_flag_set(w->shm->soldout, id, recheck);
     if (code == CODE_NO_SUCH_ACTIVITY) {
-        /* The stock field is gone: revoked elsewhere, or Redis lost its data. */
-        meta_invalidate(w->meta);
+        /* The stock field is gone: Redis lost its data, or the activity was
+         * revoked elsewhere before the tombstone landed. */
+        meta_forget(w->meta, id);
         if (meta_lookup(w, id, &a, &stale) == META_VOIDED)
             code = CODE_VOIDED;
     }

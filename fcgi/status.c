@@ -9,6 +9,7 @@
 
 #include <cjson/cJSON.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -123,7 +124,10 @@ static void status_one(struct worker *w, struct req *r, int64_t id, int64_t uid)
         cJSON_AddStringToObject(root, "msg", "ok");
         cJSON_AddBoolToObject(root, "stale", stale);
         obj = cJSON_AddObjectToObject(root, "activity");
-        cJSON_AddNumberToObject(obj, "id", (double)id);
+        char idtxt[24];
+        snprintf(idtxt, sizeof(idtxt), "%" PRId64, id);
+        cJSON_AddItemToObject(obj, "id", cJSON_CreateRaw(idtxt));
+        cJSON_AddStringToObject(obj, "idStr", idtxt);
         cJSON_AddStringToObject(obj, "status", "VOIDED");
         cJSON_AddNumberToObject(obj, "remaining", 0);
         status_send(r, root);

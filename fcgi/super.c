@@ -3,6 +3,7 @@
 #include "conf.h"
 #include "cs.h"
 #include "log.h"
+#include "rconn.h"
 #include "sdnotify.h"
 #include "shm.h"
 #include "worker.h"
@@ -195,9 +196,15 @@ int super_run(struct cs_conf *conf, const char *conf_path, int listen_fd, int ow
             }
         } else if (sig == SIGHUP && !stopping) {
             struct cs_conf fresh;
+            struct rscript script;
             if (conf_load(&fresh, conf_path, err, sizeof(err)) != CS_OK) {
                 log_error("reload refused, keeping the running configuration: %s", err);
+            } else if (rscript_load_file(&script, fresh.fcgi_script, err, sizeof(err)) != CS_OK) {
+                /* Workers that cannot load the script would all die. */
+                log_error("reload refused, keeping the running configuration: %s", err);
+                conf_free(&fresh);
             } else {
+                rscript_free(&script);
                 sdnotify_reloading();
                 if (strcmp(fresh.fcgi_listen, conf->fcgi_listen) != 0
                     || fresh.fcgi_workers != conf->fcgi_workers)

@@ -84,8 +84,13 @@ static void act_copy_text(char *dst, size_t size, const char *src)
 cJSON *activity_to_json(const struct activity *a)
 {
     cJSON *o = cJSON_CreateObject();
-    /* JSON numbers are doubles: ids and times are exact up to 2^53. */
-    cJSON_AddNumberToObject(o, "id", (double)a->id);
+    char id[24];
+    /* Ids go up to 2^63-1, past what a double holds: "id" is written with
+     * exact digits, and "idStr" carries them for readers (JavaScript, and
+     * activity_from_json) that would round a number. Times stay below 2^53. */
+    snprintf(id, sizeof(id), "%" PRId64, a->id);
+    cJSON_AddItemToObject(o, "id", cJSON_CreateRaw(id));
+    cJSON_AddStringToObject(o, "idStr", id);
     cJSON_AddStringToObject(o, "name", a->name);
     cJSON_AddStringToObject(o, "couponName", a->coupon_name);
     /* Money stays decimal text so no binary rounding creeps in. */
@@ -140,8 +145,13 @@ int activity_from_json(const cJSON *obj, struct activity *a)
     memset(a, 0, sizeof(*a));
     if (!cJSON_IsObject(obj))
         return CS_ERR;
-    if (act_json_int(obj, "id", &a->id) != CS_OK || a->id <= 0)
+    const cJSON *idstr = cJSON_GetObjectItemCaseSensitive(obj, "idStr");
+    if (cJSON_IsString(idstr)) {
+        if (cs_parse_id(idstr->valuestring, strlen(idstr->valuestring), &a->id) != CS_OK)
+            return CS_ERR;
+    } else if (act_json_int(obj, "id", &a->id) != CS_OK || a->id <= 0) {
         return CS_ERR;
+    }
     if (act_json_int(obj, "totalNum", &a->total_num) != CS_OK)
         return CS_ERR;
     if (act_json_int(obj, "startTime", &a->start_ms) != CS_OK)
@@ -552,10 +562,14 @@ int activity_revoke(struct mconn *mc, struct rconn *rc, int64_t id, int horizon_
         goto fail_redis;
     }
     freeReplyObject(r);
+    /* A tombstone, not HDEL: a preheat that read MySQL before this revoke
+     * finds the field present and cannot put the stock back (HSETNX), and
+     * the script answers SOLD_OUT to a node that has not yet seen the
+     * revoke, so nothing more is ever issued. */
     keys_stock(skey, keys_shard(id));
-    r = rconn_command(rc, skey, "HDEL %s %" PRId64, skey, id);
+    r = rconn_command(rc, skey, "HSET %s %" PRId64 " %d", skey, id, ACTIVITY_STOCK_VOIDED);
     if (r == NULL || r->type == REDIS_REPLY_ERROR) {
-        snprintf(err, errlen, "HDEL %s: %s", skey, r ? r->str : rc->errstr);
+        snprintf(err, errlen, "HSET %s: %s", skey, r ? r->str : rc->errstr);
         goto fail_redis;
     }
     freeReplyObject(r);

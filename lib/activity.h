@@ -21,8 +21,8 @@ enum activity_status {
 
 struct activity {
     int64_t id;
-    char name[129];
-    char coupon_name[129];
+    char name[513];            /* VARCHAR(128) of utf8mb4: up to 512 bytes */
+    char coupon_name[513];
     char coupon_amount[24];    /* decimal text as MySQL gives it, e.g. "10.00" */
     char coupon_threshold[24];
     int64_t total_num;
@@ -39,7 +39,7 @@ int activity_status_at(const struct activity *a, int64_t now_ms);
 /* "NOT_STARTED", "IN_PROGRESS", "ENDED", "VOIDED". */
 const char *activity_status_name(int status);
 
-/* ACTIVITY:LIST element: {"id","name","couponName","couponAmount",
+/* ACTIVITY:LIST element: {"id","idStr","name","couponName","couponAmount",
  * "couponThreshold","totalNum","startTime","endTime","validityDays","status"}
  * with times in ms since the epoch. The caller owns the returned object. */
 cJSON *activity_to_json(const struct activity *a);
@@ -67,8 +67,13 @@ struct preheat_result {
 int activity_preheat(struct mconn *mc, struct rconn *rc, int horizon_days,
                      struct preheat_result *res, char *err, size_t errlen);
 
-/* Revoke: status 4 in MySQL, unused coupons voided, stock field removed,
- * id added to ACTIVITY:VOIDED, ACTIVITY:LIST rewritten without it.
+/* Stock field value of a revoked activity: below zero, so lua/seize.lua
+ * never grants from it, and present, so preheat never recreates it. */
+#define ACTIVITY_STOCK_VOIDED -1
+
+/* Revoke: status 4 in MySQL, unused coupons voided, the stock field set to
+ * ACTIVITY_STOCK_VOIDED, id added to ACTIVITY:VOIDED, ACTIVITY:LIST
+ * rewritten without it.
  * Idempotent. *found = 0 when no such activity. */
 int activity_revoke(struct mconn *mc, struct rconn *rc, int64_t id, int horizon_days,
                     int *found, char *err, size_t errlen);

@@ -1,6 +1,7 @@
 /* cs.c - allocation wrappers and clocks. */
 #include "cs.h"
 
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,12 @@ char *xstrdup(const char *s)
     char *p = xmalloc(n);
     memcpy(p, s, n);
     return p;
+}
+
+void cs_init(void)
+{
+    cJSON_Hooks hooks = {xmalloc, free};
+    cJSON_InitHooks(&hooks);
 }
 
 int64_t cs_now_ms(void)

@@ -15,6 +15,10 @@ void *xcalloc(size_t nmemb, size_t n);
 void *xrealloc(void *p, size_t n);
 char *xstrdup(const char *s);
 
+/* Process-wide set-up both binaries run first: cJSON allocates through
+ * xmalloc, so out-of-memory has one policy everywhere. */
+void cs_init(void);
+
 /* Milliseconds since the Unix epoch (CLOCK_REALTIME). */
 int64_t cs_now_ms(void);
 
@@ -24,9 +28,9 @@ int64_t cs_mono_ms(void);
 /* Microseconds from an arbitrary fixed point (CLOCK_MONOTONIC). */
 int64_t cs_mono_us(void);
 
-/* Parses a decimal integer 1..INT64_MAX that fills all of s[0..len). Returns
- * CS_OK and stores it in *out, or CS_ERR for anything else (sign, spaces,
- * leading zeros are accepted only as "0"-free digits, overflow). */
+/* Parses a decimal integer 1..INT64_MAX that fills all of s[0..len): digits
+ * only, no sign, spaces or leading zero. Returns CS_OK and stores it in *out,
+ * or CS_ERR for anything else (including overflow). */
 int cs_parse_id(const char *s, size_t len, int64_t *out);
 
 #define CS_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))

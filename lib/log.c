@@ -63,8 +63,11 @@ void log_write(int level, const char *file, int line, const char *fmt, ...)
                      tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
                      tm.tm_sec, ts.tv_nsec / 1000000, log_ident, (int)getpid(),
                      level_names[level], base, line, msg);
-    if (n > (int)sizeof(buf))
-        n = sizeof(buf);
+    if (n >= (int)sizeof(buf)) {
+        /* Truncated: keep the line a line. */
+        n = sizeof(buf) - 1;
+        buf[n - 1] = '\n';
+    }
     if (write(STDERR_FILENO, buf, (size_t)n) < 0) {
         /* Nowhere left to report it. */
     }

@@ -48,6 +48,10 @@ struct shm_node *shm_node_open(const char *name, int fresh, char *err, size_t er
     }
 
     struct stat st;
+    /* A segment created this very moment may not have its size yet: wait for
+     * its creator rather than mistaking it for one of another layout. */
+    for (int i = 0; !created && i < 1000 && fstat(fd, &st) == 0 && st.st_size == 0; i++)
+        usleep(1000);
     if (!created && (fstat(fd, &st) != 0 || (size_t)st.st_size != size)) {
         /* A segment of another layout (older version): start over. */
         close(fd);

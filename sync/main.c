@@ -307,6 +307,8 @@ int main(int argc, char **argv)
     int test = 0, once = 0, opt, status = EXIT_FAILURE;
     char err[512];
 
+    cs_init();
+
     while ((opt = getopt_long(argc, argv, "c:tfh", longopts, NULL)) != -1) {
         switch (opt) {
         case 'c':

@@ -45,6 +45,8 @@ check_eq "status shows IN_PROGRESS" IN_PROGRESS "$(status_of 201)"
 http GET "/market/consumer/coupon/status?id=201"
 check_eq "status remaining is live" 999 "$(json_get "$(json_get "$HTTP_BODY" activity)" remaining)"
 check_eq "unknown id -> NO_SUCH_ACTIVITY" NO_SUCH_ACTIVITY "$(seize_code 299 11)"
+check_eq "status with an empty id -> 400" 400 "$(http_code GET '/market/consumer/coupon/status?id=')"
+check_eq "status with a bad id -> 400" 400 "$(http_code GET '/market/consumer/coupon/status?id=1e3')"
 check_eq "status of an unknown id -> 404" 404 "$(http_code GET '/market/consumer/coupon/status?id=299')"
 check_eq "never-preheated ended activity -> NO_SUCH_ACTIVITY" NO_SUCH_ACTIVITY "$(seize_code 205 11)"
 
@@ -81,11 +83,25 @@ check_eq "every seize after revoke -> VOIDED" VOIDED "$c"
 check_eq "status shows VOIDED" VOIDED "$(status_of 204)"
 check_eq "revoked activity is status 4 in MySQL" 4 "$(mysql_q 'SELECT status FROM activity WHERE id=204')"
 check_eq "revoked activity left ACTIVITY:LIST" "" "$(rcli GET ACTIVITY:LIST | python3 -c 'import json,sys; print(" ".join(str(a["id"]) for a in json.load(sys.stdin) if a["id"] == 204))')"
+check_eq "the revoked stock field holds a tombstone" -1 "$(stock_of 204)"
+preheat
+check_eq "a later preheat does not bring the stock back" -1 "$(stock_of 204)"
+check_eq "... and seizes stay VOIDED" VOIDED "$(seize_code 204 30)"
 http POST /market/admin/coupon/revoke '{"id":204}' "$ADMIN"
 check_eq "revoke is idempotent" 200 "$HTTP_CODE"
 check_eq "revoke of an unknown activity -> 404" 404 "$(http_code POST /market/admin/coupon/revoke '{"id":298}' "$ADMIN")"
 wait_for 15 bash -c "[[ \$(mariadb --no-defaults --host=localhost --socket='$MYSQL_SOCKET' -u'$MYSQL_USER' -p'$MYSQL_PASSWORD' -N -B '$MYSQL_DATABASE' -e 'SELECT COUNT(*) FROM coupon WHERE activity_id=204') == 1 ]]"
 check_eq "the coupon seized before the revoke is voided" 4 "$(mysql_q 'SELECT status FROM coupon WHERE activity_id=204')"
+
+# --- ids past 2^53 stay exact ----------------------------------------------------
+BIG=9007199254740993 # 2^53 + 1: a double would make it ...992
+mk_activity "$BIG" 5 -60 3600
+preheat
+check_eq "an id past 2^53 can be seized" SEIZED "$(seize_code "$BIG" 11)"
+http GET "/market/consumer/coupon/status?id=$BIG"
+check_eq "its status carries the exact id" "$BIG" "$(json_get "$(json_get "$HTTP_BODY" activity)" idStr)"
+check_match "... also as a JSON number" "\"id\":$BIG[,}]" "$HTTP_BODY"
+check_eq "its neighbour below is unknown" NO_SUCH_ACTIVITY "$(seize_code $((BIG - 1)) 11)"
 
 # --- preheat in the middle of a sale never resets the stock ----------------------
 seize_load 201 32 300 100000 >/dev/null
@@ -105,8 +121,8 @@ wait_for 10 bash -c "[[ \$(redis-cli -h $REDIS_HOST -p $REDIS_PORT HKEYS 'QUEUE:
 stack stop-sync
 rcli FLUSHALL >/dev/null
 preheat
-# 201 and 206 had coupons in MySQL; 202 had none (created, not restored).
-check_eq "preheat after the loss restores the two activities with coupons" 2 "$(json_get "$HTTP_BODY" restored)"
+# 201, $BIG and 206 had coupons in MySQL; 202 had none (created, not restored).
+check_eq "preheat after the loss restores the three activities with coupons" 3 "$(json_get "$HTTP_BODY" restored)"
 check_eq "restored stock = 200 - 150" 50 "$(stock_of 206)"
 out=$(seize_load 206 32 150 600000)
 check_eq "the 150 earlier users get ALREADY_SEIZED" 150 "$(code_count "$out" ALREADY_SEIZED)"

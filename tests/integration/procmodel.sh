@@ -60,6 +60,17 @@ after=$(pgrep -P "$sup" | sort | tr '\n' ' ')
 check "SIGHUP replaced every worker" test -z "$(comm -12 <(tr ' ' '\n' <<<"$before" | sort) <(tr ' ' '\n' <<<"$after" | sort) | tr -d '\n')"
 check_match "the reload was logged" "configuration reloaded" "$(cat "$COUPON_DIR/activate.log")"
 
+# --- SIGHUP with a broken configuration keeps the running one -------------------------------
+cp "$COUPON_CONF" "$COUPON_DIR/conf.good"
+sed -i 's|^\(\s*script = \).*|\1"/nonexistent/seize.lua";|' "$COUPON_CONF"
+workers=$(pgrep -P "$sup" | sort | tr '\n' ' ')
+kill -HUP "$sup"
+sleep 1
+check_match "a reload with a missing script is refused" "reload refused" "$(cat "$COUPON_DIR/activate.log")"
+check_eq "... the workers keep running" "$workers" "$(pgrep -P "$sup" | sort | tr '\n' ' ')"
+check_eq "... and serving" 200 "$(seized 400000)"
+cp "$COUPON_DIR/conf.good" "$COUPON_CONF"
+
 # --- SIGTERM: graceful stop, no worker left -----------------------------------------------
 workers=$(pgrep -P "$sup" | tr '\n' ' ')
 kill -TERM "$sup"

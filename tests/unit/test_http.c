@@ -63,7 +63,9 @@ START_TEST(content_type_and_query)
     ck_assert_str_eq(v, "25");
     ck_assert_int_eq(http_query_param("xid=3", "id", v, sizeof(v)), CS_ERR);
     ck_assert_int_eq(http_query_param("", "id", v, sizeof(v)), CS_ERR);
-    ck_assert_int_eq(http_query_param("id=", "id", v, sizeof(v)), CS_ERR);
+    ck_assert_int_eq(http_query_param("id=", "id", v, sizeof(v)), CS_OK);
+    ck_assert_str_eq(v, "");
+    ck_assert_int_eq(http_query_param("id", "id", v, sizeof(v)), CS_ERR);
 }
 END_TEST
 

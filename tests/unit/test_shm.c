@@ -136,6 +136,47 @@ START_TEST(flags_are_seen_by_other_processes)
 }
 END_TEST
 
+/* spawn-fcgi starts workers at once; the first creates the segment while the
+ * others join it, and all of them must end up on the same one. */
+START_TEST(concurrent_first_open_shares_one_segment)
+{
+    char rname[64], err[256];
+    snprintf(rname, sizeof(rname), "/cs-test-race-%d", (int)getpid());
+    for (int round = 0; round < 200; round++) {
+        int go[2];
+        ck_assert_int_eq(pipe(go), 0);
+        shm_node_unlink(rname);
+        for (int i = 0; i < 8; i++) {
+            if (fork() == 0) {
+                char c;
+                close(go[1]);
+                if (read(go[0], &c, 1) < 0)
+                    _exit(3);
+                struct shm_node *n = shm_node_open(rname, 0, err, sizeof(err));
+                if (n == NULL)
+                    _exit(2);
+                atomic_fetch_add(&n->m.cache_hits, 1);
+                _exit(0);
+            }
+        }
+        close(go[0]);
+        close(go[1]); /* releases all eight at once */
+        for (int i = 0; i < 8; i++) {
+            int status;
+            wait(&status);
+            ck_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        }
+        struct shm_node *n = shm_node_open(rname, 0, err, sizeof(err));
+        ck_assert_ptr_nonnull(n);
+        uint64_t joined = atomic_load(&n->m.cache_hits);
+        ck_assert_msg(joined == 8, "round %d: %llu of 8 workers on this segment", round,
+                      (unsigned long long)joined);
+        shm_node_close(n);
+    }
+    shm_node_unlink(rname);
+}
+END_TEST
+
 START_TEST(latency_histogram)
 {
     shm_observe_latency(node, 100);
@@ -160,6 +201,7 @@ int main(void)
     tcase_add_test(tc, bucket_limits_rate);
     tcase_add_test(tc, flags_are_seen_by_other_processes);
     tcase_add_test(tc, latency_histogram);
+    tcase_add_test(tc, concurrent_first_open_shares_one_segment);
     suite_add_tcase(s, tc);
     return cs_run_suite(s, 0);
 }
