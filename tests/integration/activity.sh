@@ -100,7 +100,7 @@ preheat
 check_eq "an id past 2^53 can be seized" SEIZED "$(seize_code "$BIG" 11)"
 http GET "/market/consumer/coupon/status?id=$BIG"
 check_eq "its status carries the exact id" "$BIG" "$(json_get "$(json_get "$HTTP_BODY" activity)" idStr)"
-check_match "... also as a JSON number" "\"id\":$BIG[,}]" "$HTTP_BODY"
+check_match "... also as a JSON number" "\"id\":${BIG}[,}]" "$HTTP_BODY"
 check_eq "its neighbour below is unknown" NO_SUCH_ACTIVITY "$(seize_code $((BIG - 1)) 11)"
 
 # --- preheat in the middle of a sale never resets the stock ----------------------
