@@ -240,8 +240,19 @@ int worker_main(const struct cs_conf *conf, int listen_fd, struct shm_node *shm,
     }
     log_debug("worker %d ready on fd %d", index, listen_fd);
 
-    while (!worker_stop) {
-        if (FCGX_Accept_r(&fr) < 0) {
+    /* SIGTERM may interrupt accept() only: inside a request it would turn a
+     * blocked read or write of libfcgi into an error and lose the answer. */
+    sigset_t term;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    sigaddset(&term, SIGINT);
+    sigprocmask(SIG_BLOCK, &term, NULL);
+    for (;;) {
+        sigprocmask(SIG_UNBLOCK, &term, NULL);
+        /* A signal that arrived while blocked has run its handler by now. */
+        int rc = worker_stop ? -1 : FCGX_Accept_r(&fr);
+        sigprocmask(SIG_BLOCK, &term, NULL);
+        if (rc < 0) {
             if (worker_stop)
                 break;
             /* A client that went away mid-handshake; keep serving, but do
@@ -249,10 +260,13 @@ int worker_main(const struct cs_conf *conf, int listen_fd, struct shm_node *shm,
             usleep(1000);
             continue;
         }
+        /* Accepted, even if the signal came meanwhile: serve it, then go. */
         req_init(&r, &fr, body);
         route_dispatch(&w, &r);
         req_account(&w, &r);
         FCGX_Finish_r(&fr);
+        if (worker_stop)
+            break;
     }
     FCGX_Free(&fr, 0);
     free(body);
