@@ -176,15 +176,10 @@ static int worker_init(struct worker *w, const struct cs_conf *conf, struct shm_
                        int index)
 {
     char err[256];
-    struct rconn_opts ro = {
-        .host = conf->redis_host,
-        .port = conf->redis_port,
-        .password = conf->redis_password,
-        .connect_timeout_ms = conf->redis_connect_timeout_ms,
-        .command_timeout_ms = conf->redis_command_timeout_ms,
-        .no_backoff = 1,
-    };
+    struct rconn_opts ro;
 
+    rconn_opts_from_conf(&ro, conf, conf->redis_command_timeout_ms);
+    ro.no_backoff = 1; /* the node breaker is the backoff */
     memset(w, 0, sizeof(*w));
     w->conf = conf;
     w->shm = shm;

@@ -1,5 +1,6 @@
 /* rconn.c - Redis connection wrapper over hiredis' blocking API. */
 #include "rconn.h"
+#include "conf.h"
 #include "cs.h"
 #include "log.h"
 
@@ -16,6 +17,17 @@ static struct timeval ms_to_tv(int ms)
 {
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
     return tv;
+}
+
+void rconn_opts_from_conf(struct rconn_opts *o, const struct cs_conf *conf,
+                          int command_timeout_ms)
+{
+    memset(o, 0, sizeof(*o));
+    o->host = conf->redis_host;
+    o->port = conf->redis_port;
+    o->password = conf->redis_password;
+    o->connect_timeout_ms = conf->redis_connect_timeout_ms;
+    o->command_timeout_ms = command_timeout_ms;
 }
 
 struct rconn *rconn_new(const struct rconn_opts *opts)

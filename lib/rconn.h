@@ -39,6 +39,13 @@ struct rscript {
     char sha[41];
 };
 
+struct cs_conf;
+
+/* Fills *o from the [redis] keys of conf, with the given command timeout
+ * (the workers use redis.command_timeout_ms, coupon-sync its own). */
+void rconn_opts_from_conf(struct rconn_opts *o, const struct cs_conf *conf,
+                          int command_timeout_ms);
+
 /* Creates an unconnected rconn; the first command connects. Copies opts' strings. */
 struct rconn *rconn_new(const struct rconn_opts *opts);
 void rconn_free(struct rconn *rc);

@@ -88,13 +88,8 @@ struct drain_worker {
 struct drain_worker *drain_worker_new(const struct cs_conf *conf)
 {
     struct drain_worker *w = xcalloc(1, sizeof(*w));
-    struct rconn_opts ro = {
-        .host = conf->redis_host,
-        .port = conf->redis_port,
-        .password = conf->redis_password,
-        .connect_timeout_ms = conf->redis_connect_timeout_ms,
-        .command_timeout_ms = conf->sync_redis_timeout_ms,
-    };
+    struct rconn_opts ro;
+    rconn_opts_from_conf(&ro, conf, conf->sync_redis_timeout_ms);
     w->rc = rconn_new(&ro);
     w->mc = mconn_new(conf);
     return w;
