@@ -9,7 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MCONN_COL_BUF 512
+/* Enough for VARCHAR(255) of utf8mb4 (1020 bytes), the widest text column read. */
+#define MCONN_COL_BUF 1024
 
 struct mconn *mconn_new(const struct cs_conf *conf)
 {

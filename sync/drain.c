@@ -24,7 +24,11 @@
 
 static const char SQL_ACTIVITY[] = "SELECT id, validity_days, status FROM activity WHERE id = ?";
 static const char SQL_ACTIVITY_LOCK[] = "SELECT status FROM activity WHERE id = ? FOR UPDATE";
-static const char SQL_STOCK[] = "UPDATE activity SET stock_num = stock_num - ? WHERE id = ?";
+/* LEAST: a stock_num lowered by hand below what was sold must not make the
+ * coupons unwritable (UNSIGNED underflow) and block the shard; the coupons
+ * are recorded and reconciliation reports the activity. */
+static const char SQL_STOCK[] =
+    "UPDATE activity SET stock_num = stock_num - LEAST(stock_num, ?) WHERE id = ?";
 static const char SQL_INSERT_HEAD[] =
     "INSERT IGNORE INTO coupon (activity_id,user_id,status,seized_at,valid_until) VALUES ";
 static const char SQL_INSERT_ROW[] =
@@ -42,7 +46,8 @@ struct drain_entry {
     const char *field, *value;
     size_t flen, vlen;
     int64_t aid, uid;
-    double seized_s;
+    char seized[24];           /* seconds with exact milliseconds, "1700000000.123" */
+    unsigned long seized_len;
     const char *dead;          /* reason it cannot be written, NULL when fine */
 };
 
@@ -132,6 +137,8 @@ const char *drain_result_name(enum drain_result r)
         return "locked by another process";
     case DRAIN_STOPPED:
         return "stopped";
+    case DRAIN_MORE:
+        return "time budget used, the rest next tick";
     case DRAIN_LOST_LOCK:
         return "lost the lock";
     case DRAIN_FAILED:
@@ -292,7 +299,10 @@ static void drain_parse(struct drain_worker *w, redisReply **kv, size_t n)
         else if (v->type != REDIS_REPLY_STRING || cs_parse_id(v->str, v->len, &ms) != CS_OK)
             e->dead = "value is not a number";
         else
-            e->seized_s = (double)ms / 1000.0;
+            /* Decimal text, not a double: MySQL rounds a double's
+             * 1700000000.1229999 down to .122 in DATETIME(3). */
+            e->seized_len = (unsigned long)snprintf(e->seized, sizeof(e->seized),
+                                                    "%" PRId64 ".%03d", ms / 1000, (int)(ms % 1000));
     }
 }
 
@@ -349,8 +359,8 @@ static int drain_txn(struct drain_worker *w, size_t n, int batch, uint64_t *inse
             p[0] = MV_INT(e->aid);
             p[1] = MV_INT(e->uid);
             p[2] = MV_INT(cstatus);
-            p[3] = MV_DBL(e->seized_s);
-            p[4] = MV_DBL(e->seized_s);
+            p[3] = MV_TXT(e->seized, e->seized_len);
+            p[4] = MV_TXT(e->seized, e->seized_len);
             p[5] = MV_INT(days);
         }
         uint64_t affected = 0;
@@ -608,6 +618,7 @@ static long long drain_depth(struct drain_worker *w)
 static enum drain_result drain_loop(struct drain_worker *w, const struct drain_opts *o)
 {
     char cursor[24] = "0";
+    int64_t deadline = o->budget_ms > 0 ? cs_mono_ms() + o->budget_ms : INT64_MAX;
 
     for (;;) {
         if (atomic_load(o->stop))
@@ -656,6 +667,8 @@ static enum drain_result drain_loop(struct drain_worker *w, const struct drain_o
                 return DRAIN_FAILED;
             if (left == 0)
                 return DRAIN_EMPTY;
+            if (cs_mono_ms() >= deadline)
+                return DRAIN_MORE;
         }
     }
 }

@@ -3,6 +3,7 @@
 #define CS_DRAIN_H
 
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stddef.h>
 
 struct cs_conf;
@@ -14,6 +15,7 @@ enum drain_result {
     DRAIN_EMPTY,               /* the shard's queue was drained */
     DRAIN_BUSY,                /* another process holds the shard's lock: skipped */
     DRAIN_STOPPED,             /* *stop was set; stopped after a whole batch */
+    DRAIN_MORE,                /* budget_ms used up with entries left: next tick */
     DRAIN_LOST_LOCK,           /* the lock expired or was taken over; stopped */
     DRAIN_FAILED,              /* Redis or MySQL failed; the rest stays queued */
 };
@@ -22,6 +24,7 @@ struct drain_opts {
     int batch;                 /* entries per MySQL transaction (sync.batch) */
     int lock_ttl_ms;           /* sync.lock_ttl_ms */
     const atomic_int *stop;    /* polled between batches */
+    int64_t budget_ms;         /* 0, or stop after a full scan past this long */
 };
 
 /* A worker owns one Redis and one MySQL connection (made from conf's redis and

@@ -42,6 +42,7 @@ struct syncd {
     struct syncd_task tasks[KEYS_SHARDS];
     int64_t next_preheat_ms, next_status_ms;
     unsigned long ticks;
+    int once;                  /* --once: drain each shard until empty, however long */
 };
 
 static volatile sig_atomic_t syncd_got_term, syncd_got_hup;
@@ -102,6 +103,9 @@ static void syncd_task_run(void *ctx, void *arg)
         .batch = d->conf.sync_batch,
         .lock_ttl_ms = d->conf.sync_lock_ttl_ms,
         .stop = &syncd_stop_tasks,
+        /* A shard that a sale keeps filling yields after one tick's worth of
+         * time, so with fewer threads than shards the others get their turn. */
+        .budget_ms = d->once ? 0 : (int64_t)d->conf.sync_interval_s * 1000,
     };
     enum drain_result r = drain_shard(ctx, t->shard, &o);
     int mismatches;
@@ -112,8 +116,11 @@ static void syncd_task_run(void *ctx, void *arg)
         if (jobs_reconcile_shard(drain_worker_mconn(ctx), drain_worker_rconn(ctx), t->shard,
                                  d->conf.sync_lock_ttl_ms, &mismatches) != CS_OK)
             atomic_fetch_add(&d->failed, 1);
-    } else if (r == DRAIN_FAILED)
+    } else if (r == DRAIN_MORE) {
+        smetrics_success(cs_now_ms()); /* it is moving, just not empty */
+    } else if (r == DRAIN_FAILED) {
         atomic_fetch_add(&d->failed, 1);
+    }
     if (r != DRAIN_EMPTY)
         log_debug("shard %d: task ended: %s", t->shard, drain_result_name(r));
     atomic_store(&d->busy[t->shard], 0);
@@ -232,6 +239,7 @@ static int syncd_once(struct syncd *d)
 {
     int ret = CS_OK;
 
+    d->once = 1;
     d->next_preheat_ms = d->next_status_ms = 0;
     if (jobs_preheat(d->mc, d->rc, d->conf.preheat_horizon_days) != CS_OK)
         ret = CS_ERR;

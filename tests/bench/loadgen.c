@@ -11,7 +11,8 @@
  *
  * -D runs for SECONDS instead of stopping after N requests (N is then only a
  * cap). -L writes one line per response: "ms_since_start status code user
- * latency_us", after a first line "# start_epoch_ms E".
+ * latency_us", after a first line "# start_epoch_ms E". SIGTERM or SIGINT ends
+ * the run early: requests in flight are answered, then the summary is printed.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -23,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -52,6 +54,13 @@ static struct {
          0, 0, 1, 1000000, 0, NULL};
 
 static FILE *resp_log;
+static volatile sig_atomic_t stop_now; /* SIGTERM/SIGINT: no new requests, then report */
+
+static void on_stop(int sig)
+{
+    (void)sig;
+    stop_now = 1;
+}
 static int64_t t_start;
 
 static char code_names[MAX_CODES][40];
@@ -294,6 +303,9 @@ int main(int argc, char **argv)
     int64_t t0 = now_us();
     t_start = t0;
     int64_t deadline = opt.duration > 0 ? t0 + (int64_t)(opt.duration * 1e6) : INT64_MAX;
+    struct sigaction sa = {.sa_handler = on_stop, .sa_flags = SA_RESTART};
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
     for (int i = 0; i < opt.conc; i++) {
         struct conn *c = &conns[i];
         c->fd = connect_one();
@@ -307,6 +319,8 @@ int main(int argc, char **argv)
     int inflight = opt.conc;
     while (inflight > 0) {
         int n = epoll_wait(ep, evs, 256, 10000);
+        if (n < 0 && errno == EINTR)
+            continue;
         if (n <= 0) {
             fprintf(stderr, "loadgen: no progress for 10 s (%d of %d done)\n", done, opt.total);
             break;
@@ -336,7 +350,7 @@ int main(int argc, char **argv)
                     count_code("CONNECTION_ERROR");
                     log_response(c, 0, "CONNECTION_ERROR", now_us());
                     inflight--;
-                    if (started < opt.total && now_us() < deadline) {
+                    if (started < opt.total && now_us() < deadline && !stop_now) {
                         c->fd = connect_one();
                         build_request(c, started++);
                         c->sent_us = now_us();
@@ -353,7 +367,7 @@ int main(int argc, char **argv)
                         lat[done] = now_us() - c->sent_us;
                     done++;
                     inflight--;
-                    if (started < opt.total && now_us() < deadline) {
+                    if (started < opt.total && now_us() < deadline && !stop_now) {
                         build_request(c, started++);
                         c->sent_us = now_us();
                         struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT, .data.ptr = c};

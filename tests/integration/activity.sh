@@ -31,10 +31,11 @@ mk_activity 202 10 3600 7200        # starts in an hour
 mk_activity 203 10 -60 4            # ends in 4 s
 mk_activity 204 10 -60 3600         # to be revoked
 mk_activity 205 10 -200000 -100000 # ended over a day ago: not preheated
+mk_activity 207 10 -60 3600 1       # on sale, but still status 1 in MySQL
 preheat
 check_eq "preheat answers 200" 200 "$HTTP_CODE"
-check_eq "preheat loads the live and upcoming activities" 4 "$(json_get "$HTTP_BODY" loaded)"
-check_eq "ACTIVITY:LIST holds them" "201 202 203 204" \
+check_eq "preheat loads the live and upcoming activities" 5 "$(json_get "$HTTP_BODY" loaded)"
+check_eq "ACTIVITY:LIST holds them" "201 202 203 204 207" \
     "$(rcli GET ACTIVITY:LIST | python3 -c 'import json,sys; print(" ".join(str(a["id"]) for a in sorted(json.load(sys.stdin), key=lambda a: a["id"])))')"
 check_eq "stock field set from total_num" 1000 "$(stock_of 201)"
 
@@ -54,7 +55,7 @@ http GET "/market/consumer/coupon/status?id=201" '' "$(mint_jwt 11)"
 mine=$(json_get "$HTTP_BODY" mine)
 check_eq "mine: seized" true "$(json_get "$mine" seized)"
 http GET /market/consumer/coupon/status
-check_eq "status lists every preheated activity" 4 \
+check_eq "status lists every preheated activity" 5 \
     "$(json_get "$HTTP_BODY" activities | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')"
 
 # mine.persisted turns true once coupon-sync has written the row.
@@ -69,7 +70,7 @@ preheat
 check_eq "an activity that just ended still answers ENDED after the next preheat" ENDED "$(seize_code 203 12)"
 wait_for 5 bash -c "[[ \$(mariadb --no-defaults --host=localhost --socket='$MYSQL_SOCKET' -u'$MYSQL_USER' -p'$MYSQL_PASSWORD' -N -B '$MYSQL_DATABASE' -e 'SELECT status FROM activity WHERE id=203') == 3 ]]"
 check_eq "status job moved the ended activity to 3" 3 "$(mysql_q 'SELECT status FROM activity WHERE id=203')"
-check_eq "status job moved the running activity to 2" 2 "$(mysql_q 'SELECT status FROM activity WHERE id=201')"
+check_eq "status job moved the started activity from 1 to 2" 2 "$(mysql_q 'SELECT status FROM activity WHERE id=207')"
 
 # --- revoke ----------------------------------------------------------------
 check_eq "seize before revoke" SEIZED "$(seize_code 204 21)"
@@ -118,6 +119,7 @@ check_eq "150 seized before the loss" 150 "$(code_count "$out" SEIZED)"
 wait_for 20 bash -c "[[ \$(mariadb --no-defaults --host=localhost --socket='$MYSQL_SOCKET' -u'$MYSQL_USER' -p'$MYSQL_PASSWORD' -N -B '$MYSQL_DATABASE' -e 'SELECT COUNT(*) FROM coupon WHERE activity_id=206') == 150 ]]"
 check_eq "150 coupons in MySQL" 150 "$(mysql_q 'SELECT COUNT(*) FROM coupon WHERE activity_id=206')"
 wait_for 10 bash -c "[[ \$(redis-cli -h $REDIS_HOST -p $REDIS_PORT HKEYS 'QUEUE:COUPON:SEIZE:SYNC:{6}' | grep -c '^206:') == 0 ]]"
+wait_for 20 bash -c "[[ \$(mariadb --no-defaults --host=localhost --socket='$MYSQL_SOCKET' -u'$MYSQL_USER' -p'$MYSQL_PASSWORD' -N -B '$MYSQL_DATABASE' -e 'SELECT COUNT(*) FROM coupon WHERE activity_id=$BIG') == 1 ]]"
 stack stop-sync
 rcli FLUSHALL >/dev/null
 preheat

@@ -24,6 +24,7 @@ rm -f "$COUPON_FCGI_SOCK"
 spawn-fcgi -s "$COUPON_FCGI_SOCK" -F 4 -- "$FCGI" -c "$COUPON_CONF" >/dev/null 2>&1
 check_eq "spawn-fcgi started" 0 "$?"
 wait_for 5 test -S "$COUPON_FCGI_SOCK"
+wait_for 10 bash -c "[[ \$(pgrep -fc -- '$FCGI -c $COUPON_CONF') -eq 4 ]]"
 check_eq "spawn-fcgi -F 4 gives four workers" 4 "$(pgrep -fc -- "$FCGI -c $COUPON_CONF")"
 check_eq "seizes through nginx to spawn-fcgi workers" 200 "$(seized 100000)"
 check_eq "health through spawn-fcgi workers" 200 "$(http_code GET /market/health)"
@@ -65,7 +66,7 @@ cp "$COUPON_CONF" "$COUPON_DIR/conf.good"
 sed -i 's|^\(\s*script = \).*|\1"/nonexistent/seize.lua";|' "$COUPON_CONF"
 workers=$(pgrep -P "$sup" | sort | tr '\n' ' ')
 kill -HUP "$sup"
-sleep 1
+wait_for 10 grep -q "reload refused" "$COUPON_DIR/activate.log"
 check_match "a reload with a missing script is refused" "reload refused" "$(cat "$COUPON_DIR/activate.log")"
 check_eq "... the workers keep running" "$workers" "$(pgrep -P "$sup" | sort | tr '\n' ' ')"
 check_eq "... and serving" 200 "$(seized 400000)"

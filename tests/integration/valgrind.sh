@@ -49,10 +49,10 @@ for u in 11 12 13 14 15 16 17; do http POST $S '{"id":401}' "$(mint_jwt $u)"; do
 http GET /market/consumer/coupon/status
 check_eq "stale status under valgrind" true "$(json_get "$HTTP_BODY" stale)"
 stack start-redis
-sleep 1
+health_ok() { [[ $(http_code GET /market/health) == 200 ]]; }
+wait_for 20 health_ok
+check_eq "health after Redis is back" 200 "$(http_code GET /market/health)"
 http POST $S '{"id":401}' "$(mint_jwt 21)"
-http GET /market/health
-check_eq "health after Redis is back" 200 "$HTTP_CODE"
 # A rolling reload replaces the workers (they exit, so their leak checks run).
 kill -HUP "$COUPON_FCGI_PID"
 sleep 3

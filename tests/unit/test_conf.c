@@ -127,9 +127,15 @@ START_TEST(shipped_example_documents_every_key)
         char *dot = strchr(line, '.'), *sp = strchr(line, ' ');
         ck_assert_ptr_nonnull(dot);
         *sp = '\0';
-        char needle[96];
+        /* The key must stand inside its own group's block. */
+        char group[64], needle[96];
+        snprintf(group, sizeof(group), "\n%.*s = {", (int)(dot - line), line);
         snprintf(needle, sizeof(needle), "  %s = ", dot + 1);
-        ck_assert_msg(strstr(buf, needle) != NULL, "example config lacks %s", line);
+        const char *g = strstr(buf, group);
+        ck_assert_msg(g != NULL, "example config lacks the group of %s", line);
+        const char *end = strstr(g, "\n};");
+        const char *k = strstr(g, needle);
+        ck_assert_msg(k != NULL && end != NULL && k < end, "example config lacks %s", line);
         n++;
     }
     fclose(keys);

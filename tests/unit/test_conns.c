@@ -49,7 +49,7 @@ START_TEST(redis_refused_sets_sticky_error_and_backs_off)
     int64_t t0 = cs_mono_us();
     ck_assert_ptr_null(rconn_command(rc, NULL, "PING"));
     ck_assert_int_eq(rc->err, RCONN_ERR_BACKOFF);
-    ck_assert_int_lt(cs_mono_us() - t0, 5000);
+    ck_assert_int_lt(cs_mono_us() - t0, 100000); /* no connect timeout was waited */
     ck_assert_int_eq(rconn_append(rc, NULL, "PING"), CS_ERR);
     rconn_free(rc);
 }

@@ -50,7 +50,10 @@ START_TEST(slots_follow_hash_tags)
     ck_assert_uint_eq(keys_slot(a, la), keys_slot(b, lb));
     ck_assert_uint_eq(keys_slot(a, la), keys_slot(c, lc));
     ck_assert_uint_eq(keys_slot(a, la), keys_slot("{4}", 3));
-    ck_assert_uint_eq(keys_slot("x{}y", 4), keys_slot("x{}y", 4));
+    /* An empty tag does not count: the whole key is hashed. */
+    ck_assert_uint_eq(keys_slot("x{}y", 4), 16116);
+    ck_assert_uint_eq(keys_slot("{user1000}.following", 20), keys_slot("user1000", 8));
+    ck_assert_uint_eq(keys_slot("user1000", 8), 3443);
 }
 END_TEST
 

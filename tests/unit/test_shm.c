@@ -80,16 +80,16 @@ START_TEST(probe_of_a_killed_worker_expires)
         char err[256];
         struct shm_node *mine = shm_node_open(name, 0, err, sizeof(err));
         /* Take the probe, then die without reporting. */
-        if (mine && shm_breaker_allow(mine, cs_mono_ms(), 300))
+        if (mine && shm_breaker_allow(mine, cs_mono_ms(), 1000))
             raise(SIGKILL);
         _exit(1);
     }
     int status;
     waitpid(pid, &status, 0);
     ck_assert(WIFSIGNALED(status));
-    ck_assert(!shm_breaker_allow(node, cs_mono_ms(), 300)); /* lease still held */
-    usleep(350 * 1000);
-    ck_assert(shm_breaker_allow(node, cs_mono_ms(), 300));  /* lease ran out */
+    ck_assert(!shm_breaker_allow(node, cs_mono_ms(), 1000)); /* lease still held */
+    usleep(1100 * 1000);
+    ck_assert(shm_breaker_allow(node, cs_mono_ms(), 1000));  /* lease ran out */
 }
 END_TEST
 
