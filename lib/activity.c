@@ -499,10 +499,12 @@ int activity_preheat(struct mconn *mc, struct rconn *rc, int horizon_days,
     memset(res, 0, sizeof(*res));
     if (act_select(mc, horizon_days, &vec, err, errlen) != CS_OK)
         return CS_ERR;
+    size_t kept = 0;
     for (size_t i = 0; i < vec.n; i++) {
         int created, restored, voided;
-        /* Narrows the window where a revoke racing this preheat would see
-         * its stock field come back; the revoke stays idempotent. */
+        /* An activity revoked since the SELECT stays out of the list; its
+         * stock field holds the revoke's tombstone, so HSETNX below could
+         * not bring the stock back either way. */
         if (act_is_voided(rc, vec.v[i].id, &voided, err, errlen) != CS_OK)
             goto out;
         if (voided)
@@ -511,7 +513,9 @@ int activity_preheat(struct mconn *mc, struct rconn *rc, int horizon_days,
             goto out;
         res->created += created;
         res->restored += restored;
+        vec.v[kept++] = vec.v[i];
     }
+    vec.n = kept;
     /* Written last, so every listed activity already has its stock field. */
     if (act_write_list(rc, &vec, err, errlen) != CS_OK)
         goto out;
