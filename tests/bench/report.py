@@ -9,6 +9,20 @@ import sys
 raw = json.load(open(sys.argv[1]))
 out = sys.argv[2]
 
+
+def median_run(runs):
+    """The run with the median rps; its latencies stay consistent with it."""
+    runs = sorted(runs, key=lambda r: r["rps"])
+    m = dict(runs[len(runs) // 2])
+    m["rounds"] = [round(r["rps"]) for r in runs]
+    return m
+
+
+# Scenarios come as lists of rounds: keep the median round of each.
+for k, v in list(raw.items()):
+    if isinstance(v, list) and v and isinstance(v[0], dict) and "rps" in v[0]:
+        raw[k] = median_run(v)
+
 HTTP = ["return200", "noop", "php_instock", "seize_instock", "seize_flash",
         "seize_soldout", "php_soldout"]
 LABEL = {
@@ -45,6 +59,7 @@ for name in HTTP + ["redis_evalsha"]:
         "p99_ms": r["p99_ms"],
         "p999_ms": r.get("p999_ms"),
         "codes": r.get("codes"),
+        "rounds_rps": r.get("rounds"),
         "x_return200": ratio(name, "return200"),
         "x_noop": ratio(name, "noop"),
         "x_php": ratio(name, "php_soldout" if "soldout" in name else "php_instock"),
@@ -82,7 +97,8 @@ def fmt(x, spec):
 
 print()
 print(f"couponseize benchmarks: {raw.get('workers')} workers, {raw.get('concurrency')} connections, "
-      f"one machine ({os.cpu_count()} cores) running everything")
+      f"one machine ({os.cpu_count()} cores) running everything; median of "
+      f"{len(raw.get('noop', {}).get('rounds', [1]))} interleaved rounds")
 print(f"{'scenario':<40} {'rps':>9} {'p50 ms':>8} {'p99 ms':>8} {'x ret200':>9} {'x noop':>7} {'x php':>6}")
 for r in rows:
     print(f"{r['label']:<40} {fmt(r['rps'], '9.0f')} {fmt(r['p50_ms'], '8.2f')} "
@@ -90,7 +106,9 @@ for r in rows:
           f"{fmt(r['x_php'], '6.2f')}")
 fl = raw.get("seize_flash", {}).get("codes", {})
 if fl:
-    print(f"flash sale outcomes: {fl}")
+    print(f"flash sale outcomes (median round): {fl}")
+print("rps of each round: " + ", ".join(
+    f"{r['scenario']} {r['rounds_rps']}" for r in rows if r.get("rounds_rps")))
 print()
 if d:
     print(f"sync drain: coupon-sync {fmt(d.get('coupon_sync_rows_per_s'), '.0f')} rows/s, per-row baseline "
