@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # valgrind.sh - coupon-fcgi under valgrind memcheck through every route and
-# error path: no invalid access, no uninitialised use, no leak (definitely or
-# indirectly lost) in the supervisor or a worker.
+# error path, and coupon-sync draining, dead-lettering and reconciling under
+# it too: no invalid access, no uninitialised use, no leak (definitely or
+# indirectly lost) in the supervisor, a worker or the daemon.
 # shellcheck source=tests/lib.sh
 . "${top_srcdir:-$(dirname "$0")/../..}/tests/lib.sh"
 
@@ -59,8 +60,22 @@ sleep 3
 http GET /market/health
 
 stack stop-fcgi
+
+# coupon-sync: one full tick (preheat, drain with a dead letter, status job,
+# reconciliation) under memcheck; its exit status carries valgrind's verdict.
+rcli HSET 'QUEUE:COUPON:SEIZE:SYNC:{1}' 'not-a-field' 1700000000000 >/dev/null
+valgrind --quiet --leak-check=full --show-leak-kinds=definite,indirect \
+    --errors-for-leak-kinds=definite,indirect --error-exitcode=99 \
+    --log-file="$COUPON_DIR/valgrind.sync.log" \
+    "$top_builddir/coupon-sync" -c "$COUPON_CONF" --once >"$COUPON_DIR/sync-once.log" 2>&1
+check_eq "coupon-sync --once under valgrind exits 0" 0 "$?"
+check_eq "... and wrote every coupon granted" "$((3 - $(stock_of 401)))" \
+    "$(mysql_q 'SELECT COUNT(*) FROM coupon WHERE activity_id = 401')"
+check_match "... and dead-lettered the bad entry" "malformed" \
+    "$(rcli HGET 'QUEUE:COUPON:SEIZE:DEAD:{1}' not-a-field)"
+
 logs=("$COUPON_DIR"/valgrind.*.log)
-check "valgrind wrote logs for the supervisor and workers (${#logs[@]})" test "${#logs[@]}" -ge 3
+check "valgrind wrote logs for the supervisor, workers and sync (${#logs[@]})" test "${#logs[@]}" -ge 4
 errs=$(cat "${logs[@]}" 2>/dev/null)
 if [[ -z $errs ]]; then
     ok "no memcheck error or leak in any process"

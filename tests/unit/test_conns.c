@@ -135,6 +135,14 @@ START_TEST(evalsha_reloads_on_noscript)
     ck_assert_int_eq(r->integer, 42);
     freeReplyObject(r);
 
+    /* It really went through EVALSHA, loading the script twice. */
+    r = rconn_command(rc, NULL, "INFO commandstats");
+    ck_assert_ptr_nonnull(r);
+    ck_assert_ptr_nonnull(strstr(r->str, "cmdstat_evalsha:calls=3,"));
+    ck_assert_ptr_null(strstr(r->str, "cmdstat_eval:"));
+    ck_assert_ptr_nonnull(strstr(r->str, "load:calls=2,")); /* cmdstat_script|load */
+    freeReplyObject(r);
+
     /* A reply error is a reply, not a broken connection. */
     r = rconn_command(rc, NULL, "NOSUCHCOMMAND");
     ck_assert_ptr_nonnull(r);
