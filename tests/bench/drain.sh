@@ -54,33 +54,6 @@ BASE_BIN=$top_builddir/tests/bench/drain_baseline
 
 # --- data ----------------------------------------------------------------------------------------
 
-# mk_activities BASE TOTAL: activities BASE..BASE+9, one per shard, on sale.
-mk_activities() {
-    local i
-    for ((i = 0; i < 10; i++)); do
-        mk_activity $(($1 + i)) "$2" -60 86400 >/dev/null || return 1
-    done
-}
-
-# fill_queue BASE PER: PER queued users for each activity BASE..BASE+9, with
-# the stock fields sold out, as the seize script leaves them.
-fill_queue() {
-    local now
-    now=$(date +%s%3N)
-    awk -v base="$1" -v per="$2" -v now="$now" '
-    function bulk(s) { printf "$%d\r\n%s\r\n", length(s), s }
-    BEGIN {
-        for (s = 0; s < 10; s++) {
-            a = base + s; key = "QUEUE:COUPON:SEIZE:SYNC:{" s "}"
-            for (u = 1; u <= per; u += 1000) {
-                m = (per - u + 1 < 1000) ? per - u + 1 : 1000
-                printf "*%d\r\n", 2 + 2 * m; bulk("HSET"); bulk(key)
-                for (k = 0; k < m; k++) { bulk(a ":" (u + k)); bulk(now) }
-            }
-            printf "*4\r\n"; bulk("HSET"); bulk("COUPON:RESOURCE:STOCK:{" s "}"); bulk(a); bulk(0)
-        }
-    }' | rcli --pipe >/dev/null
-}
 
 coupons() { mysql_q "SELECT COUNT(*) FROM coupon WHERE activity_id BETWEEN $1 AND $(($1 + 9))"; }
 
@@ -107,7 +80,7 @@ verify() {
 # --- coupon-sync ------------------------------------------------------------------------------------
 
 mk_activities 1000 $((N / 10))
-fill_queue 1000 $((N / 10))
+fill_queue 1000 $((N / 10)) 0
 t0=$(now_ns)
 "$SYNC_BIN" -c "$COUPON_CONF" --once >>"$COUPON_DIR/bench-sync.log" 2>&1 || FAILED=1
 t1=$(now_ns)
@@ -117,7 +90,7 @@ sync_rate=$(rate "$N" $((t1 - t0)))
 # --- the per-row baseline ------------------------------------------------------------------------------
 
 mk_activities 2000 $((BN / 10))
-fill_queue 2000 $((BN / 10))
+fill_queue 2000 $((BN / 10)) 0
 t0=$(now_ns)
 "$BASE_BIN" -c "$COUPON_CONF" -t "$THREADS" >>"$COUPON_DIR/bench-baseline.log" 2>&1 || FAILED=1
 t1=$(now_ns)

@@ -54,38 +54,6 @@ once() { "$SYNC_BIN" -c "$COUPON_CONF" --once >>"$LOG" 2>&1; }
 
 q1() { mysql_q "$1" | head -n 1; }
 
-# mk_activities BASE TOTAL: activities BASE..BASE+9 (BASE % 10 == 0: one per
-# shard), on sale now, TOTAL coupons each, with their stock fields in Redis as
-# preheat would set them.
-mk_activities() {
-    local i
-    for ((i = 0; i < 10; i++)); do
-        mk_activity $(($1 + i)) "$2" -60 86400 || return 1
-        rcli hsetnx "COUPON:RESOURCE:STOCK:{$i}" $(($1 + i)) "$2" >/dev/null
-    done
-}
-
-# fill_queue BASE USERS UID0: queues users UID0+1..UID0+USERS for each of the
-# activities BASE..BASE+9, as lua/seize.lua would (queue entry + stock
-# decrement), in redis-cli pipe mode.
-fill_queue() {
-    local now
-    now=$(date +%s%3N)
-    awk -v base="$1" -v per="$2" -v uid0="$3" -v now="$now" '
-    function bulk(s) { printf "$%d\r\n%s\r\n", length(s), s }
-    BEGIN {
-        for (s = 0; s < 10; s++) {
-            a = base + s; key = "QUEUE:COUPON:SEIZE:SYNC:{" s "}"
-            for (u = 1; u <= per; u += 1000) {
-                m = (per - u + 1 < 1000) ? per - u + 1 : 1000
-                printf "*%d\r\n", 2 + 2 * m; bulk("HSET"); bulk(key)
-                for (k = 0; k < m; k++) { bulk(a ":" (uid0 + u + k)); bulk(now) }
-            }
-            printf "*4\r\n"; bulk("HINCRBY"); bulk("COUPON:RESOURCE:STOCK:{" s "}")
-            bulk(a); bulk(-per)
-        }
-    }' | rcli --pipe >/dev/null
-}
 
 queued() {
     local s n=0
