@@ -233,27 +233,31 @@ int http_query_param(const char *query, const char *name, char *out, size_t outl
 }
 
 void http_reply_raw(FCGX_Stream *out, int status, const char *content_type, const char *body,
-                    size_t len, int retry_after_s)
+                    size_t len, const char *headers)
 {
-    char head[256];
-    int n;
-
-    if (retry_after_s > 0)
-        n = snprintf(head, sizeof(head),
+    char head[320];
+    int n = snprintf(head, sizeof(head),
                      "Status: %d %s\r\nContent-Type: %s\r\nCache-Control: no-store\r\n"
-                     "Retry-After: %d\r\nContent-Length: %zu\r\n\r\n",
-                     status, reason_phrase(status), content_type, retry_after_s, len);
-    else
-        n = snprintf(head, sizeof(head),
-                     "Status: %d %s\r\nContent-Type: %s\r\nCache-Control: no-store\r\n"
-                     "Content-Length: %zu\r\n\r\n",
-                     status, reason_phrase(status), content_type, len);
+                     "%sContent-Length: %zu\r\n\r\n",
+                     status, reason_phrase(status), content_type, headers ? headers : "", len);
+    if (n >= (int)sizeof(head))
+        n = sizeof(head) - 1;
     FCGX_PutStr(head, n, out);
     FCGX_PutStr(body, (int)len, out);
 }
 
 void http_reply(FCGX_Stream *out, enum cs_code code, const char *msg, const char *extra,
                 int retry_after_s)
+{
+    char retry[40];
+
+    if (retry_after_s > 0)
+        snprintf(retry, sizeof(retry), "Retry-After: %d\r\n", retry_after_s);
+    http_reply_with(out, code, msg, extra, retry_after_s > 0 ? retry : NULL);
+}
+
+void http_reply_with(FCGX_Stream *out, enum cs_code code, const char *msg, const char *extra,
+                     const char *headers)
 {
     char body[2048];
     int n = snprintf(body, sizeof(body), "{\"code\":\"%s\",\"msg\":\"%s\"%s%s}",
@@ -262,5 +266,5 @@ void http_reply(FCGX_Stream *out, enum cs_code code, const char *msg, const char
     if (n >= (int)sizeof(body))
         n = sizeof(body) - 1;
     http_reply_raw(out, codes[code].status, "application/json; charset=utf-8", body,
-                   (size_t)n, retry_after_s);
+                   (size_t)n, headers);
 }

@@ -58,8 +58,14 @@ int http_query_param(const char *query, const char *name, char *out, size_t outl
 void http_reply(FCGX_Stream *out, enum cs_code code, const char *msg, const char *extra,
                 int retry_after_s);
 
-/* Writes a response with a JSON body built by the caller. */
+/* http_reply() with extra header lines ("Name: value\r\n"..., or NULL)
+ * in place of Retry-After. */
+void http_reply_with(FCGX_Stream *out, enum cs_code code, const char *msg, const char *extra,
+                     const char *headers);
+
+/* Writes a response with a body built by the caller, plus optional extra
+ * header lines ("Name: value\r\n"..., or NULL). */
 void http_reply_raw(FCGX_Stream *out, int status, const char *content_type, const char *body,
-                    size_t len, int retry_after_s);
+                    size_t len, const char *headers);
 
 #endif

@@ -113,6 +113,6 @@ void metrics_handle(struct worker *w, struct req *r)
     char *buf = xmalloc(cap);
     size_t n = metrics_render(w->shm, buf, cap);
     r->code = CODE_OK;
-    http_reply_raw(r->out, 200, "text/plain; version=0.0.4; charset=utf-8", buf, n, 0);
+    http_reply_raw(r->out, 200, "text/plain; version=0.0.4; charset=utf-8", buf, n, NULL);
     free(buf);
 }

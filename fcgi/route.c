@@ -37,7 +37,11 @@ void route_dispatch(struct worker *w, struct req *r)
         /* HEAD is GET without a body as far as routing goes. */
         if (strcmp(r->method, routes[i].method) != 0
             && !(strcmp(routes[i].method, "GET") == 0 && strcmp(r->method, "HEAD") == 0)) {
-            req_reply(r, CODE_METHOD_NOT_ALLOWED, NULL, NULL, 0);
+            /* RFC 9110: a 405 names the methods the route takes. */
+            r->code = CODE_METHOD_NOT_ALLOWED;
+            http_reply_with(r->out, r->code, NULL, NULL,
+                            strcmp(routes[i].method, "GET") == 0 ? "Allow: GET, HEAD\r\n"
+                                                                 : "Allow: POST\r\n");
             return;
         }
         routes[i].handler(w, r);

@@ -99,7 +99,7 @@ static void status_send(struct req *r, cJSON *root)
 {
     char *txt = cJSON_PrintUnformatted(root);
     r->code = CODE_OK;
-    http_reply_raw(r->out, 200, "application/json; charset=utf-8", txt, strlen(txt), 0);
+    http_reply_raw(r->out, 200, "application/json; charset=utf-8", txt, strlen(txt), NULL);
     cJSON_free(txt);
     cJSON_Delete(root);
 }

@@ -80,6 +80,8 @@ expect "sub not a number" 401 UNAUTHORIZED -H "Authorization: Bearer $(mint_jwt 
 expect "Basic auth" 401 UNAUTHORIZED -H 'Authorization: Basic YTpi' "${J[@]}" --data-binary '{"id":103}' "$U"
 expect "unknown activity" 404 NO_SUCH_ACTIVITY "${A[@]}" "${J[@]}" --data-binary '{"id":999999}' "$U"
 expect "admin route with a user token" 403 FORBIDDEN -X POST "${A[@]}" "$COUPON_URL/market/admin/coupon/preheat"
+http GET "$SEIZE" '' "$USER"
+check_match "405 names the allowed method" $'[Aa]llow: POST' "$HTTP_HEADERS"
 check_eq "bad input left the stock alone" "$before" "$(stock_of 103)"
 check_eq "bad input queued nothing" 0 "$(rcli HKEYS 'QUEUE:COUPON:SEIZE:SYNC:{3}' | grep -c '^103:')"
 expect "a good request still works" 200 SEIZED "${A[@]}" "${J[@]}" --data-binary '{"id":103}' "$U"
