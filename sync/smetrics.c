@@ -15,6 +15,11 @@ static atomic_uint_fast64_t sm_rows, sm_batches, sm_errors, sm_dead, sm_mismatch
 static atomic_int_fast64_t sm_depth[KEYS_SHARDS];
 static atomic_int_fast64_t sm_last_success_ms;
 static atomic_int sm_down[2];
+static _Atomic int64_t sm_down_at[2]; /* cs_mono_ms() when the outage was noticed */
+
+/* A success this soon after a failure may be an operation that began before
+ * the outage (another thread's commit finishing); it does not end it. */
+#define SM_RECOVERY_AFTER_MS 1000
 
 static const char *const sm_dep_names[] = {"Redis", "MySQL"};
 
@@ -69,6 +74,8 @@ uint64_t smetrics_errors(void)
 void smetrics_dep_fail(enum smetrics_dep dep, const char *why)
 {
     atomic_fetch_add(&sm_errors, 1);
+    if (atomic_load(&sm_down[dep]) == 0)
+        atomic_store(&sm_down_at[dep], cs_mono_ms());
     if (atomic_exchange(&sm_down[dep], 1) == 0)
         log_error("%s failing: %s; queued entries stay in Redis and are retried every tick "
                   "(logged again only after it recovers)", sm_dep_names[dep], why);
@@ -77,7 +84,9 @@ void smetrics_dep_fail(enum smetrics_dep dep, const char *why)
 void smetrics_dep_ok(enum smetrics_dep dep)
 {
     /* A load first keeps the common path free of cache-line writes. */
-    if (atomic_load(&sm_down[dep]) && atomic_exchange(&sm_down[dep], 0) == 1)
+    if (atomic_load(&sm_down[dep]) &&
+        cs_mono_ms() - atomic_load(&sm_down_at[dep]) >= SM_RECOVERY_AFTER_MS &&
+        atomic_exchange(&sm_down[dep], 0) == 1)
         log_notice("%s works again", sm_dep_names[dep]);
 }
 

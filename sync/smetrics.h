@@ -25,7 +25,9 @@ enum smetrics_dep { SM_DEP_REDIS, SM_DEP_MYSQL };
  * outage (not on every retry) and counts an error every time. */
 void smetrics_dep_fail(enum smetrics_dep dep, const char *why);
 
-/* A call to DEP worked: logs once that the outage is over, if there was one. */
+/* A call to DEP worked: logs once that the outage is over, if there was one
+ * and it began at least a second ago (a success within that second may be an
+ * operation that started before the outage). */
 void smetrics_dep_ok(enum smetrics_dep dep);
 
 /* Writes every metric in Prometheus text format to PATH atomically (PATH.tmp
