@@ -69,19 +69,16 @@ void admin_revoke(struct worker *w, struct req *r)
 void admin_health(struct worker *w, struct req *r)
 {
     static const char *const bnames[] = {"closed", "open", "half-open"};
-    int bstate = atomic_load(&w->shm->breaker_state);
-    int up = 0;
     char extra[160];
 
-    /* Health asks Redis itself, so it also serves as the breaker's probe. */
-    if (worker_redis_allowed(w) || bstate != BREAKER_CLOSED) {
-        redisReply *rep = rconn_command(w->rc, NULL, "PING");
-        up = rep != NULL && rep->type != REDIS_REPLY_ERROR;
-        if (rep)
-            freeReplyObject(rep);
-        worker_redis_done(w, up);
-        bstate = atomic_load(&w->shm->breaker_state);
-    }
+    /* Health asks Redis itself, whatever the breaker says, and its answer
+     * feeds the breaker like any other call. */
+    redisReply *rep = rconn_command(w->rc, NULL, "PING");
+    int up = rep != NULL && rep->type != REDIS_REPLY_ERROR;
+    if (rep)
+        freeReplyObject(rep);
+    worker_redis_done(w, up);
+    int bstate = atomic_load(&w->shm->breaker_state);
     snprintf(extra, sizeof(extra), "\"redis\":\"%s\",\"breaker\":\"%s\",\"worker\":%d",
              up ? "up" : "down", bnames[bstate < 3 && bstate >= 0 ? bstate : 1], w->index);
     if (up)

@@ -41,9 +41,15 @@ static void meta_entry_free(void *p)
     free(p);
 }
 
+/* cache.size is bounded by the config table, so lcache_new() cannot refuse. */
 static struct lcache *meta_cache_new(const struct lcache_opts *o)
 {
-    return lcache_new(o);
+    struct lcache *c = lcache_new(o);
+    if (c == NULL) {
+        log_error("lcache_new() refused cache.size = %zu", o->capacity);
+        abort();
+    }
+    return c;
 }
 
 struct meta *meta_new(const struct cs_conf *conf)
@@ -58,10 +64,6 @@ struct meta *meta_new(const struct cs_conf *conf)
     m->refresh_ms = conf->cache_refresh_ms;
     m->stale_ms = conf->cache_stale_ms;
     m->cache = meta_cache_new(&m->opts);
-    if (m->cache == NULL) {
-        log_error("lcache_new() refused cache.size = %d", conf->cache_size);
-        abort();
-    }
     return m;
 }
 

@@ -213,6 +213,9 @@ mk_activity() {
         NOW() + INTERVAL $end SECOND, 30, $status)"
 }
 
+# sql_is SQL EXPECTED: the query's answer is EXPECTED (for wait_for).
+sql_is() { [[ $(mysql_q "$1") == "$2" ]]; }
+
 b64url() {
     if command -v openssl >/dev/null 2>&1; then
         openssl base64 -A | tr '+/' '-_' | tr -d '='

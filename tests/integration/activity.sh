@@ -59,7 +59,7 @@ check_eq "status lists every preheated activity" 5 \
     "$(json_get "$HTTP_BODY" activities | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')"
 
 # mine.persisted turns true once coupon-sync has written the row.
-wait_for 15 bash -c "[[ \$(mariadb --no-defaults --host=localhost --socket='$MYSQL_SOCKET' -u'$MYSQL_USER' -p'$MYSQL_PASSWORD' -N -B '$MYSQL_DATABASE' -e 'SELECT COUNT(*) FROM coupon WHERE activity_id=201 AND user_id=11') == 1 ]]"
+wait_for 15 sql_is "SELECT COUNT(*) FROM coupon WHERE activity_id=201 AND user_id=11" 1
 http GET "/market/consumer/coupon/status?id=201" '' "$(mint_jwt 11)"
 check_eq "mine: persisted after sync" true "$(json_get "$(json_get "$HTTP_BODY" mine)" persisted)"
 
@@ -68,7 +68,7 @@ check_eq "seize after the end -> ENDED" ENDED "$(seize_code 203 11)"
 check_eq "status shows ENDED" ENDED "$(status_of 203)"
 preheat
 check_eq "an activity that just ended still answers ENDED after the next preheat" ENDED "$(seize_code 203 12)"
-wait_for 5 bash -c "[[ \$(mariadb --no-defaults --host=localhost --socket='$MYSQL_SOCKET' -u'$MYSQL_USER' -p'$MYSQL_PASSWORD' -N -B '$MYSQL_DATABASE' -e 'SELECT status FROM activity WHERE id=203') == 3 ]]"
+wait_for 5 sql_is "SELECT status FROM activity WHERE id=203" 3
 check_eq "status job moved the ended activity to 3" 3 "$(mysql_q 'SELECT status FROM activity WHERE id=203')"
 check_eq "status job moved the started activity from 1 to 2" 2 "$(mysql_q 'SELECT status FROM activity WHERE id=207')"
 
@@ -91,7 +91,7 @@ check_eq "... and seizes stay VOIDED" VOIDED "$(seize_code 204 30)"
 http POST /market/admin/coupon/revoke '{"id":204}' "$ADMIN"
 check_eq "revoke is idempotent" 200 "$HTTP_CODE"
 check_eq "revoke of an unknown activity -> 404" 404 "$(http_code POST /market/admin/coupon/revoke '{"id":298}' "$ADMIN")"
-wait_for 15 bash -c "[[ \$(mariadb --no-defaults --host=localhost --socket='$MYSQL_SOCKET' -u'$MYSQL_USER' -p'$MYSQL_PASSWORD' -N -B '$MYSQL_DATABASE' -e 'SELECT COUNT(*) FROM coupon WHERE activity_id=204') == 1 ]]"
+wait_for 15 sql_is "SELECT COUNT(*) FROM coupon WHERE activity_id=204" 1
 check_eq "the coupon seized before the revoke is voided" 4 "$(mysql_q 'SELECT status FROM coupon WHERE activity_id=204')"
 
 # --- ids past 2^53 stay exact ----------------------------------------------------
@@ -116,10 +116,10 @@ mk_activity 206 200 -60 3600
 preheat
 out=$(seize_load 206 32 150 600000)
 check_eq "150 seized before the loss" 150 "$(code_count "$out" SEIZED)"
-wait_for 20 bash -c "[[ \$(mariadb --no-defaults --host=localhost --socket='$MYSQL_SOCKET' -u'$MYSQL_USER' -p'$MYSQL_PASSWORD' -N -B '$MYSQL_DATABASE' -e 'SELECT COUNT(*) FROM coupon WHERE activity_id=206') == 150 ]]"
+wait_for 20 sql_is "SELECT COUNT(*) FROM coupon WHERE activity_id=206" 150
 check_eq "150 coupons in MySQL" 150 "$(mysql_q 'SELECT COUNT(*) FROM coupon WHERE activity_id=206')"
 wait_for 10 bash -c "[[ \$(redis-cli -h $REDIS_HOST -p $REDIS_PORT HKEYS 'QUEUE:COUPON:SEIZE:SYNC:{6}' | grep -c '^206:') == 0 ]]"
-wait_for 20 bash -c "[[ \$(mariadb --no-defaults --host=localhost --socket='$MYSQL_SOCKET' -u'$MYSQL_USER' -p'$MYSQL_PASSWORD' -N -B '$MYSQL_DATABASE' -e 'SELECT COUNT(*) FROM coupon WHERE activity_id=$BIG') == 1 ]]"
+wait_for 20 sql_is "SELECT COUNT(*) FROM coupon WHERE activity_id=$BIG" 1
 stack stop-sync
 rcli FLUSHALL >/dev/null
 preheat
@@ -132,7 +132,7 @@ out=$(seize_load 206 64 2000 700000)
 check_eq "a flood of new users gets exactly 50 SEIZED" 50 "$(code_count "$out" SEIZED)"
 check_eq "... and the rest SOLD_OUT" 1950 "$(code_count "$out" SOLD_OUT)"
 stack start-sync
-wait_for 20 bash -c "[[ \$(mariadb --no-defaults --host=localhost --socket='$MYSQL_SOCKET' -u'$MYSQL_USER' -p'$MYSQL_PASSWORD' -N -B '$MYSQL_DATABASE' -e 'SELECT COUNT(*) FROM coupon WHERE activity_id=206') == 200 ]]"
+wait_for 20 sql_is "SELECT COUNT(*) FROM coupon WHERE activity_id=206" 200
 check_eq "MySQL ends with exactly 200 coupons" 200 "$(mysql_q 'SELECT COUNT(*) FROM coupon WHERE activity_id=206')"
 check_eq "invariant total = stock + coupons holds for every activity" "" \
     "$(mysql_q 'SELECT a.id FROM activity a LEFT JOIN coupon c ON c.activity_id = a.id GROUP BY a.id HAVING MAX(a.total_num) <> MAX(a.stock_num) + COUNT(c.id)')"
