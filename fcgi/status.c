@@ -95,6 +95,15 @@ static int status_mine(struct worker *w, int64_t aid, int64_t uid, cJSON *mine)
     return ok ? CS_OK : CS_ERR;
 }
 
+/* {"code":"OK","msg":"ok"}, to which the answer's members are added. */
+static cJSON *status_root(void)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "code", "OK");
+    cJSON_AddStringToObject(root, "msg", "ok");
+    return root;
+}
+
 static void status_send(struct req *r, cJSON *root)
 {
     char *txt = cJSON_PrintUnformatted(root);
@@ -119,9 +128,7 @@ static void status_one(struct worker *w, struct req *r, int64_t id, int64_t uid)
         req_reply(r, CODE_UNAVAILABLE, NULL, NULL, worker_retry_after(w));
         return;
     case META_VOIDED:
-        root = cJSON_CreateObject();
-        cJSON_AddStringToObject(root, "code", "OK");
-        cJSON_AddStringToObject(root, "msg", "ok");
+        root = status_root();
         cJSON_AddBoolToObject(root, "stale", stale);
         obj = cJSON_AddObjectToObject(root, "activity");
         char idtxt[24];
@@ -137,9 +144,7 @@ static void status_one(struct worker *w, struct req *r, int64_t id, int64_t uid)
     }
     int64_t remaining;
     status_stock(w, &a, 1, &remaining, &stale);
-    root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "code", "OK");
-    cJSON_AddStringToObject(root, "msg", "ok");
+    root = status_root();
     cJSON_AddItemToObject(root, "activity", status_activity_json(&a, now, remaining));
     if (uid > 0) {
         cJSON *mine = cJSON_CreateObject();
@@ -184,9 +189,7 @@ void status_handle(struct worker *w, struct req *r)
     int64_t now = cs_now_ms();
     int64_t *rem = xmalloc(sizeof(int64_t) * (n ? n : 1));
     status_stock(w, acts, n, rem, &stale);
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "code", "OK");
-    cJSON_AddStringToObject(root, "msg", "ok");
+    cJSON *root = status_root();
     cJSON_AddBoolToObject(root, "stale", stale);
     cJSON *arr = cJSON_AddArrayToObject(root, "activities");
     for (size_t i = 0; i < n; i++)
