@@ -2,6 +2,7 @@
 #include "activity.h"
 #include "conf.h"
 #include "cs.h"
+#include "keys.h"
 #include "log.h"
 #include "mconn.h"
 #include "meta.h"
@@ -66,23 +67,48 @@ void admin_revoke(struct worker *w, struct req *r)
     req_reply(r, CODE_OK, "activity revoked", extra, 0);
 }
 
+/* A write that fails the way a seize would (OOM, READONLY, MISCONF, BUSY,
+ * LOADING, no connection) and changes nothing that matters. */
+static enum rconn_fault admin_health_probe(struct worker *w)
+{
+    redisReply *rep = rconn_command(w->rc, KEY_HEALTH, "SET %s %d PX 10000", KEY_HEALTH,
+                                    w->index);
+    enum rconn_fault fault = rconn_reply_fault(rep);
+    if (rep != NULL)
+        freeReplyObject(rep);
+    return fault;
+}
+
 void admin_health(struct worker *w, struct req *r)
 {
     static const char *const bnames[] = {"closed", "open", "half-open"};
     char extra[160];
+    enum rconn_fault fault;
 
-    /* Health asks Redis itself, whatever the breaker says, and its answer
-     * feeds the breaker like any other call. */
-    redisReply *rep = rconn_command(w->rc, NULL, "PING");
-    int up = rep != NULL && rep->type != REDIS_REPLY_ERROR;
-    if (rep)
-        freeReplyObject(rep);
-    worker_redis_done(w, up);
+    /*
+     * Health answers "can a seize be granted now". While the breaker is
+     * closed a write probe says so, and does not feed the breaker (only
+     * seizes do). While it is open, the answer is why the last seizes failed;
+     * once the open interval is over, health may be the breaker's probe, so a
+     * node that a load balancer took out of rotation on this answer (and
+     * that therefore sees no seizes) still comes back by itself.
+     */
+    if (atomic_load(&w->shm->breaker_state) == BREAKER_CLOSED) {
+        fault = admin_health_probe(w);
+    } else if (worker_redis_allowed(w)) {
+        fault = admin_health_probe(w);
+        worker_redis_done(w, fault);
+    } else {
+        fault = (enum rconn_fault)atomic_load(&w->shm->redis_fault);
+        if (fault == RCONN_FAULT_NONE)
+            fault = RCONN_FAULT_DOWN;
+    }
     int bstate = atomic_load(&w->shm->breaker_state);
     snprintf(extra, sizeof(extra), "\"redis\":\"%s\",\"breaker\":\"%s\",\"worker\":%d",
-             up ? "up" : "down", bnames[bstate < 3 && bstate >= 0 ? bstate : 1], w->index);
-    if (up)
+             rconn_fault_name(fault), bnames[bstate < 3 && bstate >= 0 ? bstate : 1], w->index);
+    if (fault == RCONN_FAULT_NONE)
         req_reply(r, CODE_OK, NULL, extra, 0);
     else
-        req_reply(r, CODE_UNAVAILABLE, "redis is unreachable", extra, worker_retry_after(w));
+        req_reply(r, CODE_UNAVAILABLE, "redis cannot grant a seize now", extra,
+                  worker_retry_after(w));
 }

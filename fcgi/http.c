@@ -29,7 +29,11 @@ static const struct {
     [CODE_UNSUPPORTED_MEDIA_TYPE] = {415, "UNSUPPORTED_MEDIA_TYPE",
                                      "Content-Type must be application/json"},
     [CODE_TOO_MANY_REQUESTS] = {429, "TOO_MANY_REQUESTS", "too many requests, retry later"},
-    [CODE_UNAVAILABLE] = {503, "UNAVAILABLE", "service temporarily unavailable, retry later"},
+    [CODE_UNAVAILABLE] = {503, "UNAVAILABLE",
+                          "service temporarily unavailable, nothing was issued; retry later"},
+    [CODE_UNKNOWN_OUTCOME] = {503, "UNKNOWN_OUTCOME",
+                              "no answer from the coupon store: the coupon may be yours; "
+                              "check status or seize again"},
     [CODE_INTERNAL_ERROR] = {500, "INTERNAL_ERROR", "internal error"},
 };
 
@@ -56,6 +60,8 @@ enum cs_code http_seize_outcome(long long result)
     case -1: return CODE_ALREADY_SEIZED;
     case -2: return CODE_SOLD_OUT;
     case -3: return CODE_NO_SUCH_ACTIVITY;
+    case -4: return CODE_NOT_STARTED;
+    case -5: return CODE_ENDED;
     default: return CODE_INTERNAL_ERROR;
     }
 }

@@ -25,6 +25,7 @@ enum cs_code {
     CODE_UNSUPPORTED_MEDIA_TYPE,
     CODE_TOO_MANY_REQUESTS,
     CODE_UNAVAILABLE,
+    CODE_UNKNOWN_OUTCOME,
     CODE_INTERNAL_ERROR,
     CODE__COUNT
 };
@@ -34,7 +35,8 @@ const char *http_code_name(enum cs_code code); /* "SEIZED", ... */
 const char *http_code_msg(enum cs_code code);  /* default human message */
 
 /* Maps the integer reply of lua/seize.lua to its outcome: >= 0 SEIZED,
- * -1 ALREADY_SEIZED, -2 SOLD_OUT, -3 NO_SUCH_ACTIVITY, else INTERNAL_ERROR. */
+ * -1 ALREADY_SEIZED, -2 SOLD_OUT, -3 NO_SUCH_ACTIVITY, -4 NOT_STARTED,
+ * -5 ENDED, else INTERNAL_ERROR. */
 enum cs_code http_seize_outcome(long long result);
 
 /* Parses a seize/revoke body: a JSON object whose "id" is a JSON integer

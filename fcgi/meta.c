@@ -111,15 +111,12 @@ static int meta_load(struct worker *w)
     size_t n = 0;
     int ok = 0;
 
-    if (!worker_redis_allowed(w))
+    if (!worker_redis_readable(w))
         goto fail;
     if (rconn_append(w->rc, KEY_ACTIVITY_LIST, "GET %s", KEY_ACTIVITY_LIST) != CS_OK
         || rconn_append(w->rc, KEY_ACTIVITY_VOIDED, "SMEMBERS %s", KEY_ACTIVITY_VOIDED) != CS_OK
-        || rconn_get_reply(w->rc, &list) != CS_OK || rconn_get_reply(w->rc, &voided) != CS_OK) {
-        worker_redis_done(w, 0);
+        || rconn_get_reply(w->rc, &list) != CS_OK || rconn_get_reply(w->rc, &voided) != CS_OK)
         goto fail;
-    }
-    worker_redis_done(w, 1);
     ok = 1;
     if (list->type == REDIS_REPLY_STRING) {
         if (activity_list_parse(list->str, list->len, &acts, &n) != CS_OK) {

@@ -79,6 +79,15 @@ size_t metrics_render(const struct shm_node *node, char *buf, size_t cap)
          atomic_load((_Atomic int *)&node->breaker_state));
     counter(&o, "couponseize_breaker_opened_total", "Times the Redis breaker opened.",
             LOAD(m->breaker_opened));
+    counter(&o, "couponseize_seize_resends_total",
+            "Seize scripts sent once more on a fresh connection after a lost reply.",
+            LOAD(m->seize_resends));
+    int fault = atomic_load((_Atomic int *)&node->redis_fault);
+    emit(&o, "# HELP couponseize_redis_fault Why the last seize call failed (1 on the "
+             "fault named; all 0 after a success).\n# TYPE couponseize_redis_fault gauge\n");
+    for (int f = RCONN_FAULT_DOWN; f < RCONN_FAULT__COUNT; f++)
+        emit(&o, "couponseize_redis_fault{fault=\"%s\"} %d\n",
+             rconn_fault_name((enum rconn_fault)f), f == fault);
     counter(&o, "couponseize_rate_limited_total", "Seizes refused by the node rate limit.",
             LOAD(m->rate_limited));
     counter(&o, "couponseize_soldout_hint_hits_total",

@@ -9,7 +9,9 @@
 #include "worker.h"
 
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* The window check on cached metadata; CODE_OK when a seize may be tried. */
@@ -28,24 +30,172 @@ static void seize_unavailable(struct worker *w, struct req *r)
     req_reply(r, CODE_UNAVAILABLE, NULL, NULL, worker_retry_after(w));
 }
 
+/* The EVALSHA of one seize: keys and arguments, built once, sent up to
+ * three times (a resend after a lost reply, a retry after the window heal). */
+struct seize_call {
+    char k_stock[KEYS_MAX], k_list[KEYS_MAX], k_queue[KEYS_MAX], k_window[KEYS_MAX];
+    char s_aid[24], s_uid[24];
+    const char *argv[6];
+    size_t argl[6];
+};
+
+static void seize_call_init(struct seize_call *sc, int64_t id, int64_t uid)
+{
+    int shard = keys_shard(id);
+    sc->argl[0] = keys_stock(sc->k_stock, shard);
+    sc->argl[1] = keys_seize_list(sc->k_list, id);
+    sc->argl[2] = keys_queue(sc->k_queue, shard);
+    sc->argl[3] = keys_window(sc->k_window, shard);
+    sc->argl[4] = (size_t)snprintf(sc->s_aid, sizeof(sc->s_aid), "%" PRId64, id);
+    sc->argl[5] = (size_t)snprintf(sc->s_uid, sizeof(sc->s_uid), "%" PRId64, uid);
+    sc->argv[0] = sc->k_stock;
+    sc->argv[1] = sc->k_list;
+    sc->argv[2] = sc->k_queue;
+    sc->argv[3] = sc->k_window;
+    sc->argv[4] = sc->s_aid;
+    sc->argv[5] = sc->s_uid;
+}
+
+static redisReply *seize_send(struct worker *w, struct seize_call *sc)
+{
+    return rconn_evalsha(w->rc, &w->script, 4, 6, sc->argv, sc->argl);
+}
+
+static void seize_count_failure(struct worker *w)
+{
+    if (w->rc->err == RCONN_ERR_TIMEOUT)
+        atomic_fetch_add(&w->shm->m.redis_timeouts, 1);
+    else
+        atomic_fetch_add(&w->shm->m.redis_errors, 1);
+}
+
+/*
+ * After a resend answered -1 (already seized): was the coupon granted by
+ * this request's first EVALSHA, whose reply was lost, or by an earlier
+ * request? The seize list holds the grant's time by Redis' clock; a grant
+ * no older (by that same clock) than this request is this request's.
+ * Sets *remaining to the stock now. Returns CODE_SEIZED or
+ * CODE_ALREADY_SEIZED; CODE_SEIZED too when the lookup fails, since the
+ * user holds a coupon either way.
+ */
+static enum cs_code seize_settle_resent(struct worker *w, struct seize_call *sc,
+                                        int64_t age_ms, long long *remaining)
+{
+    redisReply *rep[3] = {NULL, NULL, NULL};
+    enum cs_code code = CODE_SEIZED;
+    int got = 0;
+
+    *remaining = 0;
+    if (rconn_append(w->rc, sc->k_list, "HGET %s %s", sc->k_list, sc->s_uid) == CS_OK
+        && rconn_append(w->rc, sc->k_list, "TIME") == CS_OK
+        && rconn_append(w->rc, sc->k_stock, "HGET %s %s", sc->k_stock, sc->s_aid) == CS_OK)
+        while (got < 3 && rconn_get_reply(w->rc, &rep[got]) == CS_OK)
+            got++;
+    if (got == 3 && rep[0]->type == REDIS_REPLY_STRING && rep[1]->type == REDIS_REPLY_ARRAY
+        && rep[1]->elements == 2 && rep[1]->element[0]->type == REDIS_REPLY_STRING
+        && rep[1]->element[1]->type == REDIS_REPLY_STRING) {
+        long long seized_ms = strtoll(rep[0]->str, NULL, 10);
+        long long now_ms = strtoll(rep[1]->element[0]->str, NULL, 10) * 1000
+                           + strtoll(rep[1]->element[1]->str, NULL, 10) / 1000;
+        /* 50 ms of slack for the clock reads on either side. */
+        if (now_ms - seized_ms > age_ms + 50)
+            code = CODE_ALREADY_SEIZED;
+        if (rep[2]->type == REDIS_REPLY_STRING)
+            *remaining = strtoll(rep[2]->str, NULL, 10);
+        if (*remaining < 0)
+            *remaining = 0;
+    }
+    for (int i = 0; i < got; i++)
+        freeReplyObject(rep[i]);
+    return code;
+}
+
+/* Writes the window of a (known from ACTIVITY:LIST) when Redis has none:
+ * data preheated before the script judged windows itself. HSETNX: what
+ * preheat wrote always wins. */
+static int seize_heal_window(struct worker *w, struct seize_call *sc, const struct activity *a)
+{
+    redisReply *rep = rconn_command(w->rc, sc->k_window, "HSETNX %s %s %" PRId64 ",%" PRId64,
+                                    sc->k_window, sc->s_aid, a->start_ms, a->end_ms);
+    int ok = rep != NULL && rep->type == REDIS_REPLY_INTEGER;
+    if (ok && rep->integer == 1)
+        log_notice("activity %" PRId64 ": window written from the activity list", a->id);
+    if (rep != NULL)
+        freeReplyObject(rep);
+    return ok ? CS_OK : CS_ERR;
+}
+
+/*
+ * Sends the seize script and feeds the breaker with how it went. CODE_OK
+ * with the script's answer in *res; CODE_UNAVAILABLE when Redis certainly
+ * did not run it (no connection, or an error reply such as OOM, READONLY,
+ * BUSY: Redis refused it); CODE_UNKNOWN_OUTCOME when it was written, its
+ * answer was lost, and sending it once more on a fresh connection got no
+ * answer either. *resent is set when it was sent a second time.
+ */
+static enum cs_code seize_eval(struct worker *w, struct seize_call *sc, long long *res,
+                               int *resent)
+{
+    redisReply *rep = seize_send(w, sc);
+    if (rep == NULL && w->rc->maybe_sent) {
+        /* The script is idempotent per user, so the same call once more
+         * tells the truth (rconn dropped the old connection). */
+        seize_count_failure(w);
+        atomic_fetch_add_explicit(&w->shm->m.seize_resends, 1, memory_order_relaxed);
+        log_debug("seize %s for %s: %s; sending it once more", sc->s_aid, sc->s_uid,
+                  w->rc->errstr);
+        *resent = 1;
+        rep = seize_send(w, sc);
+        if (rep == NULL || rep->type != REDIS_REPLY_INTEGER) {
+            log_debug("seize %s for %s: no answer to the resend either (%s)", sc->s_aid,
+                      sc->s_uid, rep != NULL && rep->type == REDIS_REPLY_ERROR ? rep->str
+                                                                               : w->rc->errstr);
+            worker_redis_done(w, rep != NULL ? rconn_reply_fault(rep) : RCONN_FAULT_DOWN);
+            if (rep != NULL)
+                freeReplyObject(rep);
+            return CODE_UNKNOWN_OUTCOME;
+        }
+    }
+    if (rep == NULL) {
+        worker_redis_done(w, RCONN_FAULT_DOWN);
+        log_debug("seize %s for %s: %s", sc->s_aid, sc->s_uid, w->rc->errstr);
+        return CODE_UNAVAILABLE;
+    }
+    if (rep->type != REDIS_REPLY_INTEGER) {
+        enum rconn_fault fault = rconn_reply_fault(rep);
+        log_error("EVALSHA seize.lua for activity %s: %s", sc->s_aid,
+                  rep->type == REDIS_REPLY_ERROR ? rep->str : "non-integer reply");
+        freeReplyObject(rep);
+        worker_redis_done(w, fault == RCONN_FAULT_NONE ? RCONN_FAULT_ERROR : fault);
+        return CODE_UNAVAILABLE;
+    }
+    worker_redis_done(w, RCONN_FAULT_NONE);
+    *res = rep->integer;
+    freeReplyObject(rep);
+    return CODE_OK;
+}
+
 void seize_handle(struct worker *w, struct req *r)
 {
     const struct cs_conf *c = w->conf;
     struct auth_identity who;
     struct activity a;
+    struct seize_call sc;
     int64_t id, now = cs_now_ms();
     const char *why;
     int retry, stale;
 
-    if (!shm_bucket_take(w->shm, cs_mono_us(), c->limits_node_rps, c->limits_burst, &retry)) {
-        atomic_fetch_add_explicit(&w->shm->m.rate_limited, 1, memory_order_relaxed);
-        req_reply(r, CODE_TOO_MANY_REQUESTS, NULL, NULL, retry);
-        return;
-    }
     if (req_auth(w, r, 1, &who) != CS_OK || req_read_body(w, r) != CS_OK)
         return;
     if (http_parse_id_body(r->body, r->body_len, &id, &why) != CS_OK) {
         req_reply(r, CODE_BAD_REQUEST, why, NULL, 0);
+        return;
+    }
+    /* Only a well-formed request from a known user spends the node's rate:
+     * a flood of garbage must not lock real users out. */
+    if (!shm_bucket_take(w->shm, cs_mono_us(), c->limits_node_rps, c->limits_burst, &retry)) {
+        atomic_fetch_add_explicit(&w->shm->m.rate_limited, 1, memory_order_relaxed);
+        req_reply(r, CODE_TOO_MANY_REQUESTS, NULL, NULL, retry);
         return;
     }
 
@@ -67,6 +217,7 @@ void seize_handle(struct worker *w, struct req *r)
     case META_FOUND:
         break;
     }
+    /* A fast path only: the script judges the window by Redis' clock. */
     enum cs_code window = seize_window(&a, now);
     if (window != CODE_OK) {
         req_reply(r, window, NULL, NULL, 0);
@@ -82,39 +233,21 @@ void seize_handle(struct worker *w, struct req *r)
         return;
     }
 
-    char k_stock[KEYS_MAX], k_list[KEYS_MAX], k_queue[KEYS_MAX], s_aid[24], s_uid[24], s_now[24];
-    int shard = keys_shard(id);
-    const char *argv[6] = {k_stock, k_list, k_queue, s_aid, s_uid, s_now};
-    size_t argl[6];
-    argl[0] = keys_stock(k_stock, shard);
-    argl[1] = keys_seize_list(k_list, id);
-    argl[2] = keys_queue(k_queue, shard);
-    argl[3] = (size_t)snprintf(s_aid, sizeof(s_aid), "%" PRId64, id);
-    argl[4] = (size_t)snprintf(s_uid, sizeof(s_uid), "%" PRId64, who.user_id);
-    argl[5] = (size_t)snprintf(s_now, sizeof(s_now), "%" PRId64, now);
-
-    redisReply *rep = rconn_evalsha(w->rc, &w->script, 3, 6, argv, argl);
-    if (rep == NULL) {
-        worker_redis_done(w, 0);
-        log_debug("seize %" PRId64 " for %" PRId64 ": %s", id, who.user_id, w->rc->errstr);
-        seize_unavailable(w, r);
+    seize_call_init(&sc, id, who.user_id);
+    int64_t sent_at = cs_mono_ms();
+    int resent = 0;
+    long long res;
+    enum cs_code code = seize_eval(w, &sc, &res, &resent);
+    if (code == CODE_OK && res == -3 && seize_heal_window(w, &sc, &a) == CS_OK)
+        code = seize_eval(w, &sc, &res, &resent); /* -3 changed nothing: ask again */
+    if (code != CODE_OK) {
+        req_reply(r, code, NULL, NULL, worker_retry_after(w));
         return;
     }
-    /* LOADING, BUSY, READONLY, OOM ...: Redis is there but not serving,
-     * which the breaker must see as a failure. */
-    worker_redis_done(w, rep->type == REDIS_REPLY_INTEGER);
-    if (rep->type != REDIS_REPLY_INTEGER) {
-        log_error("EVALSHA seize.lua for activity %" PRId64 ": %s", id,
-                  rep->type == REDIS_REPLY_ERROR ? rep->str : "non-integer reply");
-        freeReplyObject(rep);
-        /* Nothing is known to have been issued; the client may retry. */
-        seize_unavailable(w, r);
-        return;
-    }
-    long long res = rep->integer;
-    freeReplyObject(rep);
 
-    enum cs_code code = http_seize_outcome(res);
+    code = http_seize_outcome(res);
+    if (resent && res == -1)
+        code = seize_settle_resent(w, &sc, cs_mono_ms() - sent_at, &res);
     int64_t recheck = cs_mono_ms() + c->limits_soldout_recheck_ms;
     if (code == CODE_SEIZED) {
         char extra[96];

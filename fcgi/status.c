@@ -36,7 +36,9 @@ static void status_stock(struct worker *w, const struct activity *acts, size_t n
 
     for (size_t i = 0; i < n; i++)
         out[i] = meta_last_remaining(w->meta, acts[i].id);
-    if (n == 0 || *stale || !worker_redis_allowed(w)) {
+    if (n == 0)
+        return;
+    if (*stale || !worker_redis_readable(w)) {
         *stale = 1;
         return;
     }
@@ -60,38 +62,43 @@ static void status_stock(struct worker *w, const struct activity *acts, size_t n
         }
         freeReplyObject(rep);
     }
-    worker_redis_done(w, ok);
     if (!ok)
         *stale = 1;
 }
 
-/* mine: seized = in the seize list; persisted = seized and no longer queued
- * (coupon-sync removes a queue entry only after its MySQL commit). */
+/* mine: seized = in the seize list; persisted = seized, no longer queued
+ * (coupon-sync removes a queue entry only after its MySQL commit) and not
+ * moved to the dead letters (which it does when the entry cannot be written). */
 static int status_mine(struct worker *w, int64_t aid, int64_t uid, cJSON *mine)
 {
-    char klist[KEYS_MAX], kqueue[KEYS_MAX], fuser[24], fqueue[KEYS_MAX];
-    redisReply *a = NULL, *b = NULL;
-    int ok = 0;
+    char klist[KEYS_MAX], kqueue[KEYS_MAX], kdead[KEYS_MAX], fuser[24], fqueue[KEYS_MAX];
+    redisReply *rep[3] = {NULL, NULL, NULL};
+    int ok = 0, got = 0;
 
-    if (!worker_redis_allowed(w))
+    if (!worker_redis_readable(w))
         return CS_ERR;
     keys_seize_list(klist, aid);
     keys_queue(kqueue, keys_shard(aid));
+    keys_dead(kdead, keys_shard(aid));
     snprintf(fuser, sizeof(fuser), "%" PRId64, uid);
     keys_queue_field(fqueue, aid, uid);
     if (rconn_append(w->rc, klist, "HEXISTS %s %s", klist, fuser) == CS_OK
         && rconn_append(w->rc, kqueue, "HEXISTS %s %s", kqueue, fqueue) == CS_OK
-        && rconn_get_reply(w->rc, &a) == CS_OK && rconn_get_reply(w->rc, &b) == CS_OK)
-        ok = a->type == REDIS_REPLY_INTEGER && b->type == REDIS_REPLY_INTEGER;
-    worker_redis_done(w, a != NULL && b != NULL);
-    if (ok) {
-        cJSON_AddBoolToObject(mine, "seized", a->integer == 1);
-        cJSON_AddBoolToObject(mine, "persisted", a->integer == 1 && b->integer == 0);
+        && rconn_append(w->rc, kdead, "HEXISTS %s %s", kdead, fqueue) == CS_OK) {
+        while (got < 3 && rconn_get_reply(w->rc, &rep[got]) == CS_OK)
+            got++;
+        ok = got == 3;
+        for (int i = 0; ok && i < 3; i++)
+            ok = rep[i]->type == REDIS_REPLY_INTEGER;
     }
-    if (a)
-        freeReplyObject(a);
-    if (b)
-        freeReplyObject(b);
+    if (ok) {
+        int seized = rep[0]->integer == 1;
+        cJSON_AddBoolToObject(mine, "seized", seized);
+        cJSON_AddBoolToObject(mine, "persisted",
+                              seized && rep[1]->integer == 0 && rep[2]->integer == 0);
+    }
+    for (int i = 0; i < got; i++)
+        freeReplyObject(rep[i]);
     return ok ? CS_OK : CS_ERR;
 }
 
@@ -148,12 +155,12 @@ static void status_one(struct worker *w, struct req *r, int64_t id, int64_t uid)
     cJSON_AddItemToObject(root, "activity", status_activity_json(&a, now, remaining));
     if (uid > 0) {
         cJSON *mine = cJSON_CreateObject();
+        /* mine is read live or not at all (null): it is never an old copy. */
         if (!stale && status_mine(w, id, uid, mine) == CS_OK) {
             cJSON_AddItemToObject(root, "mine", mine);
         } else {
             cJSON_Delete(mine);
             cJSON_AddNullToObject(root, "mine");
-            stale = 1;
         }
     }
     cJSON_AddBoolToObject(root, "stale", stale);

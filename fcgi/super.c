@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -115,12 +116,18 @@ static sigset_t super_sigs;
 
 static pid_t super_spawn(struct cs_conf *conf, int listen_fd, struct shm_node *shm, int index)
 {
+    pid_t parent = getpid();
     pid_t pid = fork();
     if (pid < 0) {
         log_error("fork() failed: %s", strerror(errno));
         return 0;
     }
     if (pid == 0) {
+        /* A worker never outlives its supervisor: nobody would restart it,
+         * reload it or stop it. SIGTERM lets the request in flight finish;
+         * the getppid() check covers a supervisor that died before prctl(). */
+        if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent)
+            _exit(1);
         /* The worker gets default signal handling back, and the socket. */
         sigprocmask(SIG_UNBLOCK, &super_sigs, NULL);
         signal(SIGCHLD, SIG_DFL);
@@ -207,11 +214,16 @@ int super_run(struct cs_conf *conf, const char *conf_path, int listen_fd, int ow
                 rscript_free(&script);
                 sdnotify_reloading();
                 if (strcmp(fresh.fcgi_listen, conf->fcgi_listen) != 0
-                    || fresh.fcgi_workers != conf->fcgi_workers)
-                    log_warn("fcgi.listen and fcgi.workers change only on restart");
+                    || fresh.fcgi_workers != conf->fcgi_workers
+                    || strcmp(fresh.fcgi_shm_name, conf->fcgi_shm_name) != 0)
+                    log_warn("fcgi.listen, fcgi.workers and fcgi.shm_name change only on restart");
+                /* The workers keep the segment this supervisor created, and
+                 * that is the one removed at stop. */
                 fresh.fcgi_workers = conf->fcgi_workers;
                 free(fresh.fcgi_listen);
                 fresh.fcgi_listen = xstrdup(conf->fcgi_listen);
+                free(fresh.fcgi_shm_name);
+                fresh.fcgi_shm_name = xstrdup(conf->fcgi_shm_name);
                 conf_free(conf);
                 *conf = fresh;
                 int lvl = log_level_parse(conf->log_level);

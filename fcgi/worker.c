@@ -82,15 +82,24 @@ int req_auth(struct worker *w, struct req *r, int need, struct auth_identity *id
 int worker_redis_allowed(struct worker *w)
 {
     const struct cs_conf *c = w->conf;
-    int64_t lease = (int64_t)c->redis_connect_timeout_ms + 2 * c->redis_command_timeout_ms;
+    /* A probe may have to resend once: connect + two command timeouts. */
+    int64_t lease = 2 * ((int64_t)c->redis_connect_timeout_ms + c->redis_command_timeout_ms);
     return shm_breaker_allow(w->shm, cs_mono_ms(), lease);
 }
 
-void worker_redis_done(struct worker *w, int ok)
+int worker_redis_readable(const struct worker *w)
+{
+    return atomic_load(&w->shm->breaker_state) == BREAKER_CLOSED
+           || atomic_load(&w->shm->redis_fault) != RCONN_FAULT_DOWN;
+}
+
+void worker_redis_done(struct worker *w, enum rconn_fault fault)
 {
     const struct cs_conf *c = w->conf;
 
-    if (ok) {
+    if (atomic_load_explicit(&w->shm->redis_fault, memory_order_relaxed) != (int)fault)
+        atomic_store(&w->shm->redis_fault, (int)fault);
+    if (fault == RCONN_FAULT_NONE) {
         if (shm_breaker_success(w->shm))
             log_notice("redis is back: breaker closed");
         return;
@@ -101,8 +110,8 @@ void worker_redis_done(struct worker *w, int ok)
         atomic_fetch_add(&w->shm->m.redis_errors, 1);
     if (shm_breaker_failure(w->shm, cs_mono_ms(), c->redis_breaker_failures,
                             c->redis_breaker_open_ms))
-        log_warn("redis breaker opened: %s; seizes answer 503 until a probe succeeds",
-                 w->rc->errstr);
+        log_warn("redis breaker opened (%s): %s; seizes answer 503 until a probe succeeds",
+                 rconn_fault_name(fault), w->rc->errstr);
 }
 
 int worker_retry_after(const struct worker *w)

@@ -65,10 +65,17 @@ int req_read_body(struct worker *w, struct req *r);
  * 401 / 403. */
 int req_auth(struct worker *w, struct req *r, int need, struct auth_identity *id);
 
-/* Breaker gate around Redis calls: worker_redis_allowed() says whether a
- * call may be made now; worker_redis_done() reports how it went. */
+/* The node breaker, fed by seize-script calls only: worker_redis_allowed()
+ * says whether a seize may be sent now (one probe at a time while open);
+ * worker_redis_done() reports how the call went (RCONN_FAULT_NONE: a script
+ * answer came back). Reads elsewhere never feed it: a Redis that answers
+ * reads but refuses writes must keep it open. */
 int worker_redis_allowed(struct worker *w);
-void worker_redis_done(struct worker *w, int ok);
+void worker_redis_done(struct worker *w, enum rconn_fault fault);
+
+/* Whether a read (metadata, status) is worth trying: not while the breaker
+ * is open because Redis is unreachable. Reads never feed the breaker. */
+int worker_redis_readable(const struct worker *w);
 
 /* Seconds a client should wait while Redis is unavailable. */
 int worker_retry_after(const struct worker *w);

@@ -24,6 +24,11 @@ static const char SQL_PREHEAT[] =
     "WHERE status <> 4 AND distribute_end_time > NOW() - INTERVAL 1 DAY "
     "AND distribute_start_time < NOW() + INTERVAL ? DAY "
     "ORDER BY distribute_start_time, id";
+/* Revoked activities that could still be on sale: preheat re-applies their
+ * Redis side, so a revoke cut short after Redis lost it heals by itself. */
+static const char SQL_VOIDED[] =
+    "SELECT id FROM activity WHERE status = 4 AND distribute_end_time > NOW() - INTERVAL 1 DAY";
+static const char SQL_ACTIVITY_EXISTS[] = "SELECT id FROM activity WHERE id = ?";
 static const char SQL_COUPON_USERS[] =
     "SELECT user_id, CAST(UNIX_TIMESTAMP(seized_at)*1000 AS SIGNED) FROM coupon "
     "WHERE activity_id = ?";
@@ -490,6 +495,90 @@ static int act_is_voided(struct rconn *rc, int64_t id, int *voided, char *err, s
     return CS_OK;
 }
 
+/* Sets COUPON:ACTIVITY:WINDOW:{i} of a to its MySQL window (HSET: an admin
+ * may have moved the end). */
+static int act_write_window(struct rconn *rc, const struct activity *a, char *err,
+                            size_t errlen)
+{
+    char key[KEYS_MAX];
+    keys_window(key, keys_shard(a->id));
+    redisReply *r = rconn_command(rc, key, "HSET %s %" PRId64 " %" PRId64 ",%" PRId64, key,
+                                  a->id, a->start_ms, a->end_ms);
+    if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+        snprintf(err, errlen, "HSET %s: %s", key, r ? r->str : rc->errstr);
+        if (r != NULL)
+            freeReplyObject(r);
+        return CS_ERR;
+    }
+    freeReplyObject(r);
+    return CS_OK;
+}
+
+/* The Redis side of a revoke: id in ACTIVITY:VOIDED, so every node answers
+ * VOIDED, and its stock field a tombstone. A tombstone, not HDEL: a preheat
+ * that read MySQL before the revoke finds the field present and cannot put
+ * the stock back (HSETNX), and the script answers SOLD_OUT to a node that
+ * has not yet seen the revoke, so nothing more is ever issued. Idempotent. */
+static int act_apply_void(struct rconn *rc, int64_t id, char *err, size_t errlen)
+{
+    char skey[KEYS_MAX];
+    redisReply *r = rconn_command(rc, KEY_ACTIVITY_VOIDED, "SADD %s %" PRId64,
+                                  KEY_ACTIVITY_VOIDED, id);
+    if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+        snprintf(err, errlen, "SADD %s: %s", KEY_ACTIVITY_VOIDED, r ? r->str : rc->errstr);
+        if (r != NULL)
+            freeReplyObject(r);
+        return CS_ERR;
+    }
+    freeReplyObject(r);
+    keys_stock(skey, keys_shard(id));
+    r = rconn_command(rc, skey, "HSET %s %" PRId64 " %d", skey, id, ACTIVITY_STOCK_VOIDED);
+    if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+        snprintf(err, errlen, "HSET %s: %s", skey, r ? r->str : rc->errstr);
+        if (r != NULL)
+            freeReplyObject(r);
+        return CS_ERR;
+    }
+    freeReplyObject(r);
+    return CS_OK;
+}
+
+struct act_ids {
+    int64_t *v;
+    size_t n, cap;
+};
+
+static int act_id_row(void *arg, int ncols, char **cols)
+{
+    struct act_ids *ids = arg;
+    int64_t id;
+    if (ncols < 1 || cols[0] == NULL || cs_parse_id(cols[0], strlen(cols[0]), &id) != CS_OK)
+        return CS_OK;
+    if (ids->n == ids->cap) {
+        ids->cap = ids->cap ? ids->cap * 2 : 16;
+        ids->v = xrealloc(ids->v, ids->cap * sizeof(*ids->v));
+    }
+    ids->v[ids->n++] = id;
+    return CS_OK;
+}
+
+/* Re-applies the Redis side of every revoke MySQL knows of that could still
+ * matter, so MySQL never says voided while Redis sells. */
+static int act_reapply_voids(struct mconn *mc, struct rconn *rc, char *err, size_t errlen)
+{
+    struct act_ids ids = {0};
+    int ret = CS_OK;
+    if (mconn_query(mc, SQL_VOIDED, NULL, 0, act_id_row, &ids) != CS_OK) {
+        snprintf(err, errlen, "selecting revoked activities: %s", mc->errstr);
+        free(ids.v);
+        return CS_ERR;
+    }
+    for (size_t i = 0; i < ids.n && ret == CS_OK; i++)
+        ret = act_apply_void(rc, ids.v[i], err, errlen);
+    free(ids.v);
+    return ret;
+}
+
 int activity_preheat(struct mconn *mc, struct rconn *rc, int horizon_days,
                      struct preheat_result *res, char *err, size_t errlen)
 {
@@ -499,6 +588,8 @@ int activity_preheat(struct mconn *mc, struct rconn *rc, int horizon_days,
     memset(res, 0, sizeof(*res));
     if (act_select(mc, horizon_days, &vec, err, errlen) != CS_OK)
         return CS_ERR;
+    if (act_reapply_voids(mc, rc, err, errlen) != CS_OK)
+        goto out;
     size_t kept = 0;
     for (size_t i = 0; i < vec.n; i++) {
         int created, restored, voided;
@@ -509,7 +600,10 @@ int activity_preheat(struct mconn *mc, struct rconn *rc, int horizon_days,
             goto out;
         if (voided)
             continue;
-        if (act_ensure_stock(mc, rc, &vec.v[i], &created, &restored, err, errlen) != CS_OK)
+        /* The window before the stock: the script refuses an activity
+         * without one, so the stock field never opens a sale by itself. */
+        if (act_write_window(rc, &vec.v[i], err, errlen) != CS_OK
+            || act_ensure_stock(mc, rc, &vec.v[i], &created, &restored, err, errlen) != CS_OK)
             goto out;
         res->created += created;
         res->restored += restored;
@@ -540,43 +634,31 @@ int activity_revoke(struct mconn *mc, struct rconn *rc, int64_t id, int horizon_
                     int *found, char *err, size_t errlen)
 {
     struct mval p[] = {MV_INT(id)};
-    char skey[KEYS_MAX];
 
     *found = 0;
-    if (mconn_begin(mc) != CS_OK) {
+    if (mconn_query(mc, SQL_ACTIVITY_EXISTS, p, 1, act_found_row, found) != CS_OK) {
         snprintf(err, errlen, "%s", mc->errstr);
         return CS_ERR;
     }
+    if (!*found)
+        return CS_OK;
+    /* Redis first: once MySQL says voided, nothing is on sale any more. A
+     * failure after this point leaves Redis voided and MySQL not yet; a
+     * repeat finishes it, and preheat never puts the stock back. */
+    if (act_apply_void(rc, id, err, errlen) != CS_OK)
+        return CS_ERR;
+
+    if (mconn_begin(mc) != CS_OK)
+        goto fail;
     /* The row lock orders this against coupon-sync, which takes the same
      * lock before it inserts coupons with the activity's current status. */
-    if (mconn_query(mc, SQL_REVOKE_LOCK, p, 1, act_found_row, found) != CS_OK)
-        goto fail;
-    if (!*found) {
+    int locked = 0;
+    if (mconn_query(mc, SQL_REVOKE_LOCK, p, 1, act_found_row, &locked) != CS_OK
+        || mconn_exec(mc, SQL_REVOKE_ACTIVITY, p, 1, NULL) != CS_OK
+        || mconn_exec(mc, SQL_REVOKE_COUPONS, p, 1, NULL) != CS_OK || mconn_commit(mc) != CS_OK) {
         mconn_rollback(mc);
-        return CS_OK;
-    }
-    if (mconn_exec(mc, SQL_REVOKE_ACTIVITY, p, 1, NULL) != CS_OK ||
-        mconn_exec(mc, SQL_REVOKE_COUPONS, p, 1, NULL) != CS_OK || mconn_commit(mc) != CS_OK)
         goto fail;
-
-    redisReply *r = rconn_command(rc, KEY_ACTIVITY_VOIDED, "SADD %s %" PRId64,
-                                  KEY_ACTIVITY_VOIDED, id);
-    if (r == NULL || r->type == REDIS_REPLY_ERROR) {
-        snprintf(err, errlen, "SADD %s: %s", KEY_ACTIVITY_VOIDED, r ? r->str : rc->errstr);
-        goto fail_redis;
     }
-    freeReplyObject(r);
-    /* A tombstone, not HDEL: a preheat that read MySQL before this revoke
-     * finds the field present and cannot put the stock back (HSETNX), and
-     * the script answers SOLD_OUT to a node that has not yet seen the
-     * revoke, so nothing more is ever issued. */
-    keys_stock(skey, keys_shard(id));
-    r = rconn_command(rc, skey, "HSET %s %" PRId64 " %d", skey, id, ACTIVITY_STOCK_VOIDED);
-    if (r == NULL || r->type == REDIS_REPLY_ERROR) {
-        snprintf(err, errlen, "HSET %s: %s", skey, r ? r->str : rc->errstr);
-        goto fail_redis;
-    }
-    freeReplyObject(r);
 
     struct act_vec vec;
     if (act_select(mc, horizon_days, &vec, err, errlen) != CS_OK)
@@ -588,11 +670,6 @@ int activity_revoke(struct mconn *mc, struct rconn *rc, int64_t id, int horizon_
 
 fail:
     snprintf(err, errlen, "%s", mc->errstr);
-    mconn_rollback(mc);
-    return CS_ERR;
-fail_redis:
-    if (r != NULL)
-        freeReplyObject(r);
     return CS_ERR;
 }
 

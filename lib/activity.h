@@ -57,9 +57,11 @@ struct preheat_result {
     int restored;              /* of those, rebuilt from MySQL after Redis data loss */
 };
 
-/* Preheat: selects from MySQL the activities not voided, not ended (or ended
+/* Preheat: re-applies the Redis side of every revoke (status 4 in MySQL);
+ * selects from MySQL the activities not voided, not ended (or ended
  * less than a day ago, so late seizes answer ENDED), starting within
- * horizon_days; writes ACTIVITY:LIST; for each one sets the stock field
+ * horizon_days; writes ACTIVITY:LIST; for each one writes its window to
+ * COUPON:ACTIVITY:WINDOW:{i}, then sets the stock field
  * only if absent (a live sale is never reset). When absent, stock = total_num
  * - coupons in MySQL - entries still queued, and the seize list is rebuilt
  * from MySQL and the queue before the stock field appears. Safe to run from
@@ -71,9 +73,10 @@ int activity_preheat(struct mconn *mc, struct rconn *rc, int horizon_days,
  * never grants from it, and present, so preheat never recreates it. */
 #define ACTIVITY_STOCK_VOIDED -1
 
-/* Revoke: status 4 in MySQL, unused coupons voided, the stock field set to
- * ACTIVITY_STOCK_VOIDED, id added to ACTIVITY:VOIDED, ACTIVITY:LIST
- * rewritten without it.
+/* Revoke, Redis first: id added to ACTIVITY:VOIDED and the stock field set
+ * to ACTIVITY_STOCK_VOIDED; then in MySQL status 4 and unused coupons voided;
+ * then ACTIVITY:LIST rewritten without it. A failure part way leaves Redis
+ * voided (never MySQL voided while Redis sells); a repeat finishes it.
  * Idempotent. *found = 0 when no such activity. */
 int activity_revoke(struct mconn *mc, struct rconn *rc, int64_t id, int horizon_days,
                     int *found, char *err, size_t errlen);

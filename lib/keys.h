@@ -9,6 +9,8 @@
 #define KEYS_MAX 96
 
 #define KEY_ACTIVITY_LIST "ACTIVITY:LIST"
+/* Written by the health route's probe (a write that fails as a seize would). */
+#define KEY_HEALTH "COUPON:HEALTH"
 /* Set of revoked activity ids, so every node answers VOIDED (not NO_SUCH_ACTIVITY). */
 #define KEY_ACTIVITY_VOIDED "ACTIVITY:VOIDED"
 
@@ -25,6 +27,7 @@ size_t keys_seize_list(char *buf, int64_t activity_id);        /* COUPON:SEIZE:L
 size_t keys_queue(char *buf, int shard);                       /* QUEUE:COUPON:SEIZE:SYNC:{i} */
 size_t keys_dead(char *buf, int shard);                        /* QUEUE:COUPON:SEIZE:DEAD:{i} */
 size_t keys_sync_lock(char *buf, int shard);                   /* LOCK:COUPON:SYNC:{i} */
+size_t keys_window(char *buf, int shard);                      /* COUPON:ACTIVITY:WINDOW:{i} */
 
 /* Queue field "<activityId>:<userId>". */
 size_t keys_queue_field(char *buf, int64_t activity_id, int64_t user_id);

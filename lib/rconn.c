@@ -99,12 +99,12 @@ int rconn_ensure(struct rconn *rc)
     redisContext *c = redisConnectWithTimeout(rc->opts.host, rc->opts.port,
                                               ms_to_tv(rc->opts.connect_timeout_ms));
     if (c == NULL) {
-        rconn_set_err(rc, RCONN_ERR_IO, "redisConnect()", "cannot allocate context");
+        rconn_set_err(rc, RCONN_ERR_CONNECT, "redisConnect()", "cannot allocate context");
         rconn_fail(rc);
         return CS_ERR;
     }
     if (c->err) {
-        rconn_set_err(rc, rconn_ctx_err(c), "redisConnect() failed", c->errstr);
+        rconn_set_err(rc, RCONN_ERR_CONNECT, "redisConnect() failed", c->errstr);
         redisFree(c);
         rconn_fail(rc);
         return CS_ERR;
@@ -116,7 +116,7 @@ int rconn_ensure(struct rconn *rc)
         redisReply *r = redisCommand(c, "AUTH %s", rc->opts.password);
         if (r == NULL || r->type == REDIS_REPLY_ERROR) {
             /* The reply text never contains the password. */
-            rconn_set_err(rc, RCONN_ERR_REPLY, "AUTH failed",
+            rconn_set_err(rc, RCONN_ERR_CONNECT, "AUTH failed",
                           r ? r->str : c->errstr);
             if (r)
                 freeReplyObject(r);
@@ -220,6 +220,42 @@ int rconn_get_reply(struct rconn *rc, redisReply **reply)
     return CS_OK;
 }
 
+enum rconn_fault rconn_reply_fault(const redisReply *r)
+{
+    static const struct {
+        const char *prefix;
+        enum rconn_fault fault;
+    } known[] = {
+        {"READONLY", RCONN_FAULT_READONLY}, {"OOM", RCONN_FAULT_OOM},
+        {"MISCONF", RCONN_FAULT_MISCONF},   {"BUSY", RCONN_FAULT_BUSY},
+        {"LOADING", RCONN_FAULT_LOADING},   {"MASTERDOWN", RCONN_FAULT_DOWN},
+        {"CLUSTERDOWN", RCONN_FAULT_DOWN},  {"TRYAGAIN", RCONN_FAULT_BUSY},
+    };
+    if (r == NULL)
+        return RCONN_FAULT_DOWN;
+    if (r->type != REDIS_REPLY_ERROR)
+        return RCONN_FAULT_NONE;
+    for (size_t i = 0; i < CS_ARRAY_LEN(known); i++) {
+        size_t n = strlen(known[i].prefix);
+        /* "BUSY Redis is busy..." but not "BUSYKEY": the code ends at a space. */
+        if (r->len >= n && strncmp(r->str, known[i].prefix, n) == 0
+            && (r->len == n || r->str[n] == ' '))
+            return known[i].fault;
+    }
+    return RCONN_FAULT_ERROR;
+}
+
+const char *rconn_fault_name(enum rconn_fault f)
+{
+    static const char *const names[RCONN_FAULT__COUNT] = {
+        [RCONN_FAULT_NONE] = "up",         [RCONN_FAULT_DOWN] = "down",
+        [RCONN_FAULT_READONLY] = "readonly", [RCONN_FAULT_OOM] = "oom",
+        [RCONN_FAULT_MISCONF] = "misconf", [RCONN_FAULT_BUSY] = "busy",
+        [RCONN_FAULT_LOADING] = "loading", [RCONN_FAULT_ERROR] = "error",
+    };
+    return (unsigned)f < RCONN_FAULT__COUNT ? names[f] : "error";
+}
+
 int rscript_load_file(struct rscript *s, const char *path, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "rb");
@@ -282,6 +318,7 @@ redisReply *rconn_evalsha(struct rconn *rc, const struct rscript *cs, int nkeys,
     size_t avl[16];
     char nk[12];
 
+    rc->maybe_sent = 0;
     if (argc + 3 > (int)CS_ARRAY_LEN(av)) {
         rconn_set_err(rc, RCONN_ERR_REPLY, "rconn_evalsha()", "too many arguments");
         return NULL;
@@ -301,8 +338,10 @@ redisReply *rconn_evalsha(struct rconn *rc, const struct rscript *cs, int nkeys,
     }
     for (int attempt = 0;; attempt++) {
         redisReply *r = rconn_commandv(rc, key, argc + 3, av, avl);
-        if (r == NULL)
+        if (r == NULL) {
+            rc->maybe_sent = rc->err != RCONN_ERR_CONNECT && rc->err != RCONN_ERR_BACKOFF;
             return NULL;
+        }
         if (attempt == 0 && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
             freeReplyObject(r);
             if (rconn_script_load(rc, s, key) != CS_OK)

@@ -21,12 +21,36 @@ struct rconn_opts {
     int no_backoff;            /* reconnect on every call (the caller has a breaker) */
 };
 
-enum rconn_err { RCONN_OK = 0, RCONN_ERR_IO, RCONN_ERR_TIMEOUT, RCONN_ERR_REPLY, RCONN_ERR_BACKOFF };
+/* RCONN_ERR_CONNECT and RCONN_ERR_BACKOFF fail before a command is written:
+ * Redis certainly did not run it. After IO or TIMEOUT it may have. */
+enum rconn_err {
+    RCONN_OK = 0,
+    RCONN_ERR_IO,
+    RCONN_ERR_TIMEOUT,
+    RCONN_ERR_REPLY,
+    RCONN_ERR_BACKOFF,
+    RCONN_ERR_CONNECT,
+};
+
+/* Why Redis cannot serve a write now, as far as one call tells. */
+enum rconn_fault {
+    RCONN_FAULT_NONE = 0,
+    RCONN_FAULT_DOWN,          /* no connection, timeout, reset */
+    RCONN_FAULT_READONLY,      /* a replica (READONLY) */
+    RCONN_FAULT_OOM,           /* maxmemory reached under noeviction */
+    RCONN_FAULT_MISCONF,       /* cannot persist: writes refused */
+    RCONN_FAULT_BUSY,          /* a script or function runs too long */
+    RCONN_FAULT_LOADING,       /* loading its data set */
+    RCONN_FAULT_ERROR,         /* any other error reply */
+    RCONN_FAULT__COUNT
+};
 
 struct rconn {
     redisContext *ctx;
     struct rconn_opts opts;
     int err;                   /* sticky rconn_err of the last failed call */
+    int maybe_sent;            /* after rconn_evalsha() returned NULL: 1 when the
+                                * EVALSHA may have run (written, reply lost) */
     char errstr[256];
     int64_t retry_at_ms;       /* monotonic; no reconnect attempt before this */
     int backoff_ms;
@@ -75,13 +99,21 @@ int rconn_appendv(struct rconn *rc, const char *key, int argc, const char **argv
                   const size_t *argvlen);
 int rconn_get_reply(struct rconn *rc, redisReply **reply);
 
+/* The fault an error reply (REDIS_REPLY_ERROR) names, RCONN_FAULT_ERROR for
+ * one it does not know; RCONN_FAULT_NONE for any other reply. */
+enum rconn_fault rconn_reply_fault(const redisReply *r);
+
+/* "up", "down", "readonly", "oom", "misconf", "busy", "loading", "error". */
+const char *rconn_fault_name(enum rconn_fault f);
+
 /* Loads a script file into *s. CS_ERR with a message in err when unreadable. */
 int rscript_load_file(struct rscript *s, const char *path, char *err, size_t errlen);
 void rscript_free(struct rscript *s);
 
 /* EVALSHA s with nkeys keys then args (all in argv); on NOSCRIPT loads the
  * script with SCRIPT LOAD and retries once. Returns the reply or NULL as
- * rconn_command(). */
+ * rconn_command(); after NULL, rc->maybe_sent tells whether the EVALSHA
+ * was written (so Redis may have run it) or never left this process. */
 redisReply *rconn_evalsha(struct rconn *rc, const struct rscript *s, int nkeys, int argc,
                           const char **argv, const size_t *argvlen);
 

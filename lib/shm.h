@@ -30,6 +30,7 @@ struct shm_metrics {
     _Atomic uint64_t seize_lat_count;
     _Atomic uint64_t redis_errors;
     _Atomic uint64_t redis_timeouts;
+    _Atomic uint64_t seize_resends;     /* EVALSHAs sent again after a lost reply */
     _Atomic uint64_t breaker_opened;
     _Atomic uint64_t rate_limited;
     _Atomic uint64_t soldout_hint_hits;
@@ -51,6 +52,7 @@ struct shm_node {
     _Atomic int breaker_failures;
     _Atomic int64_t breaker_open_until_ms;
     _Atomic int64_t breaker_probe_until_ms;  /* lease of the one probing worker */
+    _Atomic int redis_fault;                 /* rconn_fault of the last seize call */
 
     _Atomic int64_t bucket_tat_us;           /* GCRA theoretical arrival time */
 

@@ -2,21 +2,45 @@
 -- KEYS[1] COUPON:RESOURCE:STOCK:{i}   hash activityId -> remaining stock
 -- KEYS[2] COUPON:SEIZE:LIST:<id>_{i}  hash userId -> seize time (ms)
 -- KEYS[3] QUEUE:COUPON:SEIZE:SYNC:{i} hash "<activityId>:<userId>" -> seize time (ms)
--- ARGV    activityId, userId, nowMs
--- Returns -1 already seized, -3 no stock field (unknown / not preheated / revoked),
--- -2 sold out, else the remaining stock after this seize (>= 0).
+-- KEYS[4] COUPON:ACTIVITY:WINDOW:{i}  hash activityId -> "<startMs>,<endMs>"
+-- ARGV    activityId, userId
+-- Returns -1 already seized, -3 no stock or window field (unknown / not
+-- preheated), -4 not started, -5 ended, -2 sold out (or revoked: the stock
+-- field is a tombstone below zero), else the remaining stock after this
+-- seize (>= 0).
+--
+-- The window is judged by Redis' own clock, never by the caller's: a node
+-- whose clock is wrong can neither open a sale early nor keep it open late.
+-- TIME is non-deterministic, so the script replicates its effects (the
+-- default since Redis 5; the call keeps Redis 3.2-4 correct too).
+if redis.replicate_commands then
+  redis.replicate_commands()
+end
 if redis.call('HEXISTS', KEYS[2], ARGV[2]) == 1 then
   return -1
 end
 local stock = redis.call('HGET', KEYS[1], ARGV[1])
-if not stock then
+local window = redis.call('HGET', KEYS[4], ARGV[1])
+if not stock or not window then
   return -3
+end
+local startms, endms = string.match(window, '^(%d+),(%d+)$')
+if not startms then
+  return -3
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if now < tonumber(startms) then
+  return -4
+end
+if now >= tonumber(endms) then
+  return -5
 end
 stock = tonumber(stock)
 if stock == nil or stock <= 0 then
   return -2
 end
 redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
-redis.call('HSET', KEYS[2], ARGV[2], ARGV[3])
-redis.call('HSET', KEYS[3], ARGV[1] .. ':' .. ARGV[2], ARGV[3])
+redis.call('HSET', KEYS[2], ARGV[2], now)
+redis.call('HSET', KEYS[3], ARGV[1] .. ':' .. ARGV[2], now)
 return stock - 1

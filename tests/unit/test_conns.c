@@ -43,7 +43,7 @@ START_TEST(redis_refused_sets_sticky_error_and_backs_off)
     struct rconn_opts o = {"127.0.0.1", closed_port(), "", 200, 200, 0};
     struct rconn *rc = rconn_new(&o);
     ck_assert_ptr_null(rconn_command(rc, NULL, "PING"));
-    ck_assert_int_eq(rc->err, RCONN_ERR_IO);
+    ck_assert_int_eq(rc->err, RCONN_ERR_CONNECT);
     ck_assert_ptr_nonnull(strstr(rc->errstr, "redisConnect"));
     /* Within the backoff no connect is attempted at all. */
     int64_t t0 = cs_mono_us();
@@ -69,6 +69,59 @@ START_TEST(redis_silent_server_times_out)
     ck_assert_ptr_null(rc->ctx); /* thrown away after the error */
     rconn_free(rc);
     close(lfd);
+}
+END_TEST
+
+/* An EVALSHA that never left the process is told apart from one whose
+ * reply was lost: only the second may have granted a coupon. */
+START_TEST(evalsha_says_whether_it_was_sent)
+{
+    struct rscript s = {.src = (char *)"return 1", .len = 8,
+                        .sha = "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"};
+    const char *argv[1] = {"k"};
+
+    struct rconn_opts refused = {"127.0.0.1", closed_port(), "", 200, 100, 1};
+    struct rconn *rc = rconn_new(&refused);
+    ck_assert_ptr_null(rconn_evalsha(rc, &s, 1, 1, argv, NULL));
+    ck_assert_int_eq(rc->maybe_sent, 0);
+    rconn_free(rc);
+
+    int port, lfd = silent_listener(&port);
+    struct rconn_opts silent = {"127.0.0.1", port, "", 200, 100, 1};
+    rc = rconn_new(&silent);
+    ck_assert_ptr_null(rconn_evalsha(rc, &s, 1, 1, argv, NULL));
+    ck_assert_int_eq(rc->err, RCONN_ERR_TIMEOUT);
+    ck_assert_int_eq(rc->maybe_sent, 1);
+    rconn_free(rc);
+    close(lfd);
+}
+END_TEST
+
+START_TEST(error_replies_name_their_fault)
+{
+    static const struct {
+        const char *text;
+        enum rconn_fault fault;
+    } cases[] = {
+        {"OOM command not allowed when used memory > 'maxmemory'.", RCONN_FAULT_OOM},
+        {"READONLY You can't write against a read only replica.", RCONN_FAULT_READONLY},
+        {"MISCONF Errors writing to the AOF file: No space left on device", RCONN_FAULT_MISCONF},
+        {"BUSY Redis is busy running a script.", RCONN_FAULT_BUSY},
+        {"BUSYKEY Target key name already exists.", RCONN_FAULT_ERROR},
+        {"LOADING Redis is loading the dataset in memory", RCONN_FAULT_LOADING},
+        {"ERR unknown command", RCONN_FAULT_ERROR},
+        {"OOMX", RCONN_FAULT_ERROR},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        redisReply r = {.type = REDIS_REPLY_ERROR, .str = (char *)cases[i].text,
+                        .len = strlen(cases[i].text)};
+        ck_assert_msg(rconn_reply_fault(&r) == cases[i].fault, "%s", cases[i].text);
+    }
+    redisReply ok = {.type = REDIS_REPLY_INTEGER, .integer = 3};
+    ck_assert_int_eq(rconn_reply_fault(&ok), RCONN_FAULT_NONE);
+    ck_assert_int_eq(rconn_reply_fault(NULL), RCONN_FAULT_DOWN);
+    ck_assert_str_eq(rconn_fault_name(RCONN_FAULT_OOM), "oom");
+    ck_assert_str_eq(rconn_fault_name(RCONN_FAULT_NONE), "up");
 }
 END_TEST
 
@@ -206,6 +259,8 @@ int main(void)
     TCase *tc = tcase_create("errors");
     tcase_add_test(tc, redis_refused_sets_sticky_error_and_backs_off);
     tcase_add_test(tc, redis_silent_server_times_out);
+    tcase_add_test(tc, evalsha_says_whether_it_was_sent);
+    tcase_add_test(tc, error_replies_name_their_fault);
     tcase_add_test(tc, mysql_unreachable_is_a_connection_error);
     tcase_add_test(tc, script_file_errors);
     suite_add_tcase(s, tc);

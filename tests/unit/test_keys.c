@@ -49,6 +49,9 @@ START_TEST(slots_follow_hash_tags)
     size_t la = keys_stock(a, 4), lb = keys_seize_list(b, 14), lc = keys_queue(c, 4);
     ck_assert_uint_eq(keys_slot(a, la), keys_slot(b, lb));
     ck_assert_uint_eq(keys_slot(a, la), keys_slot(c, lc));
+    lc = keys_window(c, 4);
+    ck_assert_str_eq(c, "COUPON:ACTIVITY:WINDOW:{4}");
+    ck_assert_uint_eq(keys_slot(a, la), keys_slot(c, lc));
     ck_assert_uint_eq(keys_slot(a, la), keys_slot("{4}", 3));
     /* An empty tag does not count: the whole key is hashed. */
     ck_assert_uint_eq(keys_slot("x{}y", 4), 16116);
