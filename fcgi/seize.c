@@ -74,7 +74,7 @@ static void seize_count_failure(struct worker *w)
  * this request's first EVALSHA, whose reply was lost, or by an earlier
  * request? The seize list holds the grant's time by Redis' clock; a grant
  * no older (by that same clock) than this request is this request's.
- * Sets *remaining to the stock now. Returns CODE_SEIZED or
+ * Sets *remaining to the stock now, -1 when unknown. Returns CODE_SEIZED or
  * CODE_ALREADY_SEIZED; CODE_SEIZED too when the lookup fails, since the
  * user holds a coupon either way.
  */
@@ -85,7 +85,7 @@ static enum cs_code seize_settle_resent(struct worker *w, struct seize_call *sc,
     enum cs_code code = CODE_SEIZED;
     int got = 0;
 
-    *remaining = 0;
+    *remaining = -1;
     if (rconn_append(w->rc, sc->k_list, "HGET %s %s", sc->k_list, sc->s_uid) == CS_OK
         && rconn_append(w->rc, sc->k_list, "TIME") == CS_OK
         && rconn_append(w->rc, sc->k_stock, "HGET %s %s", sc->k_stock, sc->s_aid) == CS_OK)
@@ -102,8 +102,9 @@ static enum cs_code seize_settle_resent(struct worker *w, struct seize_call *sc,
             code = CODE_ALREADY_SEIZED;
         if (rep[2]->type == REDIS_REPLY_STRING)
             *remaining = strtoll(rep[2]->str, NULL, 10);
-        if (*remaining < 0)
-            *remaining = 0;
+    } else {
+        log_warn("seize %s for %s: cannot tell whether the resend's coupon is new: %s",
+                 sc->s_aid, sc->s_uid, got == 3 ? "unexpected reply" : w->rc->errstr);
     }
     for (int i = 0; i < got; i++)
         freeReplyObject(rep[i]);
@@ -253,7 +254,11 @@ void seize_handle(struct worker *w, struct req *r)
         char extra[96];
         if (res == 0 && c->limits_soldout_recheck_ms > 0)
             shm_flag_set(w->shm->soldout, id, recheck);
-        snprintf(extra, sizeof(extra), "\"activityId\":%" PRId64 ",\"remaining\":%lld", id, res);
+        if (res >= 0)
+            snprintf(extra, sizeof(extra), "\"activityId\":%" PRId64 ",\"remaining\":%lld", id,
+                     res);
+        else /* granted before a lost reply; the stock now could not be read */
+            snprintf(extra, sizeof(extra), "\"activityId\":%" PRId64 ",\"remaining\":null", id);
         req_reply(r, CODE_SEIZED, NULL, extra, 0);
         return;
     }
