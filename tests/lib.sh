@@ -328,12 +328,14 @@ code_count() {
 # --- queues ---------------------------------------------------------------------
 
 # mk_activities BASE TOTAL: activities BASE..BASE+9 (BASE % 10 == 0: one per
-# shard), on sale now, TOTAL coupons each, with their stock fields in Redis as
-# preheat would set them.
+# shard), on sale now, TOTAL coupons each, with their window and stock fields
+# in Redis as preheat would set them.
 mk_activities() {
-    local i
+    local i now
+    now=$(date +%s%3N)
     for ((i = 0; i < 10; i++)); do
         mk_activity $(($1 + i)) "$2" -60 86400 || return 1
+        rcli hset "COUPON:ACTIVITY:WINDOW:{$i}" $(($1 + i)) "$((now - 60000)),$((now + 86400000))" >/dev/null
         rcli hsetnx "COUPON:RESOURCE:STOCK:{$i}" $(($1 + i)) "$2" >/dev/null
     done
 }

@@ -74,8 +74,8 @@ drained() { [[ $(queued) == 0 ]]; }
 # seize ACTIVITY USER: EVALSHA of lua/seize.lua as coupon-fcgi does it.
 seize() {
     local s=$(($1 % 10))
-    rcli evalsha "$SHA" 3 "COUPON:RESOURCE:STOCK:{$s}" "COUPON:SEIZE:LIST:$1_{$s}" \
-        "QUEUE:COUPON:SEIZE:SYNC:{$s}" "$1" "$2" "$(date +%s%3N)"
+    rcli evalsha "$SHA" 4 "COUPON:RESOURCE:STOCK:{$s}" "COUPON:SEIZE:LIST:$1_{$s}" \
+        "QUEUE:COUPON:SEIZE:SYNC:{$s}" "COUPON:ACTIVITY:WINDOW:{$s}" "$1" "$2"
 }
 
 # --- configuration check ------------------------------------------------------------------
@@ -197,6 +197,7 @@ check_eq "the queue is empty" 0 "$(queued)"
 
 mk_activity 601 10 -60 86400
 rcli hsetnx 'COUPON:RESOURCE:STOCK:{1}' 601 10 >/dev/null
+rcli hset 'COUPON:ACTIVITY:WINDOW:{1}' 601 0,99999999999999 >/dev/null
 check_eq "user 7 seizes activity 601" 9 "$(seize 601 7)"
 mysql_q "UPDATE activity SET status = 4 WHERE id = 601"
 once

@@ -69,12 +69,12 @@ try {
     $redis->setOption(Redis::OPT_READ_TIMEOUT, 0.2);
     $shard = $id % 10;
     $keys = ["COUPON:RESOURCE:STOCK:{{$shard}}", "COUPON:SEIZE:LIST:{$id}_{{$shard}}",
-             "QUEUE:COUPON:SEIZE:SYNC:{{$shard}}"];
-    $args = array_merge($keys, [(string) $id, $user, (string) (int) (microtime(true) * 1000)]);
-    $res = $redis->evalSha(getenv('COUPON_SCRIPT_SHA'), $args, 3);
+             "QUEUE:COUPON:SEIZE:SYNC:{{$shard}}", "COUPON:ACTIVITY:WINDOW:{{$shard}}"];
+    $args = array_merge($keys, [(string) $id, $user]);
+    $res = $redis->evalSha(getenv('COUPON_SCRIPT_SHA'), $args, 4);
     if ($res === false && str_starts_with((string) $redis->getLastError(), 'NOSCRIPT')) {
         $redis->clearLastError();
-        $res = $redis->eval(file_get_contents(getenv('COUPON_SCRIPT')), $args, 3);
+        $res = $redis->eval(file_get_contents(getenv('COUPON_SCRIPT')), $args, 4);
     }
 } catch (RedisException $e) {
     header('Retry-After: 1');
@@ -88,5 +88,7 @@ switch ($res) {
 case -1: reply(409, 'ALREADY_SEIZED', 'one coupon per user per activity');
 case -2: reply(409, 'SOLD_OUT', 'all coupons of this activity are gone');
 case -3: reply(404, 'NO_SUCH_ACTIVITY', 'no such activity');
+case -4: reply(409, 'NOT_STARTED', 'the activity has not started yet');
+case -5: reply(409, 'ENDED', 'the activity has ended');
 default: reply(200, 'SEIZED', 'you got a coupon', ['activityId' => $id, 'remaining' => $res]);
 }
