@@ -172,7 +172,7 @@ stack start-mysql
 wait_for 60 drained
 check_eq "after MySQL is back: all 50000 coupons landed" 50000 "$(coupons 300)"
 check_eq "invariant after the outage" 0 "$(bad_invariant)"
-check "the recovery is logged" grep -q 'MySQL works again' "$LOG.mysql"
+check "the recovery is logged" wait_for 20 grep -q 'MySQL works again' "$LOG.mysql"
 stop_daemons
 
 # --- a malformed entry goes to the dead-letter hash ---------------------------------------------
