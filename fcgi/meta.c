@@ -117,6 +117,14 @@ static int meta_load(struct worker *w)
         || rconn_append(w->rc, KEY_ACTIVITY_VOIDED, "SMEMBERS %s", KEY_ACTIVITY_VOIDED) != CS_OK
         || rconn_get_reply(w->rc, &list) != CS_OK || rconn_get_reply(w->rc, &voided) != CS_OK)
         goto fail;
+    /* LOADING, BUSY ...: Redis said nothing about the activities, so the
+     * old snapshot stands (an empty list here would turn every activity
+     * into NO_SUCH_ACTIVITY while Redis loads its data). */
+    if (list->type == REDIS_REPLY_ERROR || voided->type == REDIS_REPLY_ERROR) {
+        log_debug("reading %s: %s", KEY_ACTIVITY_LIST,
+                  list->type == REDIS_REPLY_ERROR ? list->str : voided->str);
+        goto fail;
+    }
     ok = 1;
     if (list->type == REDIS_REPLY_STRING) {
         if (activity_list_parse(list->str, list->len, &acts, &n) != CS_OK) {

@@ -59,6 +59,8 @@ static void status_stock(struct worker *w, const struct activity *acts, size_t n
         if (rep->type == REDIS_REPLY_STRING) {
             out[i] = strtoll(rep->str, NULL, 10);
             meta_set_remaining(w->meta, acts[i].id, out[i]);
+        } else if (rep->type == REDIS_REPLY_ERROR) {
+            *stale = 1; /* LOADING, BUSY ...: the last known value stands */
         }
         freeReplyObject(rep);
     }
