@@ -11,27 +11,41 @@
 #include "worker.h"
 
 #include <inttypes.h>
+#include <malloc.h>
 #include <stdio.h>
 
 void admin_preheat(struct worker *w, struct req *r)
 {
     struct auth_identity who;
     struct preheat_result res;
-    char err[256], extra[128];
+    char err[256], extra[192];
 
     if (req_auth(w, r, 2, &who) != CS_OK)
         return;
-    if (activity_preheat(w->mc, w->rc, w->conf->preheat_horizon_days, &res, err,
-                         sizeof(err)) != CS_OK) {
+    /* Its own connection, with coupon-sync's longer timeout: writing
+     * thousands of activities takes longer than one seize may wait. */
+    struct rconn_opts ro;
+    rconn_opts_from_conf(&ro, w->conf, w->conf->sync_redis_timeout_ms);
+    struct rconn *rc = rconn_new(&ro);
+    int ok = activity_preheat(w->mc, rc, w->conf->preheat_horizon_days,
+                              w->conf->sync_cleanup_grace_s, &res, err, sizeof(err));
+    rconn_free(rc);
+    /* Tens of megabytes for a big preheat were just freed: give them back,
+     * so the worker that served it does not keep that footprint. */
+    malloc_trim(0);
+    if (ok != CS_OK) {
         log_error("preheat failed: %s", err);
         req_reply(r, CODE_UNAVAILABLE, "preheat failed: MySQL or Redis unavailable", NULL, 5);
         return;
     }
     meta_invalidate(w->meta);
-    log_notice("preheat by admin %" PRId64 ": %d loaded, %d created, %d restored",
-               who.user_id, res.loaded, res.created, res.restored);
-    snprintf(extra, sizeof(extra), "\"loaded\":%d,\"created\":%d,\"restored\":%d", res.loaded,
-             res.created, res.restored);
+    log_notice("preheat by admin %" PRId64 ": %d loaded, %d created, %d restored "
+               "(MySQL %" PRId64 " ms, Redis %" PRId64 " ms)",
+               who.user_id, res.loaded, res.created, res.restored, res.select_ms, res.write_ms);
+    snprintf(extra, sizeof(extra),
+             "\"loaded\":%d,\"created\":%d,\"restored\":%d,\"mysqlMs\":%" PRId64
+             ",\"redisMs\":%" PRId64, res.loaded, res.created, res.restored, res.select_ms,
+             res.write_ms);
     req_reply(r, CODE_OK, NULL, extra, 0);
 }
 

@@ -8,31 +8,31 @@
 #include "shm.h"
 #include "worker.h"
 
+#include <cjson/cJSON.h>
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#define META_FORGET_RELOAD_MS 100
-
+/* One cached activity, compact: a cache of cache.size entries must stay a
+ * few hundred kilobytes, not size x sizeof(struct activity). */
 struct meta_entry {
     enum meta_kind kind;
-    struct activity a;
+    int status, validity_days;
+    int64_t id, total_num, start_ms, end_ms;
+    int64_t remaining;         /* last stock seen, -1 unknown */
+    char coupon_amount[24], coupon_threshold[24];
+    size_t coupon_name_off;    /* into text */
+    char text[];               /* name NUL coupon_name NUL */
 };
 
 struct meta {
     struct lcache *cache;
     struct lcache_opts opts;
-    int64_t refresh_ms;
     int64_t stale_ms;
-
-    /* The last snapshot read from Redis, sorted by id. */
-    struct activity *acts;
-    int64_t *remaining;        /* parallel to acts; -1 unknown */
-    size_t nacts;
-    int64_t *voided;           /* sorted */
-    size_t nvoided;
-    int64_t snap_at;           /* cs_mono_ms() of the load, 0 = never */
-
+    struct meta_entry *last;   /* of the last meta_lookup(); valid until a put */
     struct lcache_stats pushed;
 };
 
@@ -61,7 +61,6 @@ struct meta *meta_new(const struct cs_conf *conf)
     m->opts.refresh_ms = conf->cache_refresh_ms;
     m->opts.free_value = meta_entry_free;
     m->opts.seed = (uint64_t)cs_now_ms() ^ ((uint64_t)getpid() << 32);
-    m->refresh_ms = conf->cache_refresh_ms;
     m->stale_ms = conf->cache_stale_ms;
     m->cache = meta_cache_new(&m->opts);
     return m;
@@ -72,136 +71,115 @@ void meta_free(struct meta *m)
     if (m == NULL)
         return;
     lcache_free(m->cache);
-    free(m->acts);
-    free(m->remaining);
-    free(m->voided);
     free(m);
 }
 
-static int cmp_act(const void *a, const void *b)
+static struct meta_entry *meta_entry_new(enum meta_kind kind, const struct activity *a,
+                                         int64_t remaining)
 {
-    int64_t x = ((const struct activity *)a)->id, y = ((const struct activity *)b)->id;
-    return (x > y) - (x < y);
+    size_t nl = strlen(a->name), cl = strlen(a->coupon_name);
+    struct meta_entry *e = xmalloc(sizeof(*e) + nl + cl + 2);
+    e->kind = kind;
+    e->status = a->status;
+    e->validity_days = a->validity_days;
+    e->id = a->id;
+    e->total_num = a->total_num;
+    e->start_ms = a->start_ms;
+    e->end_ms = a->end_ms;
+    e->remaining = remaining;
+    memcpy(e->coupon_amount, a->coupon_amount, sizeof(e->coupon_amount));
+    memcpy(e->coupon_threshold, a->coupon_threshold, sizeof(e->coupon_threshold));
+    memcpy(e->text, a->name, nl + 1);
+    e->coupon_name_off = nl + 1;
+    memcpy(e->text + nl + 1, a->coupon_name, cl + 1);
+    return e;
 }
 
-static int cmp_i64(const void *a, const void *b)
+static void meta_entry_copy(const struct meta_entry *e, struct activity *a)
 {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
+    memset(a, 0, offsetof(struct activity, name) + 1);
+    a->id = e->id;
+    a->total_num = e->total_num;
+    a->start_ms = e->start_ms;
+    a->end_ms = e->end_ms;
+    a->validity_days = e->validity_days;
+    a->status = e->status;
+    memcpy(a->coupon_amount, e->coupon_amount, sizeof(a->coupon_amount));
+    memcpy(a->coupon_threshold, e->coupon_threshold, sizeof(a->coupon_threshold));
+    snprintf(a->name, sizeof(a->name), "%s", e->text);
+    snprintf(a->coupon_name, sizeof(a->coupon_name), "%s", e->text + e->coupon_name_off);
 }
 
-/* bsearch() over a sorted array that may be empty (and then NULL). */
-static struct activity *find_act(struct activity *acts, size_t n, int64_t id)
+/* Reads ID's META field and its membership of ACTIVITY:VOIDED in one round
+ * trip. On CS_OK *out is a new entry; CS_ERR when Redis could not be read. */
+static int meta_load(struct worker *w, int64_t id, int64_t remaining, struct meta_entry **out)
 {
-    struct activity key = {.id = id};
-    return n > 0 ? bsearch(&key, acts, n, sizeof(*acts), cmp_act) : NULL;
-}
-
-static int is_voided(const struct meta *m, int64_t id)
-{
-    return m->nvoided > 0 && bsearch(&id, m->voided, m->nvoided, sizeof(int64_t), cmp_i64);
-}
-
-/* Reads ACTIVITY:LIST and ACTIVITY:VOIDED in one round trip. */
-static int meta_load(struct worker *w)
-{
-    struct meta *m = w->meta;
-    redisReply *list = NULL, *voided = NULL;
-    struct activity *acts = NULL;
-    size_t n = 0;
-    int ok = 0;
+    char key[KEYS_MAX], field[24];
+    redisReply *meta = NULL, *voided = NULL;
+    struct activity a;
+    enum meta_kind kind = META_ABSENT;
 
     if (!worker_redis_readable(w))
-        goto fail;
-    if (rconn_append(w->rc, KEY_ACTIVITY_LIST, "GET %s", KEY_ACTIVITY_LIST) != CS_OK
-        || rconn_append(w->rc, KEY_ACTIVITY_VOIDED, "SMEMBERS %s", KEY_ACTIVITY_VOIDED) != CS_OK
-        || rconn_get_reply(w->rc, &list) != CS_OK || rconn_get_reply(w->rc, &voided) != CS_OK)
-        goto fail;
-    /* LOADING, BUSY ...: Redis said nothing about the activities, so the
-     * old snapshot stands (an empty list here would turn every activity
-     * into NO_SUCH_ACTIVITY while Redis loads its data). */
-    if (list->type == REDIS_REPLY_ERROR || voided->type == REDIS_REPLY_ERROR) {
-        log_debug("reading %s: %s", KEY_ACTIVITY_LIST,
-                  list->type == REDIS_REPLY_ERROR ? list->str : voided->str);
-        goto fail;
+        return CS_ERR;
+    keys_meta(key, keys_shard(id));
+    snprintf(field, sizeof(field), "%" PRId64, id);
+    if (rconn_append(w->rc, key, "HGET %s %s", key, field) != CS_OK
+        || rconn_append(w->rc, KEY_ACTIVITY_VOIDED, "SISMEMBER %s %s", KEY_ACTIVITY_VOIDED,
+                        field) != CS_OK
+        || rconn_get_reply(w->rc, &meta) != CS_OK || rconn_get_reply(w->rc, &voided) != CS_OK) {
+        if (meta)
+            freeReplyObject(meta);
+        return CS_ERR;
     }
-    ok = 1;
-    if (list->type == REDIS_REPLY_STRING) {
-        if (activity_list_parse(list->str, list->len, &acts, &n) != CS_OK) {
-            log_error("%s holds malformed JSON; treating it as empty", KEY_ACTIVITY_LIST);
-            acts = NULL;
-            n = 0;
-        }
-    } else if (list->type != REDIS_REPLY_NIL) {
-        log_error("GET %s: unexpected reply type %d", KEY_ACTIVITY_LIST, list->type);
-    }
-    if (n > 1)
-        qsort(acts, n, sizeof(*acts), cmp_act);
-
-    int64_t *old_rem = m->remaining;
-    struct activity *old_acts = m->acts;
-    size_t old_n = m->nacts;
-    m->remaining = xmalloc(sizeof(int64_t) * (n ? n : 1));
-    for (size_t i = 0; i < n; i++) {
-        struct activity *hit = find_act(old_acts, old_n, acts[i].id);
-        m->remaining[i] = hit ? old_rem[hit - old_acts] : -1;
-    }
-    free(old_rem);
-    free(old_acts);
-    m->acts = acts;
-    m->nacts = n;
-
-    free(m->voided);
-    m->voided = NULL;
-    m->nvoided = 0;
-    if (voided->type == REDIS_REPLY_ARRAY && voided->elements > 0) {
-        m->voided = xmalloc(sizeof(int64_t) * voided->elements);
-        for (size_t i = 0; i < voided->elements; i++) {
-            redisReply *e = voided->element[i];
-            int64_t id;
-            if (e->type == REDIS_REPLY_STRING && cs_parse_id(e->str, e->len, &id) == CS_OK)
-                m->voided[m->nvoided++] = id;
-        }
-        if (m->nvoided > 1)
-            qsort(m->voided, m->nvoided, sizeof(int64_t), cmp_i64);
-    }
-    /* The voided set wins: a list written by a preheat that raced a revoke
-     * may still show the activity. */
-    for (size_t i = 0; i < m->nacts; i++)
-        if (is_voided(m, m->acts[i].id))
-            m->acts[i].status = ACT_VOIDED;
-    m->snap_at = cs_mono_ms();
-fail:
-    if (list)
-        freeReplyObject(list);
-    if (voided)
+    /* LOADING, BUSY ...: Redis said nothing about the activity, so what is
+     * cached stands (treating it as absent would answer NO_SUCH_ACTIVITY
+     * while Redis loads its data). */
+    if (meta->type == REDIS_REPLY_ERROR || voided->type == REDIS_REPLY_ERROR) {
+        log_debug("reading %s field %s: %s", key, field,
+                  meta->type == REDIS_REPLY_ERROR ? meta->str : voided->str);
+        freeReplyObject(meta);
         freeReplyObject(voided);
-    return ok ? CS_OK : CS_ERR;
-}
-
-static int meta_snap_fresh(const struct meta *m, int64_t now)
-{
-    return m->snap_at != 0 && now - m->snap_at < m->refresh_ms;
-}
-
-/* Resolves ID from the snapshot into a new cache entry. */
-static struct meta_entry *meta_resolve(struct meta *m, int64_t id)
-{
-    struct meta_entry *e = xcalloc(1, sizeof(*e));
-    struct activity *a = find_act(m->acts, m->nacts, id);
-
-    if (a != NULL) {
-        e->kind = a->status == ACT_VOIDED ? META_VOIDED : META_FOUND;
-        e->a = *a;
-    } else if (is_voided(m, id)) {
-        e->kind = META_VOIDED;
-        e->a.id = id;
-        e->a.status = ACT_VOIDED;
-    } else {
-        e->kind = META_ABSENT;
-        e->a.id = id;
+        return CS_ERR;
     }
-    return e;
+    memset(&a, 0, sizeof(a));
+    a.id = id;
+    if (meta->type == REDIS_REPLY_STRING) {
+        cJSON *o = cJSON_ParseWithLength(meta->str, meta->len);
+        if (o != NULL && activity_from_json(o, &a) == CS_OK && a.id == id)
+            kind = META_FOUND;
+        else
+            log_error("%s field %s holds malformed JSON; treating it as absent", key, field);
+        cJSON_Delete(o);
+        if (kind != META_FOUND) {
+            memset(&a, 0, sizeof(a));
+            a.id = id;
+        }
+    } else if (meta->type != REDIS_REPLY_NIL) {
+        log_error("HGET %s: unexpected reply type %d", key, meta->type);
+    }
+    /* The voided set wins: a META written by a preheat that raced a revoke
+     * may still show the activity on sale. */
+    if ((voided->type == REDIS_REPLY_INTEGER && voided->integer == 1)
+        || (kind == META_FOUND && a.status == ACT_VOIDED)) {
+        kind = META_VOIDED;
+        a.status = ACT_VOIDED;
+    }
+    freeReplyObject(meta);
+    freeReplyObject(voided);
+    *out = meta_entry_new(kind, &a, remaining);
+    return CS_OK;
+}
+
+/* Stores a freshly loaded entry and copies it out. lcache_put() may free it
+ * at once (admission with a tiny cache), so the copy comes first. */
+static enum meta_kind meta_store(struct meta *m, int64_t id, struct meta_entry *e, int64_t now,
+                                 struct activity *out)
+{
+    enum meta_kind kind = e->kind;
+    meta_entry_copy(e, out);
+    lcache_put(m->cache, id, e, now);
+    m->last = lcache_region_of(m->cache, id) != LCACHE_REGION_NONE ? e : NULL;
+    return kind;
 }
 
 enum meta_kind meta_lookup(struct worker *w, int64_t id, struct activity *out, int *stale)
@@ -209,26 +187,26 @@ enum meta_kind meta_lookup(struct worker *w, int64_t id, struct activity *out, i
     struct meta *m = w->meta;
     int64_t now = cs_mono_ms();
     void *v = NULL;
-    struct meta_entry *e;
+    struct meta_entry *e, *fresh;
 
     *stale = 0;
+    m->last = NULL;
     switch (lcache_get(m->cache, id, now, &v)) {
     case LCACHE_HIT:
         e = v;
         break;
     case LCACHE_HIT_REFRESH:
-        /* This caller refreshes; everyone else keeps the current entry. */
-        if (!meta_snap_fresh(m, now) && meta_load(w) != CS_OK) {
+        /* This caller refreshes this one entry; the rest of the cache and
+         * every other caller keep what they have. */
+        e = v;
+        if (meta_load(w, id, e->remaining, &fresh) != CS_OK) {
             lcache_refresh_failed(m->cache, id, now);
-            e = v;
             *stale = 1;
             break;
         }
-        e = meta_resolve(m, id);
-        lcache_put(m->cache, id, e, now);
-        break;
+        return meta_store(m, id, fresh, now, out);
     default:
-        if (!meta_snap_fresh(m, now) && meta_load(w) != CS_OK) {
+        if (meta_load(w, id, -1, &fresh) != CS_OK) {
             lcache_load_failed(m->cache);
             e = lcache_get_stale(m->cache, id, now, m->stale_ms, NULL);
             if (e == NULL)
@@ -236,49 +214,29 @@ enum meta_kind meta_lookup(struct worker *w, int64_t id, struct activity *out, i
             *stale = 1;
             break;
         }
-        e = meta_resolve(m, id);
-        lcache_put(m->cache, id, e, now);
-        break;
+        return meta_store(m, id, fresh, now, out);
     }
-    *out = e->a;
+    m->last = e;
+    meta_entry_copy(e, out);
     return e->kind;
-}
-
-int meta_list(struct worker *w, const struct activity **acts, size_t *n, int *stale)
-{
-    struct meta *m = w->meta;
-    int64_t now = cs_mono_ms();
-
-    *stale = 0;
-    if (!meta_snap_fresh(m, now) && meta_load(w) != CS_OK) {
-        if (m->snap_at == 0 || now - m->snap_at > m->opts.expire_ms + m->stale_ms)
-            return CS_ERR;
-        *stale = 1;
-    }
-    *acts = m->acts;
-    *n = m->nacts;
-    return CS_OK;
 }
 
 int64_t meta_last_remaining(struct meta *m, int64_t id)
 {
-    struct activity *a = find_act(m->acts, m->nacts, id);
-    return a ? m->remaining[a - m->acts] : -1;
+    return m->last != NULL && m->last->id == id ? m->last->remaining : -1;
 }
 
 void meta_set_remaining(struct meta *m, int64_t id, int64_t remaining)
 {
-    struct activity *a = find_act(m->acts, m->nacts, id);
-    if (a != NULL)
-        m->remaining[a - m->acts] = remaining;
+    if (m->last != NULL && m->last->id == id)
+        m->last->remaining = remaining;
 }
 
 void meta_forget(struct meta *m, int64_t id)
 {
+    if (m->last != NULL && m->last->id == id)
+        m->last = NULL;
     lcache_remove(m->cache, id);
-    /* However many seizes ask, the list is read again at most this often. */
-    if (cs_mono_ms() - m->snap_at >= META_FORGET_RELOAD_MS)
-        m->snap_at = 0;
 }
 
 void meta_invalidate(struct meta *m)
@@ -286,7 +244,7 @@ void meta_invalidate(struct meta *m)
     lcache_free(m->cache);
     m->cache = meta_cache_new(&m->opts);
     m->pushed = (struct lcache_stats){0};
-    m->snap_at = 0;
+    m->last = NULL;
 }
 
 void meta_push_stats(struct meta *m, struct shm_node *shm)

@@ -1,7 +1,8 @@
 /* meta.h - activity metadata as a worker sees it: a W-TinyLFU cache per
- * activity id, filled from a snapshot of ACTIVITY:LIST + ACTIVITY:VOIDED that
- * is reloaded at most once per cache.refresh_ms, and served stale while
- * Redis is away. */
+ * activity id, each entry loaded and refreshed on its own from
+ * COUPON:ACTIVITY:META:{i} (+ ACTIVITY:VOIDED) at most once per
+ * cache.refresh_ms, and served stale while Redis is away. Nothing here reads
+ * the whole activity list. */
 #ifndef CS_META_H
 #define CS_META_H
 
@@ -21,24 +22,20 @@ struct meta *meta_new(const struct cs_conf *conf);
 void meta_free(struct meta *m);
 
 /* Looks up activity ID. META_FOUND copies it into *out. *stale is set when the
- * answer comes from data older than the refresh interval because Redis could
- * not be read. META_UNAVAILABLE: nothing known and Redis unreachable. */
+ * answer comes from an entry older than the refresh interval because Redis
+ * could not be read. META_UNAVAILABLE: nothing known and Redis unreachable. */
 enum meta_kind meta_lookup(struct worker *w, int64_t id, struct activity *out, int *stale);
 
-/* The whole preheated list, reloaded when older than the refresh interval.
- * *acts stays valid until the next meta_* call. CS_ERR when never loaded and
- * Redis is unreachable; *stale as above. */
-int meta_list(struct worker *w, const struct activity **acts, size_t *n, int *stale);
-
-/* Last remaining stock seen for ID (-1 if never), and its update. */
+/* Last remaining stock seen for ID (-1 if never), and its update; both only
+ * know the activity of the last meta_lookup(). */
 int64_t meta_last_remaining(struct meta *m, int64_t id);
 void meta_set_remaining(struct meta *m, int64_t id, int64_t remaining);
 
 /* Forgets what is known of ID (Redis said it has no stock field); the next
- * lookup of it re-reads the list, at most every 100 ms. */
+ * lookup of it reads Redis again. */
 void meta_forget(struct meta *m, int64_t id);
 
-/* Forgets everything: the next lookup reloads (after preheat / revoke). */
+/* Forgets everything: every next lookup reloads (after preheat / revoke). */
 void meta_invalidate(struct meta *m);
 
 /* Adds the cache counters since the last push to the node metrics. */

@@ -1,4 +1,5 @@
 /* status.c - GET /market/consumer/coupon/status[?id=N]. */
+#include "alist.h"
 #include "conf.h"
 #include "cs.h"
 #include "keys.h"
@@ -8,10 +9,15 @@
 #include "worker.h"
 
 #include <cjson/cJSON.h>
+#include <stdint.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The list route's page size: default and largest. */
+#define STATUS_PAGE_DEFAULT 50
+#define STATUS_PAGE_MAX 200
 
 static cJSON *status_activity_json(const struct activity *a, int64_t now, int64_t remaining)
 {
@@ -169,6 +175,23 @@ static void status_one(struct worker *w, struct req *r, int64_t id, int64_t uid)
     status_send(r, root);
 }
 
+/* Query parameter NAME as an integer in 1..max; DFLT when absent. */
+static int status_page_param(const char *query, const char *name, size_t dflt, size_t max,
+                             size_t *out)
+{
+    char buf[24];
+    int64_t v;
+
+    if (http_query_param(query, name, buf, sizeof(buf)) != CS_OK) {
+        *out = dflt;
+        return CS_OK;
+    }
+    if (cs_parse_id(buf, strlen(buf), &v) != CS_OK || (uint64_t)v > max)
+        return CS_ERR;
+    *out = (size_t)v;
+    return CS_OK;
+}
+
 void status_handle(struct worker *w, struct req *r)
 {
     struct auth_identity who;
@@ -188,21 +211,33 @@ void status_handle(struct worker *w, struct req *r)
         return;
     }
 
-    const struct activity *acts;
-    size_t n;
-    int stale;
-    if (meta_list(w, &acts, &n, &stale) != CS_OK) {
+    size_t page, size;
+    if (status_page_param(r->query, "page", 1, SIZE_MAX / STATUS_PAGE_MAX, &page) != CS_OK
+        || status_page_param(r->query, "size", STATUS_PAGE_DEFAULT, SIZE_MAX, &size)
+               != CS_OK) {
+        req_reply(r, CODE_BAD_REQUEST, "page and size must be integers >= 1", NULL, 0);
+        return;
+    }
+    if (size > STATUS_PAGE_MAX)
+        size = STATUS_PAGE_MAX;
+    struct alist_page pg;
+    if (alist_page(w, page, size, &pg) != CS_OK) {
         req_reply(r, CODE_UNAVAILABLE, NULL, NULL, worker_retry_after(w));
         return;
     }
     int64_t now = cs_now_ms();
-    int64_t *rem = xmalloc(sizeof(int64_t) * (n ? n : 1));
-    status_stock(w, acts, n, rem, &stale);
+    int stale = pg.stale;
+    int64_t *rem = xmalloc(sizeof(int64_t) * (pg.n ? pg.n : 1));
+    status_stock(w, pg.acts, pg.n, rem, &stale);
     cJSON *root = status_root();
     cJSON_AddBoolToObject(root, "stale", stale);
+    cJSON_AddNumberToObject(root, "total", (double)pg.total);
+    cJSON_AddNumberToObject(root, "page", (double)page);
+    cJSON_AddNumberToObject(root, "size", (double)size);
     cJSON *arr = cJSON_AddArrayToObject(root, "activities");
-    for (size_t i = 0; i < n; i++)
-        cJSON_AddItemToArray(arr, status_activity_json(&acts[i], now, rem[i]));
+    for (size_t i = 0; i < pg.n; i++)
+        cJSON_AddItemToArray(arr, status_activity_json(&pg.acts[i], now, rem[i]));
     free(rem);
+    alist_page_free(&pg);
     status_send(r, root);
 }

@@ -1,5 +1,6 @@
 /* super.c - prefork supervisor: bind, fork, reap, restart, reload, stop. */
 #include "super.h"
+#include "alist.h"
 #include "conf.h"
 #include "cs.h"
 #include "log.h"
@@ -310,6 +311,7 @@ int super_run(struct cs_conf *conf, const char *conf_path, int listen_fd, int ow
     if (own_socket && path != NULL)
         unlink(path);
     close(listen_fd);
+    alist_unlink(shm, conf->fcgi_shm_name);
     shm_node_close(shm);
     shm_node_unlink(conf->fcgi_shm_name);
     free(slots);

@@ -15,19 +15,25 @@
 /* Pairs per HSET when rebuilding a seize list, so no single command gets huge. */
 #define ACT_HSET_CHUNK 1000
 
-/* Activities that ended within the last day stay listed, so a late seize gets
- * a clear ENDED rather than NO_SUCH_ACTIVITY. */
-static const char SQL_PREHEAT[] =
-    "SELECT id, name, coupon_name, coupon_amount, coupon_threshold, total_num, "
-    "UNIX_TIMESTAMP(distribute_start_time)*1000, UNIX_TIMESTAMP(distribute_end_time)*1000, "
-    "validity_days, status FROM activity "
-    "WHERE status <> 4 AND distribute_end_time > NOW() - INTERVAL 1 DAY "
+/* Activities that ended within the grace stay listed, so a late seize gets a
+ * clear ENDED rather than NO_SUCH_ACTIVITY. The last column says whether MySQL
+ * holds any coupon of it (an index probe, not a count). */
+#define SQL_PREHEAT_COLS \
+    "SELECT id, name, coupon_name, coupon_amount, coupon_threshold, total_num, " \
+    "UNIX_TIMESTAMP(distribute_start_time)*1000, UNIX_TIMESTAMP(distribute_end_time)*1000, " \
+    "validity_days, status, " \
+    "EXISTS (SELECT 1 FROM coupon c WHERE c.activity_id = activity.id) FROM activity "
+static const char SQL_PREHEAT[] = SQL_PREHEAT_COLS
+    "WHERE status <> 4 AND distribute_end_time > NOW() - INTERVAL ? SECOND "
     "AND distribute_start_time < NOW() + INTERVAL ? DAY "
     "ORDER BY distribute_start_time, id";
+static const char SQL_PREHEAT_ONE[] = SQL_PREHEAT_COLS
+    "WHERE id = ? AND status <> 4 AND distribute_end_time > NOW() - INTERVAL ? SECOND "
+    "AND distribute_start_time < NOW() + INTERVAL ? DAY";
 /* Revoked activities that could still be on sale: preheat re-applies their
  * Redis side, so a revoke cut short after Redis lost it heals by itself. */
 static const char SQL_VOIDED[] =
-    "SELECT id FROM activity WHERE status = 4 AND distribute_end_time > NOW() - INTERVAL 1 DAY";
+    "SELECT id FROM activity WHERE status = 4 AND distribute_end_time > NOW() - INTERVAL ? SECOND";
 static const char SQL_ACTIVITY_EXISTS[] = "SELECT id FROM activity WHERE id = ?";
 static const char SQL_COUPON_USERS[] =
     "SELECT user_id, CAST(UNIX_TIMESTAMP(seized_at)*1000 AS SIGNED) FROM coupon "
@@ -206,24 +212,42 @@ out:
 
 struct act_vec {
     struct activity *v;
+    unsigned char *has_coupons; /* parallel to v: MySQL holds coupons of it */
+    char **txt;                /* parallel to v: activity_to_text(), made once */
+    char (*win)[48];           /* parallel to v: WINDOW value "<startMs>,<endMs>" */
     size_t n, cap;
 };
+
+static void act_vec_free(struct act_vec *vec)
+{
+    for (size_t i = 0; i < vec->n; i++)
+        cJSON_free(vec->txt[i]);
+    free(vec->txt);
+    free(vec->win);
+    free(vec->v);
+    free(vec->has_coupons);
+    memset(vec, 0, sizeof(*vec));
+}
 
 static int64_t act_atoll(const char *s)
 {
     return s ? strtoll(s, NULL, 10) : 0;
 }
 
-/* Row of SQL_PREHEAT. */
+/* Row of SQL_PREHEAT / SQL_PREHEAT_ONE. */
 static int act_row(void *arg, int ncols, char **cols)
 {
     struct act_vec *vec = arg;
-    if (ncols != 10)
+    if (ncols != 11)
         return CS_ERR;
     if (vec->n == vec->cap) {
         vec->cap = vec->cap ? vec->cap * 2 : 16;
         vec->v = xrealloc(vec->v, vec->cap * sizeof(*vec->v));
+        vec->has_coupons = xrealloc(vec->has_coupons, vec->cap);
+        vec->txt = xrealloc(vec->txt, vec->cap * sizeof(*vec->txt));
+        vec->win = xrealloc(vec->win, vec->cap * sizeof(*vec->win));
     }
+    vec->has_coupons[vec->n] = act_atoll(cols[10]) != 0;
     struct activity *a = &vec->v[vec->n++];
     memset(a, 0, sizeof(*a));
     a->id = act_atoll(cols[0]);
@@ -237,39 +261,88 @@ static int act_row(void *arg, int ncols, char **cols)
     a->end_ms = act_atoll(cols[7]);
     a->validity_days = (int)act_atoll(cols[8]);
     a->status = (int)act_atoll(cols[9]);
+    vec->txt[vec->n - 1] = activity_to_text(a);
+    snprintf(vec->win[vec->n - 1], sizeof(vec->win[0]), "%" PRId64 ",%" PRId64, a->start_ms,
+             a->end_ms);
     return CS_OK;
 }
 
-/* Selects the activities preheat serves. On CS_OK vec holds them (caller frees v). */
-static int act_select(struct mconn *mc, int horizon_days, struct act_vec *vec, char *err,
-                      size_t errlen)
+/* Selects the activities preheat serves (one of them when id > 0), in one
+ * query. On CS_OK vec holds them (caller frees with act_vec_free). */
+static int act_select(struct mconn *mc, int horizon_days, int grace_s, int64_t id,
+                      struct act_vec *vec, char *err, size_t errlen)
 {
-    struct mval p[] = {MV_INT(horizon_days)};
+    struct mval all[] = {MV_INT(grace_s), MV_INT(horizon_days)};
+    struct mval one[] = {MV_INT(id), MV_INT(grace_s), MV_INT(horizon_days)};
+    int rc;
+
     memset(vec, 0, sizeof(*vec));
-    if (mconn_query(mc, SQL_PREHEAT, p, 1, act_row, vec) != CS_OK) {
+    if (id > 0)
+        rc = mconn_query(mc, SQL_PREHEAT_ONE, one, 3, act_row, vec);
+    else
+        rc = mconn_query(mc, SQL_PREHEAT, all, 2, act_row, vec);
+    if (rc != CS_OK) {
         snprintf(err, errlen, "selecting activities: %s", mc->errstr);
-        free(vec->v);
-        vec->v = NULL;
-        vec->n = 0;
+        act_vec_free(vec);
         return CS_ERR;
     }
     return CS_OK;
 }
 
-/* SET ACTIVITY:LIST to the JSON array of vec. */
+/* Growing text buffer. */
+struct act_buf {
+    char *p;
+    size_t len, cap;
+};
+
+static void act_buf_add(struct act_buf *b, const char *s, size_t n)
+{
+    if (b->len + n + 1 > b->cap) {
+        b->cap = (b->len + n + 1) * 2;
+        b->p = xrealloc(b->p, b->cap);
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = '\0';
+}
+
+char *activity_to_text(const struct activity *a)
+{
+    cJSON *o = activity_to_json(a);
+    char *txt = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (txt == NULL)
+        abort(); /* cJSON's hooks are xmalloc: only a bug gets here */
+    return txt;
+}
+
+/* SET ACTIVITY:LIST to the JSON array of vec, unless it holds that already.
+ * Written element by element:
+ * a whole cJSON tree of 20,000 activities would cost tens of megabytes. */
 static int act_write_list(struct rconn *rc, const struct act_vec *vec, char *err, size_t errlen)
 {
-    cJSON *arr = cJSON_CreateArray();
-    for (size_t i = 0; i < vec->n; i++)
-        cJSON_AddItemToArray(arr, activity_to_json(&vec->v[i]));
-    char *json = cJSON_PrintUnformatted(arr);
-    cJSON_Delete(arr);
-    if (json == NULL) {
-        snprintf(err, errlen, "cJSON_PrintUnformatted() failed");
-        return CS_ERR;
+    struct act_buf b = {0};
+
+    act_buf_add(&b, "[", 1);
+    for (size_t i = 0; i < vec->n; i++) {
+        if (i > 0)
+            act_buf_add(&b, ",", 1);
+        act_buf_add(&b, vec->txt[i], strlen(vec->txt[i]));
     }
-    redisReply *r = rconn_command(rc, KEY_ACTIVITY_LIST, "SET %s %s", KEY_ACTIVITY_LIST, json);
-    free(json);
+    act_buf_add(&b, "]", 1);
+    /* Unchanged (the usual case of a periodic preheat): nothing to write, so
+     * nothing for the append-only file to fsync. */
+    redisReply *r = rconn_command(rc, KEY_ACTIVITY_LIST, "GET %s", KEY_ACTIVITY_LIST);
+    int same = r != NULL && r->type == REDIS_REPLY_STRING && r->len == b.len &&
+               memcmp(r->str, b.p, b.len) == 0;
+    if (r != NULL)
+        freeReplyObject(r);
+    if (same) {
+        free(b.p);
+        return CS_OK;
+    }
+    r = rconn_command(rc, KEY_ACTIVITY_LIST, "SET %s %b", KEY_ACTIVITY_LIST, b.p, b.len);
+    free(b.p);
     if (r == NULL) {
         snprintf(err, errlen, "SET %s: %s", KEY_ACTIVITY_LIST, rc->errstr);
         return CS_ERR;
@@ -478,40 +551,369 @@ out:
     return ret;
 }
 
-/* Ids in ACTIVITY:VOIDED: revoked activities never get a stock field again. */
-static int act_is_voided(struct rconn *rc, int64_t id, int *voided, char *err, size_t errlen)
+/* ---- preheat: one MySQL pass, pipelined writes per shard ------------------ */
+
+/* Fields per pipelined HSET of META. */
+#define ACT_PIPE_FIELDS 256
+
+static int cmp_id(const void *x, const void *y)
 {
-    redisReply *r = rconn_command(rc, KEY_ACTIVITY_VOIDED, "SISMEMBER %s %" PRId64,
-                                  KEY_ACTIVITY_VOIDED, id);
-    if (r == NULL || r->type != REDIS_REPLY_INTEGER) {
-        snprintf(err, errlen, "SISMEMBER %s: %s", KEY_ACTIVITY_VOIDED,
-                 r ? "unexpected reply" : rc->errstr);
+    int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+    return (a > b) - (a < b);
+}
+
+/* Ids in ACTIVITY:VOIDED, sorted, in one command. On CS_OK *ids is xmalloc'ed
+ * (caller frees). */
+static int act_voided_ids(struct rconn *rc, int64_t **ids, size_t *n, char *err, size_t errlen)
+{
+    redisReply *r = rconn_command(rc, KEY_ACTIVITY_VOIDED, "SMEMBERS %s", KEY_ACTIVITY_VOIDED);
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
+        snprintf(err, errlen, "SMEMBERS %s: %s", KEY_ACTIVITY_VOIDED,
+                 r == NULL ? rc->errstr : r->type == REDIS_REPLY_ERROR ? r->str
+                                                                      : "unexpected reply");
         if (r != NULL)
             freeReplyObject(r);
         return CS_ERR;
     }
-    *voided = r->integer == 1;
+    *ids = xmalloc(sizeof(int64_t) * (r->elements + 1));
+    *n = 0;
+    for (size_t i = 0; i < r->elements; i++) {
+        const redisReply *e = r->element[i];
+        if (e->type == REDIS_REPLY_STRING && cs_parse_id(e->str, e->len, &(*ids)[*n]) == CS_OK)
+            (*n)++;
+    }
     freeReplyObject(r);
+    if (*n > 1)
+        qsort(*ids, *n, sizeof(int64_t), cmp_id);
     return CS_OK;
 }
 
-/* Sets COUPON:ACTIVITY:WINDOW:{i} of a to its MySQL window (HSET: an admin
- * may have moved the end). */
-static int act_write_window(struct rconn *rc, const struct activity *a, char *err,
-                            size_t errlen)
+/* Reads n pipelined replies; CS_ERR (message in err) when one is an error or
+ * not of the expected type. All n are read, so the connection stays in step. */
+static int act_pipe_replies(struct rconn *rc, size_t n, int type, const char *what,
+                            long long *ints, char *err, size_t errlen)
 {
-    char key[KEYS_MAX];
-    keys_window(key, keys_shard(a->id));
-    redisReply *r = rconn_command(rc, key, "HSET %s %" PRId64 " %" PRId64 ",%" PRId64, key,
-                                  a->id, a->start_ms, a->end_ms);
-    if (r == NULL || r->type == REDIS_REPLY_ERROR) {
-        snprintf(err, errlen, "HSET %s: %s", key, r ? r->str : rc->errstr);
-        if (r != NULL)
-            freeReplyObject(r);
-        return CS_ERR;
+    int ret = CS_OK;
+    for (size_t i = 0; i < n; i++) {
+        redisReply *r;
+        if (rconn_get_reply(rc, &r) != CS_OK) {
+            snprintf(err, errlen, "%s: %s", what, rc->errstr);
+            return CS_ERR;
+        }
+        if (r->type != type && ret == CS_OK) {
+            snprintf(err, errlen, "%s: %s", what,
+                     r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+            ret = CS_ERR;
+        }
+        if (ints != NULL)
+            ints[i] = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
+        freeReplyObject(r);
     }
-    freeReplyObject(r);
+    return ret;
+}
+
+/* The META and WINDOW values of vec->v[i]. */
+static const char *act_meta_value(const struct act_vec *vec, size_t i)
+{
+    return vec->txt[i];
+}
+
+static const char *act_window_value(const struct act_vec *vec, size_t i)
+{
+    return vec->win[i];
+}
+
+/* Appends HSET KEY id value ... for the activities idx[0..cnt) of vec, in
+ * commands of ACT_PIPE_FIELDS fields. *cmds counts the commands appended. */
+static int act_append_hset(struct rconn *rc, const char *key, const struct act_vec *vec,
+                           const size_t *idx, size_t cnt,
+                           const char *(*value)(const struct act_vec *, size_t), size_t *cmds)
+{
+    const char **argv = xmalloc((2 + 2 * ACT_PIPE_FIELDS) * sizeof(*argv));
+    size_t *argl = xmalloc((2 + 2 * ACT_PIPE_FIELDS) * sizeof(*argl));
+    char (*ids)[24] = xmalloc(ACT_PIPE_FIELDS * sizeof(*ids));
+    int ret = CS_OK;
+
+    argv[0] = "HSET";
+    argl[0] = 4;
+    argv[1] = key;
+    argl[1] = strlen(key);
+    for (size_t off = 0; off < cnt && ret == CS_OK; off += ACT_PIPE_FIELDS) {
+        size_t m = cnt - off < ACT_PIPE_FIELDS ? cnt - off : ACT_PIPE_FIELDS;
+        for (size_t k = 0; k < m; k++) {
+            size_t i = idx[off + k];
+            argv[2 + 2 * k] = ids[k];
+            argl[2 + 2 * k] = (size_t)snprintf(ids[k], sizeof(ids[k]), "%" PRId64,
+                                               vec->v[i].id);
+            argv[3 + 2 * k] = value(vec, i);
+            argl[3 + 2 * k] = strlen(argv[3 + 2 * k]);
+        }
+        ret = rconn_appendv(rc, key, (int)(2 + 2 * m), argv, argl);
+        if (ret == CS_OK)
+            (*cmds)++;
+    }
+    free(ids);
+    free(argl);
+    free(argv);
+    return ret;
+}
+
+/* Entries of queue shard SHARD per activity of ids[0..n) (sorted), into
+ * queued[] (parallel to ids). */
+static int act_count_queued(struct rconn *rc, int shard, const int64_t *ids, size_t n,
+                            int64_t *queued, char *err, size_t errlen)
+{
+    char qkey[KEYS_MAX], cursor[24] = "0";
+
+    keys_queue(qkey, shard);
+    memset(queued, 0, n * sizeof(*queued));
+    do {
+        redisReply *r = rconn_command(rc, qkey, "HSCAN %s %s COUNT 1000", qkey, cursor);
+        if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+            snprintf(err, errlen, "HSCAN %s: %s", qkey,
+                     r == NULL ? rc->errstr : r->type == REDIS_REPLY_ERROR ? r->str
+                                                                          : "unexpected reply");
+            if (r != NULL)
+                freeReplyObject(r);
+            return CS_ERR;
+        }
+        snprintf(cursor, sizeof(cursor), "%s", r->element[0]->str);
+        const redisReply *kv = r->element[1];
+        for (size_t i = 0; i + 1 < kv->elements; i += 2) {
+            int64_t aid, uid;
+            const redisReply *f = kv->element[i];
+            if (keys_parse_queue_field(f->str, f->len, &aid, &uid) != CS_OK)
+                continue;
+            const int64_t *hit = bsearch(&aid, ids, n, sizeof(int64_t), cmp_id);
+            if (hit != NULL)
+                queued[hit - ids]++;
+        }
+        freeReplyObject(r);
+    } while (strcmp(cursor, "0") != 0);
     return CS_OK;
+}
+
+/* Appends HMGET KEY id ... for idx[0..cnt), ACT_PIPE_FIELDS ids a command;
+ * *cmds counts the commands. */
+static int act_append_hmget(struct rconn *rc, const char *key, const struct act_vec *vec,
+                            const size_t *idx, size_t cnt, size_t *cmds)
+{
+    const char **argv = xmalloc((2 + ACT_PIPE_FIELDS) * sizeof(*argv));
+    size_t *argl = xmalloc((2 + ACT_PIPE_FIELDS) * sizeof(*argl));
+    char (*ids)[24] = xmalloc(ACT_PIPE_FIELDS * sizeof(*ids));
+    int ret = CS_OK;
+
+    argv[0] = "HMGET";
+    argl[0] = 5;
+    argv[1] = key;
+    argl[1] = strlen(key);
+    for (size_t off = 0; off < cnt && ret == CS_OK; off += ACT_PIPE_FIELDS) {
+        size_t m = cnt - off < ACT_PIPE_FIELDS ? cnt - off : ACT_PIPE_FIELDS;
+        for (size_t k = 0; k < m; k++) {
+            argv[2 + k] = ids[k];
+            argl[2 + k] = (size_t)snprintf(ids[k], sizeof(ids[k]), "%" PRId64,
+                                           vec->v[idx[off + k]].id);
+        }
+        ret = rconn_appendv(rc, key, (int)(2 + m), argv, argl);
+        if (ret == CS_OK)
+            (*cmds)++;
+    }
+    free(ids);
+    free(argl);
+    free(argv);
+    return ret;
+}
+
+/* Reads the replies of act_append_hmget: for each of the cnt fields, calls
+ * fn(arg, k, reply element). */
+static int act_read_hmget(struct rconn *rc, size_t cnt, const char *what,
+                          void (*fn)(void *arg, size_t k, const redisReply *v), void *arg,
+                          char *err, size_t errlen)
+{
+    int ret = CS_OK;
+    for (size_t off = 0; off < cnt; off += ACT_PIPE_FIELDS) {
+        size_t m = cnt - off < ACT_PIPE_FIELDS ? cnt - off : ACT_PIPE_FIELDS;
+        redisReply *r;
+        if (rconn_get_reply(rc, &r) != CS_OK) {
+            snprintf(err, errlen, "%s: %s", what, rc->errstr);
+            return CS_ERR;
+        }
+        if ((r->type != REDIS_REPLY_ARRAY || r->elements != m) && ret == CS_OK) {
+            snprintf(err, errlen, "%s: %s", what,
+                     r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+            ret = CS_ERR;
+        }
+        for (size_t k = 0; ret == CS_OK && k < m; k++)
+            fn(arg, off + k, r->element[k]);
+        freeReplyObject(r);
+    }
+    return ret;
+}
+
+struct act_cmp {
+    const struct act_vec *vec;
+    const size_t *idx;
+    unsigned char *flag;
+    const char *(*value)(const struct act_vec *, size_t);
+};
+
+/* flag[k]: the field differs from what preheat would write. */
+static void act_field_differs(void *arg, size_t k, const redisReply *v)
+{
+    struct act_cmp *c = arg;
+    if (v->type != REDIS_REPLY_STRING) {
+        c->flag[k] = 1;
+        return;
+    }
+    const char *txt = c->value(c->vec, c->idx[k]);
+    c->flag[k] = strlen(txt) != v->len || memcmp(txt, v->str, v->len) != 0;
+}
+
+/* flag[k]: the stock field is absent. */
+static void act_stock_absent(void *arg, size_t k, const redisReply *v)
+{
+    struct act_cmp *c = arg;
+    c->flag[k] = v->type == REDIS_REPLY_NIL;
+}
+
+/*
+ * Publishes the activities idx[0..cnt) of vec, all of shard SHARD, in two
+ * pipelined round trips: the first reads their META and stock fields (HMGET),
+ * the second writes the META fields that changed and then, behind them on the
+ * same connection, the absent stock fields of new activities. Reading first
+ * keeps a preheat that changes nothing from writing (and fsyncing) megabytes.
+ * A new activity (no coupon in MySQL, nothing queued) gets total_num; any
+ * other absent stock field goes through act_ensure_stock's restore. A queue
+ * entry can only exist while its stock field does (the script needs it to
+ * grant), and the stock field is only removed with the queue empty of it, so
+ * "nothing queued now" cannot hide an entry that moved to MySQL after the
+ * SELECT.
+ */
+static int act_publish_shard(struct mconn *mc, struct rconn *rc, int shard,
+                             const struct act_vec *vec, const size_t *idx, size_t cnt,
+                             struct preheat_result *res, char *err, size_t errlen)
+{
+    char mkey[KEYS_MAX], wkey[KEYS_MAX], skey[KEYS_MAX], field[24];
+    size_t cmds = 0, nchanged = 0, nwchanged = 0, nmissing = 0, fast = 0;
+    unsigned char *differs = xmalloc(cnt + 1), *absent = xmalloc(cnt + 1);
+    unsigned char *wdiffers = xmalloc(cnt + 1);
+    size_t *changed = xmalloc((cnt + 1) * sizeof(*changed));
+    size_t *wchanged = xmalloc((cnt + 1) * sizeof(*wchanged));
+    size_t *missing = xmalloc((cnt + 1) * sizeof(*missing));
+    int64_t *mids = xmalloc((cnt + 1) * sizeof(*mids));
+    int64_t *queued = xmalloc((cnt + 1) * sizeof(*queued));
+    long long *ints = xmalloc((cnt + 1) * sizeof(*ints));
+    struct act_cmp cm = {vec, idx, differs, act_meta_value};
+    struct act_cmp cw = {vec, idx, wdiffers, act_window_value};
+    struct act_cmp cs = {vec, idx, absent, NULL};
+    int ret = CS_ERR;
+
+    keys_meta(mkey, shard);
+    keys_window(wkey, shard);
+    keys_stock(skey, shard);
+    if (act_append_hmget(rc, mkey, vec, idx, cnt, &cmds) != CS_OK
+        || act_append_hmget(rc, wkey, vec, idx, cnt, &cmds) != CS_OK
+        || act_append_hmget(rc, skey, vec, idx, cnt, &cmds) != CS_OK)
+        goto io;
+    if (act_read_hmget(rc, cnt, "HMGET META", act_field_differs, &cm, err, errlen) != CS_OK
+        || act_read_hmget(rc, cnt, "HMGET WINDOW", act_field_differs, &cw, err, errlen) != CS_OK
+        || act_read_hmget(rc, cnt, "HMGET STOCK", act_stock_absent, &cs, err, errlen) != CS_OK)
+        goto out;
+    for (size_t k = 0; k < cnt; k++) {
+        if (differs[k])
+            changed[nchanged++] = idx[k];
+        if (wdiffers[k])
+            wchanged[nwchanged++] = idx[k];
+        if (absent[k]) {
+            missing[nmissing] = idx[k];
+            mids[nmissing++] = vec->v[idx[k]].id;
+        }
+    }
+    if (nmissing > 0) {
+        /* The queue is matched against the absent ids by binary search. */
+        int64_t *sorted = xmalloc(nmissing * sizeof(*sorted));
+        int64_t *qsorted = xmalloc(nmissing * sizeof(*qsorted));
+        memcpy(sorted, mids, nmissing * sizeof(*sorted));
+        qsort(sorted, nmissing, sizeof(*sorted), cmp_id);
+        int qrc = act_count_queued(rc, shard, sorted, nmissing, qsorted, err, errlen);
+        for (size_t k = 0; qrc == CS_OK && k < nmissing; k++) {
+            const int64_t *hit = bsearch(&mids[k], sorted, nmissing, sizeof(int64_t), cmp_id);
+            queued[k] = qsorted[hit - sorted];
+        }
+        free(qsorted);
+        free(sorted);
+        if (qrc != CS_OK)
+            goto out;
+    }
+
+    /* META and WINDOW before stock: whoever sees the stock field finds the
+     * metadata, and the script refuses an activity without a window, so the
+     * stock field never opens a sale by itself. HSET, not HSETNX: an admin
+     * may have moved the end. */
+    cmds = 0;
+    if (act_append_hset(rc, mkey, vec, changed, nchanged, act_meta_value, &cmds) != CS_OK
+        || act_append_hset(rc, wkey, vec, wchanged, nwchanged, act_window_value, &cmds) != CS_OK)
+        goto io;
+    for (size_t k = 0; k < nmissing; k++) {
+        const struct activity *a = &vec->v[missing[k]];
+        if (vec->has_coupons[missing[k]] || queued[k] > 0)
+            continue;
+        snprintf(field, sizeof(field), "%" PRId64, a->id);
+        if (rconn_append(rc, skey, "HSETNX %s %s %" PRId64, skey, field, a->total_num) != CS_OK)
+            goto io;
+        fast++;
+    }
+    if (act_pipe_replies(rc, cmds, REDIS_REPLY_INTEGER, "HSET META/WINDOW", NULL, err, errlen)
+            != CS_OK
+        || act_pipe_replies(rc, fast, REDIS_REPLY_INTEGER, "HSETNX", ints, err, errlen)
+               != CS_OK)
+        goto out;
+    for (size_t k = 0; k < fast; k++)
+        res->created += ints[k] == 1;
+    for (size_t k = 0; k < nmissing; k++) {
+        int created, restored;
+        if (!vec->has_coupons[missing[k]] && queued[k] == 0)
+            continue;
+        if (act_ensure_stock(mc, rc, &vec->v[missing[k]], &created, &restored, err, errlen)
+            != CS_OK)
+            goto out;
+        res->created += created;
+        res->restored += restored;
+    }
+    ret = CS_OK;
+    goto out;
+io:
+    snprintf(err, errlen, "pipeline to shard %d: %s", shard, rc->errstr);
+out:
+    free(ints);
+    free(queued);
+    free(mids);
+    free(missing);
+    free(wchanged);
+    free(changed);
+    free(wdiffers);
+    free(absent);
+    free(differs);
+    return ret;
+}
+
+/* Publishes every activity of vec, shard by shard. */
+static int act_publish(struct mconn *mc, struct rconn *rc, const struct act_vec *vec,
+                       struct preheat_result *res, char *err, size_t errlen)
+{
+    size_t *idx = xmalloc((vec->n + 1) * sizeof(*idx));
+    int ret = CS_OK;
+
+    for (int shard = 0; shard < KEYS_SHARDS && ret == CS_OK; shard++) {
+        size_t cnt = 0;
+        for (size_t i = 0; i < vec->n; i++)
+            if (keys_shard(vec->v[i].id) == shard)
+                idx[cnt++] = i;
+        if (cnt > 0)
+            ret = act_publish_shard(mc, rc, shard, vec, idx, cnt, res, err, errlen);
+    }
+    free(idx);
+    return ret;
 }
 
 /* The Redis side of a revoke: id in ACTIVITY:VOIDED, so every node answers
@@ -564,11 +966,13 @@ static int act_id_row(void *arg, int ncols, char **cols)
 
 /* Re-applies the Redis side of every revoke MySQL knows of that could still
  * matter, so MySQL never says voided while Redis sells. */
-static int act_reapply_voids(struct mconn *mc, struct rconn *rc, char *err, size_t errlen)
+static int act_reapply_voids(struct mconn *mc, struct rconn *rc, int grace_s, char *err,
+                             size_t errlen)
 {
     struct act_ids ids = {0};
+    struct mval p[] = {MV_INT(grace_s)};
     int ret = CS_OK;
-    if (mconn_query(mc, SQL_VOIDED, NULL, 0, act_id_row, &ids) != CS_OK) {
+    if (mconn_query(mc, SQL_VOIDED, p, 1, act_id_row, &ids) != CS_OK) {
         snprintf(err, errlen, "selecting revoked activities: %s", mc->errstr);
         free(ids.v);
         return CS_ERR;
@@ -579,44 +983,74 @@ static int act_reapply_voids(struct mconn *mc, struct rconn *rc, char *err, size
     return ret;
 }
 
-int activity_preheat(struct mconn *mc, struct rconn *rc, int horizon_days,
+/* Drops from vec the activities whose id is in ACTIVITY:VOIDED: revoked
+ * since the SELECT, they stay out of the list, and their stock field holds
+ * the revoke's tombstone. */
+static int act_drop_voided(struct rconn *rc, struct act_vec *vec, char *err, size_t errlen)
+{
+    int64_t *voided;
+    size_t nvoided, kept = 0;
+
+    if (act_voided_ids(rc, &voided, &nvoided, err, errlen) != CS_OK)
+        return CS_ERR;
+    for (size_t i = 0; i < vec->n; i++) {
+        if (nvoided > 0 && bsearch(&vec->v[i].id, voided, nvoided, sizeof(int64_t), cmp_id)) {
+            cJSON_free(vec->txt[i]);
+            continue;
+        }
+        vec->has_coupons[kept] = vec->has_coupons[i];
+        vec->txt[kept] = vec->txt[i];
+        memcpy(vec->win[kept], vec->win[i], sizeof(vec->win[0]));
+        vec->v[kept++] = vec->v[i];
+    }
+    vec->n = kept;
+    free(voided);
+    return CS_OK;
+}
+
+int activity_preheat(struct mconn *mc, struct rconn *rc, int horizon_days, int grace_s,
                      struct preheat_result *res, char *err, size_t errlen)
 {
     struct act_vec vec;
     int ret = CS_ERR;
 
     memset(res, 0, sizeof(*res));
-    if (act_select(mc, horizon_days, &vec, err, errlen) != CS_OK)
+    int64_t t0 = cs_mono_ms();
+    if (act_select(mc, horizon_days, grace_s, 0, &vec, err, errlen) != CS_OK)
         return CS_ERR;
-    if (act_reapply_voids(mc, rc, err, errlen) != CS_OK)
+    int64_t t1 = cs_mono_ms();
+    if (act_reapply_voids(mc, rc, grace_s, err, errlen) != CS_OK ||
+        act_drop_voided(rc, &vec, err, errlen) != CS_OK ||
+        act_publish(mc, rc, &vec, res, err, errlen) != CS_OK)
         goto out;
-    size_t kept = 0;
-    for (size_t i = 0; i < vec.n; i++) {
-        int created, restored, voided;
-        /* An activity revoked since the SELECT stays out of the list; its
-         * stock field holds the revoke's tombstone, so HSETNX below could
-         * not bring the stock back either way. */
-        if (act_is_voided(rc, vec.v[i].id, &voided, err, errlen) != CS_OK)
-            goto out;
-        if (voided)
-            continue;
-        /* The window before the stock: the script refuses an activity
-         * without one, so the stock field never opens a sale by itself. */
-        if (act_write_window(rc, &vec.v[i], err, errlen) != CS_OK
-            || act_ensure_stock(mc, rc, &vec.v[i], &created, &restored, err, errlen) != CS_OK)
-            goto out;
-        res->created += created;
-        res->restored += restored;
-        vec.v[kept++] = vec.v[i];
-    }
-    vec.n = kept;
     /* Written last, so every listed activity already has its stock field. */
     if (act_write_list(rc, &vec, err, errlen) != CS_OK)
         goto out;
     res->loaded = (int)vec.n;
+    res->select_ms = t1 - t0;
+    res->write_ms = cs_mono_ms() - t1;
     ret = CS_OK;
 out:
-    free(vec.v);
+    act_vec_free(&vec);
+    return ret;
+}
+
+int activity_preheat_one(struct mconn *mc, struct rconn *rc, int64_t id, int horizon_days,
+                         int grace_s, struct preheat_result *res, char *err, size_t errlen)
+{
+    struct act_vec vec;
+    int ret = CS_ERR;
+
+    memset(res, 0, sizeof(*res));
+    if (act_select(mc, horizon_days, grace_s, id, &vec, err, errlen) != CS_OK)
+        return CS_ERR;
+    if (act_drop_voided(rc, &vec, err, errlen) != CS_OK ||
+        act_publish(mc, rc, &vec, res, err, errlen) != CS_OK)
+        goto out;
+    res->loaded = (int)vec.n;
+    ret = CS_OK;
+out:
+    act_vec_free(&vec);
     return ret;
 }
 
@@ -660,11 +1094,13 @@ int activity_revoke(struct mconn *mc, struct rconn *rc, int64_t id, int horizon_
         goto fail;
     }
 
+    /* The list is rewritten with the default grace; the next preheat
+     * applies the configured one. */
     struct act_vec vec;
-    if (act_select(mc, horizon_days, &vec, err, errlen) != CS_OK)
+    if (act_select(mc, horizon_days, ACTIVITY_GRACE_S, 0, &vec, err, errlen) != CS_OK)
         return CS_ERR;
     int ret = act_write_list(rc, &vec, err, errlen);
-    free(vec.v);
+    act_vec_free(&vec);
     log_notice("activity %" PRId64 " revoked", id);
     return ret;
 

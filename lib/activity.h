@@ -55,19 +55,37 @@ struct preheat_result {
     int loaded;                /* activities written to ACTIVITY:LIST */
     int created;               /* stock fields newly set */
     int restored;              /* of those, rebuilt from MySQL after Redis data loss */
+    int64_t select_ms;         /* time spent reading MySQL */
+    int64_t write_ms;          /* time spent reading and writing Redis */
 };
 
+/* Seconds an activity stays served after its window ended (sync.cleanup_grace_s
+ * default), so a late seize answers ENDED. */
+#define ACTIVITY_GRACE_S 86400
+
 /* Preheat: re-applies the Redis side of every revoke (status 4 in MySQL);
- * selects from MySQL the activities not voided, not ended (or ended
- * less than a day ago, so late seizes answer ENDED), starting within
- * horizon_days; writes ACTIVITY:LIST; for each one writes its window to
- * COUPON:ACTIVITY:WINDOW:{i}, then sets the stock field
- * only if absent (a live sale is never reset). When absent, stock = total_num
+ * selects from MySQL in one query the activities not voided, not ended (or
+ * ended less than grace_s ago, so late seizes answer ENDED), starting within
+ * horizon_days; per shard, pipelined, writes each one's COUPON:ACTIVITY:META
+ * field (activity_to_text) and COUPON:ACTIVITY:WINDOW field when they
+ * changed, and then, only if absent, its stock field (a live sale is never
+ * reset); ACTIVITY:LIST last. When a stock field is absent but MySQL or the
+ * queue hold coupons of the activity (Redis lost its data), stock = total_num
  * - coupons in MySQL - entries still queued, and the seize list is rebuilt
  * from MySQL and the queue before the stock field appears. Safe to run from
  * several processes at once. CS_ERR with a message in err on failure. */
-int activity_preheat(struct mconn *mc, struct rconn *rc, int horizon_days,
+int activity_preheat(struct mconn *mc, struct rconn *rc, int horizon_days, int grace_s,
                      struct preheat_result *res, char *err, size_t errlen);
+
+/* The same for activity ID alone (after it was created or changed), leaving
+ * ACTIVITY:LIST to the next preheat. res->loaded is 0 when ID is not one
+ * preheat serves (unknown, voided, ended past the grace, beyond the horizon). */
+int activity_preheat_one(struct mconn *mc, struct rconn *rc, int64_t id, int horizon_days,
+                         int grace_s, struct preheat_result *res, char *err, size_t errlen);
+
+/* The compact JSON of A that META and ACTIVITY:LIST hold (activity_to_json,
+ * unformatted). The caller frees it with cJSON_free(). */
+char *activity_to_text(const struct activity *a);
 
 /* Stock field value of a revoked activity: below zero, so lua/seize.lua
  * never grants from it, and present, so preheat never recreates it. */

@@ -77,6 +77,7 @@ static const struct conf_key conf_keys[] = {
     I("sync.redis_timeout_ms", sync_redis_timeout_ms, 1, 600000, 2000),
     S("sync.metrics_file", sync_metrics_file, 0, "", NULL),
     I("sync.status_interval_s", sync_status_interval_s, 1, 86400, 60),
+    I("sync.cleanup_grace_s", sync_cleanup_grace_s, 0, 31536000, 86400),
 };
 
 #define FIELD(conf, k, T) ((T *)((char *)(conf) + (k)->off))

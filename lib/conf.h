@@ -71,6 +71,7 @@ struct cs_conf {
     int sync_redis_timeout_ms;
     char *sync_metrics_file;
     int sync_status_interval_s;
+    int sync_cleanup_grace_s;
 };
 
 /* Loads and validates PATH into *conf in one pass. Every key has a default; a

@@ -56,6 +56,13 @@ struct shm_node {
 
     _Atomic int64_t bucket_tat_us;           /* GCRA theoretical arrival time */
 
+    /* The list route's per-node copy of ACTIVITY:LIST (fcgi/alist.c):
+     * generation of the segment that holds it (0 = none yet), when it was
+     * built (cs_mono_ms), and the lease of the one worker rebuilding it. */
+    _Atomic uint64_t list_gen;
+    _Atomic int64_t list_built_ms;
+    _Atomic int64_t list_lease_until_ms;
+
     struct shm_flag soldout[SHM_FLAGS];
     struct shm_flag voided[SHM_FLAGS];
 

@@ -10,13 +10,13 @@ struct rconn;
 
 /* activity_preheat() with logging; failures go through smetrics (logged once
  * per outage). CS_OK or CS_ERR. */
-int jobs_preheat(struct mconn *mc, struct rconn *rc, int horizon_days);
+int jobs_preheat(struct mconn *mc, struct rconn *rc, int horizon_days, int grace_s);
 
 /* activity_advance_status() with logging, as jobs_preheat(). */
 int jobs_status(struct mconn *mc, struct rconn *rc);
 
 /*
- * For every activity of SHARD in ACTIVITY:LIST checks Redis stock + entries
+ * For every activity of SHARD in COUPON:ACTIVITY:META:{i} (not revoked) checks Redis stock + entries
  * queued for it + coupons in MySQL == total_num, holding the shard lock
  * (lock_ttl_ms) so no drain moves entries while they are counted; when the
  * lock is taken the shard is skipped. Call it right after the shard was
@@ -28,6 +28,13 @@ int jobs_status(struct mconn *mc, struct rconn *rc);
  */
 int jobs_reconcile_shard(struct mconn *mc, struct rconn *rc, int shard, int lock_ttl_ms,
                          int *mismatches);
+
+/* Removes from Redis every activity whose window ended more than grace_s
+ * ago (by its COUPON:ACTIVITY:META field) and of which nothing is queued:
+ * stock field, seize list, window and META fields. A late seize then answers
+ * ENDED (a worker's cached metadata) or NO_SUCH_ACTIVITY, never SEIZED.
+ * *removed gets the count. */
+int jobs_expire(struct rconn *rc, int grace_s, int *removed);
 
 /* HLEN of every queue shard into the queue-depth gauges; *total gets the sum. */
 int jobs_queue_depth(struct rconn *rc, int64_t *total);

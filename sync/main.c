@@ -213,12 +213,15 @@ static int syncd_jobs(struct syncd *d, int64_t now)
     int64_t depth = -1;
 
     if (now >= d->next_preheat_ms) {
-        if (jobs_preheat(d->mc, d->rc, c->preheat_horizon_days) != CS_OK)
+        if (jobs_preheat(d->mc, d->rc, c->preheat_horizon_days,
+                         c->sync_cleanup_grace_s) != CS_OK)
             ret = CS_ERR;
         d->next_preheat_ms = now + (int64_t)c->preheat_interval_s * 1000;
     }
     if (now >= d->next_status_ms) {
-        if (jobs_status(d->mc, d->rc) != CS_OK)
+        int removed;
+        if (jobs_status(d->mc, d->rc) != CS_OK
+            || jobs_expire(d->rc, c->sync_cleanup_grace_s, &removed) != CS_OK)
             ret = CS_ERR;
         d->next_status_ms = now + (int64_t)c->sync_status_interval_s * 1000;
     }
@@ -241,11 +244,15 @@ static int syncd_once(struct syncd *d)
 
     d->once = 1;
     d->next_preheat_ms = d->next_status_ms = 0;
-    if (jobs_preheat(d->mc, d->rc, d->conf.preheat_horizon_days) != CS_OK)
+    if (jobs_preheat(d->mc, d->rc, d->conf.preheat_horizon_days,
+                     d->conf.sync_cleanup_grace_s) != CS_OK)
         ret = CS_ERR;
     d->next_preheat_ms = INT64_MAX; /* done above, before the drain */
     syncd_submit_all(d);
     pool_wait_idle(d->pool);
+    int removed; /* after the drain: what it emptied can go */
+    if (jobs_expire(d->rc, d->conf.sync_cleanup_grace_s, &removed) != CS_OK)
+        ret = CS_ERR;
     if (syncd_jobs(d, cs_mono_ms()) != CS_OK)
         ret = CS_ERR;
     if (atomic_load(&d->failed) > 0)
@@ -367,7 +374,7 @@ int main(int argc, char **argv)
         status = syncd_once(&d) == CS_OK ? EXIT_SUCCESS : EXIT_FAILURE;
     } else {
         /* Preheat once at start, before the first drain. */
-        jobs_preheat(d.mc, d.rc, d.conf.preheat_horizon_days);
+        jobs_preheat(d.mc, d.rc, d.conf.preheat_horizon_days, d.conf.sync_cleanup_grace_s);
         d.next_preheat_ms = cs_mono_ms() + (int64_t)d.conf.preheat_interval_s * 1000;
         sdnotify_ready();
         status = syncd_run(&d) == CS_OK ? EXIT_SUCCESS : EXIT_FAILURE;

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <malloc.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -128,6 +129,16 @@ int smetrics_write(const char *path)
     sm_counter(f, "couponseize_sync_reconcile_mismatches_total",
                "Activities where Redis stock + queued + MySQL coupons != total_num.",
                atomic_load(&sm_mismatches));
+    /* What malloc holds, over all its arenas: in use by the program, free
+     * but kept, and in blocks of their own (mmap). Tells a leak (in_use
+     * grows) from fragmentation (free grows). */
+    struct mallinfo2 mi = mallinfo2();
+    fprintf(f, "# HELP couponseize_sync_heap_bytes Heap bytes by malloc's account.\n"
+               "# TYPE couponseize_sync_heap_bytes gauge\n"
+               "couponseize_sync_heap_bytes{state=\"in_use\"} %zu\n"
+               "couponseize_sync_heap_bytes{state=\"free\"} %zu\n"
+               "couponseize_sync_heap_bytes{state=\"mmap\"} %zu\n",
+            mi.uordblks, mi.fordblks, mi.hblkhd);
 
     int bad = ferror(f);
     if (fclose(f) != 0 || bad) {

@@ -24,7 +24,7 @@ for k, v in list(raw.items()):
         raw[k] = median_run(v)
 
 HTTP = ["return200", "noop", "php_instock", "seize_instock", "seize_flash",
-        "seize_soldout", "php_soldout"]
+        "seize_soldout", "php_soldout", "seize_many", "status_id"]
 LABEL = {
     "return200": "nginx return 200 (reference)",
     "noop": "no-op libfcgi responder (reference)",
@@ -34,6 +34,8 @@ LABEL = {
     "seize_flash": "seize, flash sale (1,000 / 200,000)",
     "seize_soldout": "seize, sold out",
     "redis_evalsha": "redis-benchmark EVALSHA (reference)",
+    "seize_many": "seize, in stock, 20,000 others on sale",
+    "status_id": "status?id, 20,000 on sale",
 }
 
 
@@ -86,6 +88,20 @@ target("worker RSS <= 8 MiB", f"{rss / 1024:.1f} MiB", 0 < rss <= 8192)
 d = raw.get("drain") or {}
 dr = d.get("ratio")
 target("sync drain >= 10x per-row baseline", dr, dr is not None and dr >= 10)
+many = raw.get("many") or {}
+if many:
+    v = ratio("seize_many", "seize_instock")
+    target("many activities: hot seize rate >= 0.9x alone", v, v is not None and v >= 0.9)
+    v = ratio("seize_many", "seize_instock", "p99_ms")
+    target("many activities: hot seize p99 <= 1.5x alone", v, v is not None and v <= 1.5)
+    mr = many.get("worker_rss_kib", 0)
+    target("many activities: worker RSS <= 8 MiB", f"{mr / 1024:.1f} MiB", 0 < mr <= 8192)
+    pm = many.get("preheat_ms")
+    target("many activities: preheat of 20,000 <= 3 s", f"{pm} ms", pm is not None and pm <= 3000)
+    sp = get("status_id", "p99_ms")
+    sr = (many.get("status_id_random") or {}).get("p99_ms")
+    target("many activities: status?id <= 50 ms (p99, cached / random)", f"{sp} / {sr}",
+           sp is not None and sr is not None and sp <= 50 and sr <= 50)
 lc = raw.get("lcache") or {}
 lc_ok = lc.get("pass")
 target("W-TinyLFU hit ratio > LRU on both traces", lc_ok, bool(lc_ok))
@@ -117,6 +133,11 @@ for t in lc.get("results", []):
     print(f"cache {t.get('trace')} cap={t.get('capacity')}: W-TinyLFU {fmt(t.get('tinylfu'), '.4f')} "
           f"LRU {fmt(t.get('lru'), '.4f')}")
 print(f"worker RSS (largest): {rss} KiB")
+if many:
+    print(f"many activities ({many.get('activities')}): preheat {many.get('preheat_ms')} ms "
+          f"(again, unchanged: {many.get('preheat_again_ms')} ms), status?id of random ones "
+          f"{many.get('status_id_random')}, a list page of 200 {many.get('list_page_ms')} ms, "
+          f"worker RSS {many.get('worker_rss_kib')} KiB, load average {many.get('load')}")
 print()
 for t in targets:
     v = t["value"]
@@ -124,7 +145,7 @@ for t in targets:
     print(f"  [{'met' if t['met'] else 'MISSED'}] {t['target']}: {v}")
 
 result = {"scenarios": rows, "targets": targets, "worker_rss_kib": rss,
-          "drain": d, "lcache": lc, "workers": raw.get("workers"),
+          "drain": d, "lcache": lc, "many": many, "workers": raw.get("workers"),
           "concurrency": raw.get("concurrency")}
 with open(os.path.join(out, "bench.json"), "w") as f:
     json.dump(result, f, indent=2)

@@ -1,0 +1,349 @@
+/* alist.c - per-node copy of ACTIVITY:LIST in shared memory, for the list route. */
+#include "alist.h"
+#include "conf.h"
+#include "cs.h"
+#include "keys.h"
+#include "log.h"
+#include "shm.h"
+#include "worker.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <malloc.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define ALIST_MAGIC 0x3154534c41534355ULL /* "UCSALST1" */
+/* A rebuild taking longer than this is presumed dead; another worker may try. */
+#define ALIST_LEASE_MS 10000
+/* A copy this old means refreshes are failing: answers say "stale". */
+#define ALIST_STALE_MS 5000
+/* How long a worker waits for the first copy another worker is building. */
+#define ALIST_FIRST_WAIT_MS 3000
+
+/* Segment layout: header, off[count + 1] (into text), text. */
+struct alist_hdr {
+    uint64_t magic;
+    uint64_t count;
+    uint64_t text_len;
+};
+
+static void alist_name(char *buf, size_t size, const char *shm_name, uint64_t gen)
+{
+    snprintf(buf, size, "%s.list.%" PRIu64, shm_name, gen);
+}
+
+struct alist_build {
+    char *text;
+    size_t len, cap;
+    uint64_t *off;
+    size_t n, ocap;
+};
+
+static void alist_add(struct alist_build *b, const char *s, size_t n)
+{
+    if (b->n + 2 > b->ocap) {
+        b->ocap = b->ocap ? b->ocap * 2 : 1024;
+        b->off = xrealloc(b->off, b->ocap * sizeof(*b->off));
+    }
+    if (b->len + n > b->cap) {
+        b->cap = (b->len + n) * 2;
+        b->text = xrealloc(b->text, b->cap);
+    }
+    b->off[b->n++] = b->len;
+    memcpy(b->text + b->len, s, n);
+    b->len += n;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static const char *alist_skip_ws(const char *p, const char *end)
+{
+    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
+        p++;
+    return p;
+}
+
+/* Splits the ACTIVITY:LIST value into b, one element at a time (a cJSON tree
+ * of the whole list would cost tens of megabytes); an element whose id is in
+ * voided (sorted) is rewritten with status VOIDED. */
+static int alist_split(const char *json, size_t len, const int64_t *voided, size_t nvoided,
+                       struct alist_build *b)
+{
+    const char *p = alist_skip_ws(json, json + len), *end = json + len;
+
+    if (p == end || *p != '[')
+        return CS_ERR;
+    p = alist_skip_ws(p + 1, end);
+    while (p < end && *p != ']') {
+        const char *next = NULL;
+        struct activity a;
+        cJSON *o = cJSON_ParseWithLengthOpts(p, (size_t)(end - p), &next, 0);
+        if (o == NULL || next == NULL || activity_from_json(o, &a) != CS_OK) {
+            cJSON_Delete(o);
+            return CS_ERR;
+        }
+        cJSON_Delete(o);
+        if (nvoided > 0 && bsearch(&a.id, voided, nvoided, sizeof(int64_t), cmp_i64)) {
+            a.status = ACT_VOIDED;
+            char *txt = activity_to_text(&a);
+            alist_add(b, txt, strlen(txt));
+            cJSON_free(txt);
+        } else {
+            alist_add(b, p, (size_t)(next - p));
+        }
+        p = alist_skip_ws(next, end);
+        if (p < end && *p == ',')
+            p = alist_skip_ws(p + 1, end);
+    }
+    return p < end ? CS_OK : CS_ERR;
+}
+
+static int alist_write_all(int fd, const void *buf, size_t n)
+{
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return CS_ERR;
+        p += w;
+        n -= (size_t)w;
+    }
+    return CS_OK;
+}
+
+/* Writes segment GEN from b. */
+static int alist_write_segment(const char *shm_name, uint64_t gen, const struct alist_build *b)
+{
+    char name[256];
+    struct alist_hdr h = {ALIST_MAGIC, b->n, b->len};
+    uint64_t last = b->len;
+
+    alist_name(name, sizeof(name), shm_name, gen);
+    shm_unlink(name); /* a leftover of a rebuild that died */
+    int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) {
+        log_error("shm_open(%s) failed: %s", name, strerror(errno));
+        return CS_ERR;
+    }
+    int ok = alist_write_all(fd, &h, sizeof(h)) == CS_OK
+             && (b->n == 0 || alist_write_all(fd, b->off, b->n * sizeof(*b->off)) == CS_OK)
+             && alist_write_all(fd, &last, sizeof(last)) == CS_OK
+             && (b->len == 0 || alist_write_all(fd, b->text, b->len) == CS_OK);
+    if (!ok) {
+        log_error("writing %s failed: %s", name, strerror(errno));
+        shm_unlink(name);
+    }
+    close(fd);
+    return ok ? CS_OK : CS_ERR;
+}
+
+/* Reads ACTIVITY:LIST and ACTIVITY:VOIDED and publishes them as the next
+ * generation. The caller holds the lease. */
+static int alist_rebuild(struct worker *w)
+{
+    struct shm_node *shm = w->shm;
+    redisReply *list = NULL, *vs = NULL;
+    struct alist_build b = {0};
+    int64_t *voided = NULL;
+    size_t nvoided = 0;
+    int ret = CS_ERR;
+
+    if (!worker_redis_readable(w))
+        return CS_ERR;
+    /* The big reply last: see the PING below. */
+    if (rconn_append(w->rc, KEY_ACTIVITY_VOIDED, "SMEMBERS %s", KEY_ACTIVITY_VOIDED) != CS_OK
+        || rconn_append(w->rc, KEY_ACTIVITY_LIST, "GET %s", KEY_ACTIVITY_LIST) != CS_OK
+        || rconn_get_reply(w->rc, &vs) != CS_OK || rconn_get_reply(w->rc, &list) != CS_OK)
+        goto out;
+    /* LOADING, BUSY ...: the copy there is stands. */
+    if (list->type == REDIS_REPLY_ERROR || vs->type == REDIS_REPLY_ERROR)
+        goto out;
+    if (vs->type == REDIS_REPLY_ARRAY && vs->elements > 0) {
+        voided = xmalloc(vs->elements * sizeof(*voided));
+        for (size_t i = 0; i < vs->elements; i++) {
+            const redisReply *e = vs->element[i];
+            if (e->type == REDIS_REPLY_STRING && cs_parse_id(e->str, e->len, &voided[nvoided])
+                                                     == CS_OK)
+                nvoided++;
+        }
+        qsort(voided, nvoided, sizeof(*voided), cmp_i64);
+    }
+    if (list->type == REDIS_REPLY_STRING) {
+        if (alist_split(list->str, list->len, voided, nvoided, &b) != CS_OK) {
+            log_error("%s holds malformed JSON; listing nothing", KEY_ACTIVITY_LIST);
+            b.n = b.len = 0;
+        }
+    } else if (list->type != REDIS_REPLY_NIL) {
+        log_error("GET %s: unexpected reply type %d", KEY_ACTIVITY_LIST, list->type);
+        goto out;
+    }
+    /* The big reply goes before the segment is written. hiredis keeps its
+     * read buffer (as big as the list) until a read finds it empty: with the
+     * list's reply read last, one PING makes it let go now, so
+     * malloc_trim() below can return the memory. */
+    freeReplyObject(list);
+    list = NULL;
+    redisReply *pong = rconn_command(w->rc, NULL, "PING");
+    if (pong != NULL)
+        freeReplyObject(pong);
+
+    uint64_t old = atomic_load(&shm->list_gen), gen = old + 1;
+    if (alist_write_segment(w->conf->fcgi_shm_name, gen, &b) != CS_OK)
+        goto out;
+    atomic_store(&shm->list_gen, gen);
+    atomic_store(&shm->list_built_ms, cs_mono_ms());
+    if (old != 0) {
+        char name[256];
+        alist_name(name, sizeof(name), w->conf->fcgi_shm_name, old);
+        shm_unlink(name); /* readers that opened it keep it until they close */
+    }
+    ret = CS_OK;
+out:
+    if (list)
+        freeReplyObject(list);
+    if (vs)
+        freeReplyObject(vs);
+    free(voided);
+    free(b.text);
+    free(b.off);
+    /* Megabytes were just allocated and freed: give them back, so a worker's
+     * footprint does not keep the list's size. */
+    malloc_trim(0);
+    return ret;
+}
+
+/* Rebuilds the copy when it is older than ALIST_REFRESH_MS and no other
+ * worker is at it. *failed when this worker tried and failed. */
+static void alist_refresh(struct worker *w, int *failed)
+{
+    struct shm_node *shm = w->shm;
+    int64_t now = cs_mono_ms();
+    int64_t built = atomic_load(&shm->list_built_ms);
+
+    *failed = 0;
+    if (atomic_load(&shm->list_gen) != 0 && now - built < ALIST_REFRESH_MS)
+        return;
+    int64_t lease = atomic_load(&shm->list_lease_until_ms);
+    if (lease > now || !atomic_compare_exchange_strong(&shm->list_lease_until_ms, &lease,
+                                                       now + ALIST_LEASE_MS))
+        return; /* someone else rebuilds; their copy or the current one serves */
+    if (alist_rebuild(w) != CS_OK)
+        *failed = 1;
+    /* Failing, the lease is kept until the refresh interval is over, so a
+     * dead Redis is asked once a second per node, not once per request. */
+    atomic_store(&shm->list_lease_until_ms, *failed ? now + ALIST_REFRESH_MS : 0);
+}
+
+/* Reads the page from segment GEN. CS_ERR with errno ENOENT when the segment
+ * was replaced meanwhile. */
+static int alist_read(const char *shm_name, uint64_t gen, size_t page, size_t size,
+                      struct alist_page *out)
+{
+    char name[256];
+    struct stat st;
+    int ret = CS_ERR;
+
+    alist_name(name, sizeof(name), shm_name, gen);
+    int fd = shm_open(name, O_RDONLY, 0);
+    if (fd < 0)
+        return CS_ERR;
+    if (fstat(fd, &st) != 0 || (size_t)st.st_size < sizeof(struct alist_hdr) + 8) {
+        close(fd);
+        errno = EINVAL;
+        return CS_ERR;
+    }
+    size_t len = (size_t)st.st_size;
+    const char *map = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED)
+        return CS_ERR;
+    const struct alist_hdr *h = (const void *)map;
+    const uint64_t *off = (const void *)(map + sizeof(*h));
+    const char *text = (const char *)(off + h->count + 1);
+    if (h->magic != ALIST_MAGIC || sizeof(*h) + (h->count + 1) * 8 + h->text_len != len) {
+        errno = EINVAL;
+        goto out;
+    }
+    out->total = h->count;
+    /* Checked before multiplying, so a huge page number cannot wrap around. */
+    if (page - 1 > h->count / size || (page - 1) * size >= h->count) {
+        ret = CS_OK;
+        goto out;
+    }
+    size_t first = (page - 1) * size;
+    size_t last = first + size < h->count ? first + size : h->count;
+    out->acts = xmalloc((last - first) * sizeof(*out->acts));
+    for (size_t i = first; i < last; i++) {
+        cJSON *o = cJSON_ParseWithLength(text + off[i], off[i + 1] - off[i]);
+        if (o != NULL && activity_from_json(o, &out->acts[out->n]) == CS_OK)
+            out->n++;
+        cJSON_Delete(o);
+    }
+    ret = CS_OK;
+out:
+    munmap((void *)map, len);
+    return ret;
+}
+
+int alist_page(struct worker *w, size_t page, size_t size, struct alist_page *out)
+{
+    struct shm_node *shm = w->shm;
+    int failed;
+
+    memset(out, 0, sizeof(*out));
+    alist_refresh(w, &failed);
+    int64_t deadline = cs_mono_ms() + ALIST_FIRST_WAIT_MS;
+    for (int tries = 0; tries < 1000; tries++) {
+        uint64_t gen = atomic_load(&shm->list_gen);
+        if (gen == 0) {
+            /* The first copy: another worker may be building it now. */
+            if (failed || cs_mono_ms() >= deadline)
+                return CS_ERR;
+            struct timespec ts = {0, 10 * 1000000L};
+            nanosleep(&ts, NULL);
+            alist_refresh(w, &failed);
+            continue;
+        }
+        if (alist_read(w->conf->fcgi_shm_name, gen, page, size, out) == CS_OK) {
+            out->stale = failed
+                         || cs_mono_ms() - atomic_load(&shm->list_built_ms) > ALIST_STALE_MS;
+            return CS_OK;
+        }
+        if (errno != ENOENT) {
+            log_error("reading the activity list copy %" PRIu64 ": %s", gen, strerror(errno));
+            return CS_ERR;
+        }
+        /* Replaced between the load of gen and the open: read the new one. */
+    }
+    return CS_ERR;
+}
+
+void alist_page_free(struct alist_page *p)
+{
+    free(p->acts);
+    memset(p, 0, sizeof(*p));
+}
+
+void alist_unlink(struct shm_node *shm, const char *shm_name)
+{
+    char name[256];
+    uint64_t gen = atomic_load(&shm->list_gen);
+    if (gen == 0)
+        return;
+    alist_name(name, sizeof(name), shm_name, gen);
+    shm_unlink(name);
+}

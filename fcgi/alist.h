@@ -1,0 +1,37 @@
+/* alist.h - the list route's per-node copy of ACTIVITY:LIST. One worker at a
+ * time, at most once a second, reads the list from Redis and writes it into a
+ * POSIX shared-memory segment (an offset index + each activity's JSON); every
+ * worker of the node answers pages from that segment, parsing only the
+ * activities of the page. No worker keeps the whole list in its own memory. */
+#ifndef CS_ALIST_H
+#define CS_ALIST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "activity.h"
+
+struct worker;
+struct shm_node;
+
+/* The copy is rebuilt when older than this (ms). */
+#define ALIST_REFRESH_MS 1000
+
+struct alist_page {
+    struct activity *acts;     /* xmalloc'ed, n of them */
+    size_t n;
+    size_t total;              /* activities in the whole list */
+    int stale;                 /* the copy is old: Redis could not be read */
+};
+
+/* Fills *out with the activities [(page-1)*size, page*size) of the list, in
+ * list order (start time, id), voided ones marked VOIDED. page >= 1,
+ * size >= 1. CS_ERR when no copy exists and Redis cannot be read. The caller
+ * frees out with alist_page_free(). */
+int alist_page(struct worker *w, size_t page, size_t size, struct alist_page *out);
+void alist_page_free(struct alist_page *p);
+
+/* Removes the node's current copy (at supervisor exit). */
+void alist_unlink(struct shm_node *shm, const char *shm_name);
+
+#endif
