@@ -152,10 +152,15 @@ static int alist_write_segment(const char *shm_name, uint64_t gen, const struct 
 }
 
 /* Reads ACTIVITY:LIST and ACTIVITY:VOIDED and publishes them as the next
- * generation. The caller holds the lease. */
+ * generation. The caller holds the lease. On a connection of its own, with
+ * coupon-sync's longer timeout: a list of megabytes may take longer than a
+ * seize may wait, and the connection's read buffer (as big as the list)
+ * goes away with it instead of staying in the worker. */
 static int alist_rebuild(struct worker *w)
 {
     struct shm_node *shm = w->shm;
+    struct rconn_opts ro;
+    struct rconn *rc;
     redisReply *list = NULL, *vs = NULL;
     struct alist_build b = {0};
     int64_t *voided = NULL;
@@ -164,11 +169,14 @@ static int alist_rebuild(struct worker *w)
 
     if (!worker_redis_readable(w))
         return CS_ERR;
-    /* The big reply last: see the PING below. */
-    if (rconn_append(w->rc, KEY_ACTIVITY_VOIDED, "SMEMBERS %s", KEY_ACTIVITY_VOIDED) != CS_OK
-        || rconn_append(w->rc, KEY_ACTIVITY_LIST, "GET %s", KEY_ACTIVITY_LIST) != CS_OK
-        || rconn_get_reply(w->rc, &vs) != CS_OK || rconn_get_reply(w->rc, &list) != CS_OK)
+    rconn_opts_from_conf(&ro, w->conf, w->conf->sync_redis_timeout_ms);
+    rc = rconn_new(&ro);
+    if (rconn_append(rc, KEY_ACTIVITY_VOIDED, "SMEMBERS %s", KEY_ACTIVITY_VOIDED) != CS_OK
+        || rconn_append(rc, KEY_ACTIVITY_LIST, "GET %s", KEY_ACTIVITY_LIST) != CS_OK
+        || rconn_get_reply(rc, &vs) != CS_OK || rconn_get_reply(rc, &list) != CS_OK) {
+        log_warn("reading %s for the list copy: %s", KEY_ACTIVITY_LIST, rc->errstr);
         goto out;
+    }
     /* LOADING, BUSY ...: the copy there is stands. */
     if (list->type == REDIS_REPLY_ERROR || vs->type == REDIS_REPLY_ERROR)
         goto out;
@@ -191,15 +199,11 @@ static int alist_rebuild(struct worker *w)
         log_error("GET %s: unexpected reply type %d", KEY_ACTIVITY_LIST, list->type);
         goto out;
     }
-    /* The big reply goes before the segment is written. hiredis keeps its
-     * read buffer (as big as the list) until a read finds it empty: with the
-     * list's reply read last, one PING makes it let go now, so
-     * malloc_trim() below can return the memory. */
+    /* The big reply and the connection go before the segment is written. */
     freeReplyObject(list);
     list = NULL;
-    redisReply *pong = rconn_command(w->rc, NULL, "PING");
-    if (pong != NULL)
-        freeReplyObject(pong);
+    rconn_free(rc);
+    rc = NULL;
 
     uint64_t old = atomic_load(&shm->list_gen), gen = old + 1;
     if (alist_write_segment(w->conf->fcgi_shm_name, gen, &b) != CS_OK)
@@ -217,6 +221,7 @@ out:
         freeReplyObject(list);
     if (vs)
         freeReplyObject(vs);
+    rconn_free(rc);
     free(voided);
     free(b.text);
     free(b.off);
