@@ -332,6 +332,18 @@ int alist_page(struct worker *w, size_t page, size_t size, struct alist_page *ou
             log_error("reading the activity list copy %" PRIu64 ": %s", gen, strerror(errno));
             return CS_ERR;
         }
+        if (atomic_load(&shm->list_gen) == gen) {
+            /* Not replaced, gone (removed by hand, or named after an
+             * fcgi.shm_name a reload changed): build a new one now. */
+            atomic_store(&shm->list_built_ms, 0);
+            alist_refresh(w, &failed);
+            if (failed || cs_mono_ms() >= deadline)
+                return CS_ERR;
+            if (atomic_load(&shm->list_gen) == gen) {
+                struct timespec ts = {0, 10 * 1000000L};
+                nanosleep(&ts, NULL); /* another worker is building it */
+            }
+        }
         /* Replaced between the load of gen and the open: read the new one. */
     }
     return CS_ERR;

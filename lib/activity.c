@@ -885,6 +885,9 @@ static int act_publish_shard(struct mconn *mc, struct rconn *rc, int shard,
 io:
     snprintf(err, errlen, "pipeline to shard %d: %s", shard, rc->errstr);
 out:
+    /* A failure may leave replies of the pipeline unread: start afresh. */
+    if (ret != CS_OK)
+        rconn_drop(rc);
     free(ints);
     free(queued);
     free(mids);
@@ -998,10 +1001,13 @@ static int act_drop_voided(struct rconn *rc, struct act_vec *vec, char *err, siz
             cJSON_free(vec->txt[i]);
             continue;
         }
-        vec->has_coupons[kept] = vec->has_coupons[i];
-        vec->txt[kept] = vec->txt[i];
-        memcpy(vec->win[kept], vec->win[i], sizeof(vec->win[0]));
-        vec->v[kept++] = vec->v[i];
+        if (kept != i) {
+            vec->has_coupons[kept] = vec->has_coupons[i];
+            vec->txt[kept] = vec->txt[i];
+            memcpy(vec->win[kept], vec->win[i], sizeof(vec->win[0]));
+            vec->v[kept] = vec->v[i];
+        }
+        kept++;
     }
     vec->n = kept;
     free(voided);
