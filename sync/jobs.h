@@ -16,8 +16,9 @@ int jobs_preheat(struct mconn *mc, struct rconn *rc, int horizon_days, int grace
 int jobs_status(struct mconn *mc, struct rconn *rc);
 
 /*
- * For every activity of SHARD in COUPON:ACTIVITY:META:{i} (not revoked) checks Redis stock + entries
- * queued for it + coupons in MySQL == total_num, holding the shard lock
+ * For every activity of SHARD in COUPON:ACTIVITY:META:{i} (not revoked)
+ * checks Redis stock + entries queued for it + coupons in MySQL == total_num
+ * (one pipeline, one query), holding the shard lock
  * (lock_ttl_ms) so no drain moves entries while they are counted; when the
  * lock is taken the shard is skipped. Call it right after the shard was
  * drained: entries committed but not yet HDEL'd (a crashed drain) would count
