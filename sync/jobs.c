@@ -591,6 +591,12 @@ int jobs_reconcile_shard(struct mconn *mc, struct rconn *rc, int shard, int lock
                      b->id, b->stock, b->queued, b->coupons,
                      b->stock + b->queued + b->coupons, b->total, b->delta);
     }
+    /* It read Redis and MySQL: an outage of either is over (logged once,
+     * even when no drain has anything to write). */
+    if (!skipped) {
+        smetrics_dep_ok(SM_DEP_MYSQL);
+        smetrics_dep_ok(SM_DEP_REDIS);
+    }
     if (*mismatches > 0)
         smetrics_add_mismatches((uint64_t)*mismatches);
     log_debug("reconcile: shard %d: %zu activities%s, %d mismatches", shard, n,
