@@ -590,6 +590,24 @@ static struct mval act_opt_int(unsigned ch, unsigned bit, int64_t v)
  * that MySQL's stock cannot cover. Reading presence before the COMMIT
  * means a preheat that sees the new total cannot be topped up a second time.
  */
+/* The audit trail calls a PUT whose only member besides "id" is "addStock" a
+ * top-up, whether or not it is then accepted. */
+static int act_is_topup(const char *body, size_t len)
+{
+    cJSON *doc = cJSON_ParseWithLengthOpts(body, len + 1, NULL, 1);
+    const cJSON *m;
+    int add = 0, other = 0;
+    cJSON_ArrayForEach(m, cJSON_IsObject(doc) ? doc : NULL)
+    {
+        if (strcmp(m->string, "addStock") == 0)
+            add++;
+        else if (strcmp(m->string, "id") != 0)
+            other++;
+    }
+    cJSON_Delete(doc);
+    return add == 1 && other == 0;
+}
+
 static void act_update(struct worker *w, struct req *r)
 {
     struct actinput in;
@@ -601,6 +619,7 @@ static void act_update(struct worker *w, struct req *r)
 
     if (req_read_body(w, r) != CS_OK)
         return;
+    r->audit_action = act_is_topup(r->body, r->body_len) ? "topup" : "update";
     if (http_parse_id_body(r->body, r->body_len, &id, &why) != CS_OK) {
         act_bad_field(r, "id", "%s", why);
         return;
@@ -613,7 +632,6 @@ static void act_update(struct worker *w, struct req *r)
         act_bad(r, &e);
         return;
     }
-    r->audit_action = in.set == ACTIN_ADD ? "topup" : "update";
     if (in.set == 0) {
         act_bad_field(r, "", "nothing to change: give at least one field besides id");
         return;
