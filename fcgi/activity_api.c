@@ -595,9 +595,9 @@ static struct mval act_opt_int(unsigned ch, unsigned bit, int64_t v)
 static int act_is_topup(const char *body, size_t len)
 {
     cJSON *doc = cJSON_ParseWithLengthOpts(body, len + 1, NULL, 1);
-    const cJSON *m;
+    const cJSON *obj = cJSON_IsObject(doc) ? doc : NULL, *m;
     int add = 0, other = 0;
-    cJSON_ArrayForEach(m, cJSON_IsObject(doc) ? doc : NULL)
+    cJSON_ArrayForEach(m, obj)
     {
         if (strcmp(m->string, "addStock") == 0)
             add++;
