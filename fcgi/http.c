@@ -70,6 +70,7 @@ static const char *reason_phrase(int status)
 {
     switch (status) {
     case 200: return "OK";
+    case 201: return "Created";
     case 400: return "Bad Request";
     case 401: return "Unauthorized";
     case 403: return "Forbidden";

@@ -1,5 +1,6 @@
 /* route.c - maps a request path and method to its handler. */
 #include "route.h"
+#include "audit.h"
 #include "worker.h"
 
 #include <string.h>
@@ -11,21 +12,24 @@ const char *const route_names[ROUTE__COUNT] = {
     [ROUTE_REVOKE] = "revoke",
     [ROUTE_HEALTH] = "health",
     [ROUTE_METRICS] = "metrics",
+    [ROUTE_ACTIVITY] = "activity",
     [ROUTE_OTHER] = "other",
 };
 
 static const struct {
     const char *path;
-    const char *method;
+    const char *method;        /* NULL: the handler checks the method itself */
     enum route_id id;
     void (*handler)(struct worker *, struct req *);
+    const char *audit;         /* admin action recorded in admin_audit, or NULL */
 } routes[] = {
-    {"/market/consumer/coupon/seize", "POST", ROUTE_SEIZE, seize_handle},
-    {"/market/consumer/coupon/status", "GET", ROUTE_STATUS, status_handle},
-    {"/market/admin/coupon/preheat", "POST", ROUTE_PREHEAT, admin_preheat},
-    {"/market/admin/coupon/revoke", "POST", ROUTE_REVOKE, admin_revoke},
-    {"/market/health", "GET", ROUTE_HEALTH, admin_health},
-    {"/market/admin/metrics", "GET", ROUTE_METRICS, metrics_handle},
+    {"/market/consumer/coupon/seize", "POST", ROUTE_SEIZE, seize_handle, NULL},
+    {"/market/consumer/coupon/status", "GET", ROUTE_STATUS, status_handle, NULL},
+    {"/market/admin/coupon/preheat", "POST", ROUTE_PREHEAT, admin_preheat, "preheat"},
+    {"/market/admin/coupon/revoke", "POST", ROUTE_REVOKE, admin_revoke, "revoke"},
+    {"/market/health", "GET", ROUTE_HEALTH, admin_health, NULL},
+    {"/market/admin/metrics", "GET", ROUTE_METRICS, metrics_handle, NULL},
+    {"/market/admin/coupon/activity", NULL, ROUTE_ACTIVITY, activity_handle, NULL},
 };
 
 void route_dispatch(struct worker *w, struct req *r)
@@ -35,7 +39,7 @@ void route_dispatch(struct worker *w, struct req *r)
             continue;
         r->route = routes[i].id;
         /* HEAD is GET without a body as far as routing goes. */
-        if (strcmp(r->method, routes[i].method) != 0
+        if (routes[i].method != NULL && strcmp(r->method, routes[i].method) != 0
             && !(strcmp(routes[i].method, "GET") == 0 && strcmp(r->method, "HEAD") == 0)) {
             /* RFC 9110: a 405 names the methods the route takes. */
             r->code = CODE_METHOD_NOT_ALLOWED;
@@ -44,7 +48,11 @@ void route_dispatch(struct worker *w, struct req *r)
                                                                  : "Allow: POST\r\n");
             return;
         }
+        r->audit_action = routes[i].audit;
         routes[i].handler(w, r);
+        /* Only callers that proved to be admins leave a trace (not 401/403). */
+        if (r->audit_action != NULL && r->who.is_admin)
+            audit_record(w, r);
         return;
     }
     r->route = ROUTE_OTHER;

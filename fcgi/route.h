@@ -12,6 +12,7 @@ enum route_id {
     ROUTE_REVOKE,
     ROUTE_HEALTH,
     ROUTE_METRICS,
+    ROUTE_ACTIVITY,
     ROUTE_OTHER,
     ROUTE__COUNT
 };
@@ -28,5 +29,7 @@ void admin_preheat(struct worker *w, struct req *r);
 void admin_revoke(struct worker *w, struct req *r);
 void admin_health(struct worker *w, struct req *r);
 void metrics_handle(struct worker *w, struct req *r);
+/* GET / POST / PUT /market/admin/coupon/activity (activity_api.c). */
+void activity_handle(struct worker *w, struct req *r);
 
 #endif

@@ -116,6 +116,8 @@ static cJSON *status_root(void)
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "code", "OK");
     cJSON_AddStringToObject(root, "msg", "ok");
+    /* The server's clock, so a page counts down to the start by it. */
+    cJSON_AddNumberToObject(root, "now", (double)cs_now_ms());
     return root;
 }
 

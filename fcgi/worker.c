@@ -30,6 +30,7 @@ void req_reply(struct req *r, enum cs_code code, const char *msg, const char *ex
                int retry_after_s)
 {
     r->code = code;
+    snprintf(r->msg, sizeof(r->msg), "%s", msg ? msg : http_code_msg(code));
     http_reply(r->out, code, msg, extra, retry_after_s);
 }
 
@@ -72,6 +73,8 @@ int req_auth(struct worker *w, struct req *r, int need, struct auth_identity *id
         req_reply(r, CODE_UNAUTHORIZED, why, NULL, 0);
         return CS_ERR;
     }
+    if (res == AUTH_OK)
+        r->who = *id;
     if (need == 2 && !id->is_admin) {
         req_reply(r, CODE_FORBIDDEN, NULL, NULL, 0);
         return CS_ERR;

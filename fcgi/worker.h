@@ -44,6 +44,10 @@ struct req {
     int route;
     enum cs_code code;         /* what was answered, for metrics */
     int64_t start_us;
+    struct auth_identity who;  /* set by a successful req_auth() */
+    char msg[160];             /* the msg answered by req_reply(), for the audit trail */
+    const char *audit_action;  /* admin action to record after the handler, or NULL */
+    int64_t audit_id;          /* activity the action was about (0: none known) */
 };
 
 /* Set by SIGTERM: finish the request in flight, then leave the accept loop. */

@@ -89,6 +89,14 @@ check_match "lighttpd snippet points at the installed error pages" \
     "errorfile-prefix = \"${D[pkgdatadir]}/errors/status-\"" \
     "$(cat "$DATA/examples/lighttpd/couponseize.conf" 2>/dev/null)"
 
+for f in "$top_srcdir"/www/*; do
+    check "www/${f##*/} installed" cmp -s "$f" "$DATA/www/${f##*/}"
+done
+for f in nginx/couponseize.conf lighttpd/couponseize.conf apache2/couponseize.conf; do
+    check_match "$f serves /market/ui/ from the installed pages" "${D[pkgdatadir]}/www/" \
+        "$(cat "$DATA/examples/$f" 2>/dev/null)"
+done
+
 left=$(grep -rlE '@[a-z_]+@' "$UNITS" "$DEST${D[tmpfilesdir]}" "$DATA/examples" 2>/dev/null)
 check_eq "no @placeholder@ left in units, tmpfiles, examples" "" "$left"
 check_match "coupon-fcgi.service runs this build's binary on this build's config" \

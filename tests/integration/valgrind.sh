@@ -54,6 +54,20 @@ health_ok() { [[ $(http_code GET /market/health) == 200 ]]; }
 wait_for 20 health_ok
 check_eq "health after Redis is back" 200 "$(http_code GET /market/health)"
 http POST $S '{"id":401}' "$(mint_jwt 21)"
+# The admin activity API: create, top-up, refusals, a page, one. (After the
+# Redis outage: a change empties the changing worker's activity cache, as
+# preheat and revoke do, and the stale-status check above needs one.)
+ACT=/market/admin/coupon/activity
+http POST $ACT '{"name":"valgrind sale","totalNum":5,"distributeStartTime":"2026-01-01T00:00:00Z","distributeEndTime":"2037-01-01T00:00:00+08:00","couponAmount":"1.5"}' "$ADMIN"
+check_eq "admin create under valgrind" 201 "$HTTP_CODE"
+NEW=$(json_get "$HTTP_BODY" idStr)
+http PUT $ACT "{\"id\":${NEW:-1},\"addStock\":2}" "$ADMIN"
+check_eq "top-up under valgrind" 200 "$HTTP_CODE"
+http PUT $ACT "{\"id\":${NEW:-1},\"name\":\"renamed\"}" "$ADMIN"
+http POST $ACT '{"name":"x","totalNum":0,"colour":1}' "$ADMIN"
+http GET "$ACT?page=1&size=10" '' "$ADMIN"
+check_eq "activity page under valgrind" 200 "$HTTP_CODE"
+http GET "$ACT?id=${NEW:-1}" '' "$ADMIN"
 # A rolling reload replaces the workers (they exit, so their leak checks run).
 kill -HUP "$COUPON_FCGI_PID"
 sleep 3

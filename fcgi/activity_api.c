@@ -1,0 +1,823 @@
+/* activity_api.c - /market/admin/coupon/activity: create, read, page and update
+ * activities (stock top-up included) over HTTP. */
+#include "actinput.h"
+#include "activity.h"
+#include "conf.h"
+#include "cs.h"
+#include "keys.h"
+#include "log.h"
+#include "mconn.h"
+#include "meta.h"
+#include "route.h"
+#include "shm.h"
+#include "worker.h"
+
+#include <cjson/cJSON.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ACT_PAGE_DEFAULT 20
+#define ACT_PAGE_MAX 200
+
+#define ACT_COLS                                                                             \
+    "id, name, coupon_name, coupon_type, coupon_amount, coupon_threshold, total_num, "      \
+    "stock_num, CAST(UNIX_TIMESTAMP(distribute_start_time) AS SIGNED) * 1000, "              \
+    "CAST(UNIX_TIMESTAMP(distribute_end_time) AS SIGNED) * 1000, validity_days, status, "    \
+    "CAST(UNIX_TIMESTAMP(created_at) AS SIGNED) * 1000, "                                   \
+    "CAST(UNIX_TIMESTAMP(NOW()) AS SIGNED) * 1000"
+
+static const char SQL_GET[] = "SELECT " ACT_COLS " FROM activity WHERE id = ?";
+static const char SQL_LOCK[] = "SELECT " ACT_COLS " FROM activity WHERE id = ? FOR UPDATE";
+static const char SQL_PAGE[] =
+    "SELECT " ACT_COLS " FROM activity ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?";
+static const char SQL_COUNT[] = "SELECT COUNT(*) FROM activity";
+/* status follows from the window, as the status job would set it. */
+static const char SQL_INSERT[] =
+    "INSERT INTO activity (name, coupon_name, coupon_type, coupon_amount, coupon_threshold, "
+    "total_num, stock_num, distribute_start_time, distribute_end_time, validity_days, status) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, FROM_UNIXTIME(?), FROM_UNIXTIME(?), ?, "
+    "CASE WHEN FROM_UNIXTIME(?) > NOW() THEN 1 WHEN FROM_UNIXTIME(?) > NOW() THEN 2 ELSE 3 END)";
+static const char SQL_LAST_ID[] = "SELECT LAST_INSERT_ID()";
+/* NULL keeps a column; total and stock move by the same delta, so the
+ * invariant total = stock + coupons holds in this one statement. MariaDB
+ * assigns left to right: status sees the new window. */
+static const char SQL_UPDATE[] =
+    "UPDATE activity SET name = COALESCE(?, name), coupon_name = COALESCE(?, coupon_name), "
+    "coupon_type = COALESCE(?, coupon_type), coupon_amount = COALESCE(?, coupon_amount), "
+    "coupon_threshold = COALESCE(?, coupon_threshold), total_num = total_num + ?, "
+    "stock_num = stock_num + ?, "
+    "distribute_start_time = COALESCE(FROM_UNIXTIME(?), distribute_start_time), "
+    "distribute_end_time = COALESCE(FROM_UNIXTIME(?), distribute_end_time), "
+    "validity_days = COALESCE(?, validity_days), "
+    "status = CASE WHEN distribute_start_time > NOW() THEN 1 "
+    "WHEN distribute_end_time > NOW() THEN 2 ELSE 3 END WHERE id = ?";
+
+/* Adds ARGV[2] to the stock field ARGV[1] only when it exists and is not the
+ * revoke tombstone (ACTIVITY_STOCK_VOIDED), never below 0. A missing field is
+ * left to preheat, which sets it from MySQL's total (HSETNX): creating it
+ * here would make the stock just the top-up. -3 absent, -4 revoked, -2 it
+ * would go negative, else the new stock. */
+static const char TOPUP_LUA[] =
+    "local v = redis.call('HGET', KEYS[1], ARGV[1]) "
+    "if not v then return -3 end "
+    "v = tonumber(v) "
+    "if v == nil or v < 0 then return -4 end "
+    "local d = tonumber(ARGV[2]) "
+    "if v + d < 0 then return -2 end "
+    "return redis.call('HINCRBY', KEYS[1], ARGV[1], d)";
+
+/* One activity row as the admin API shows it. */
+struct act_row {
+    struct activity a;
+    int coupon_type;
+    int64_t stock_num;
+    int64_t created_ms;
+    int64_t db_now_ms;
+};
+
+struct act_rows {
+    struct act_row *v;
+    size_t n, cap;
+};
+
+static int64_t act_ll(const char *s)
+{
+    return s ? strtoll(s, NULL, 10) : 0;
+}
+
+static int act_row_cb(void *arg, int ncols, char **c)
+{
+    struct act_rows *rows = arg;
+    if (ncols != 14)
+        return CS_ERR;
+    if (rows->n == rows->cap) {
+        rows->cap = rows->cap ? rows->cap * 2 : 8;
+        rows->v = xrealloc(rows->v, rows->cap * sizeof(*rows->v));
+    }
+    struct act_row *r = &rows->v[rows->n++];
+    memset(r, 0, sizeof(*r));
+    /* ids are BIGINT UNSIGNED; the API serves 1..2^63-1 (strtoull, then the cast). */
+    r->a.id = (int64_t)strtoull(c[0] ? c[0] : "0", NULL, 10);
+    snprintf(r->a.name, sizeof(r->a.name), "%s", c[1] ? c[1] : "");
+    snprintf(r->a.coupon_name, sizeof(r->a.coupon_name), "%s", c[2] ? c[2] : "");
+    r->coupon_type = (int)act_ll(c[3]);
+    snprintf(r->a.coupon_amount, sizeof(r->a.coupon_amount), "%s", c[4] ? c[4] : "0.00");
+    snprintf(r->a.coupon_threshold, sizeof(r->a.coupon_threshold), "%s", c[5] ? c[5] : "0.00");
+    r->a.total_num = act_ll(c[6]);
+    r->stock_num = act_ll(c[7]);
+    r->a.start_ms = act_ll(c[8]);
+    r->a.end_ms = act_ll(c[9]);
+    r->a.validity_days = (int)act_ll(c[10]);
+    r->a.status = (int)act_ll(c[11]);
+    r->created_ms = act_ll(c[12]);
+    r->db_now_ms = act_ll(c[13]);
+    return CS_OK;
+}
+
+/* Reads activity id (sql: SQL_GET or SQL_LOCK). CS_OK with *found. */
+static int act_load(struct worker *w, const char *sql, int64_t id, struct act_row *out,
+                    int *found)
+{
+    struct act_rows rows = {0};
+    struct mval p[] = {MV_INT(id)};
+    int rc = mconn_query(w->mc, sql, p, 1, act_row_cb, &rows);
+    *found = rc == CS_OK && rows.n == 1;
+    if (*found)
+        *out = rows.v[0];
+    free(rows.v);
+    return rc;
+}
+
+/* ---- Redis ----------------------------------------------------------------------- */
+
+enum act_stock { STOCK_UNKNOWN, STOCK_ABSENT, STOCK_VOIDED, STOCK_PRESENT };
+
+/* The stock fields of n activities in one pipelined round trip. CS_ERR when
+ * Redis could not be read (every kind stays STOCK_UNKNOWN). */
+static int act_redis_stock(struct worker *w, const struct act_row *rows, size_t n,
+                           enum act_stock *kind, int64_t *val)
+{
+    char key[KEYS_MAX], field[24];
+    size_t sent = 0;
+    int ok = 1;
+
+    for (size_t i = 0; i < n; i++) {
+        kind[i] = STOCK_UNKNOWN;
+        val[i] = 0;
+    }
+    for (; sent < n; sent++) {
+        keys_stock(key, keys_shard(rows[sent].a.id));
+        snprintf(field, sizeof(field), "%" PRId64, rows[sent].a.id);
+        if (rconn_append(w->rc, key, "HGET %s %s", key, field) != CS_OK) {
+            ok = 0;
+            break;
+        }
+    }
+    for (size_t i = 0; ok && i < sent; i++) {
+        redisReply *rep;
+        if (rconn_get_reply(w->rc, &rep) != CS_OK) {
+            ok = 0;
+            break;
+        }
+        if (rep->type == REDIS_REPLY_NIL) {
+            kind[i] = STOCK_ABSENT;
+        } else if (rep->type == REDIS_REPLY_STRING) {
+            val[i] = strtoll(rep->str, NULL, 10);
+            kind[i] = val[i] < 0 ? STOCK_VOIDED : STOCK_PRESENT;
+        } else {
+            ok = 0;
+        }
+        freeReplyObject(rep);
+    }
+    if (!ok)
+        for (size_t i = 0; i < n; i++)
+            kind[i] = STOCK_UNKNOWN;
+    return ok ? CS_OK : CS_ERR;
+}
+
+/* Entries waiting in each shard's sync queue (HLEN, pipelined); -1 each when
+ * Redis could not be read. Returns the sum (or -1). */
+static int64_t act_queue_depth(struct worker *w, int64_t depth[KEYS_SHARDS])
+{
+    char key[KEYS_MAX];
+    int sent = 0, ok = 1;
+    int64_t sum = 0;
+
+    for (int i = 0; i < KEYS_SHARDS; i++)
+        depth[i] = -1;
+    for (; sent < KEYS_SHARDS; sent++) {
+        keys_queue(key, sent);
+        if (rconn_append(w->rc, key, "HLEN %s", key) != CS_OK) {
+            ok = 0;
+            break;
+        }
+    }
+    for (int i = 0; ok && i < sent; i++) {
+        redisReply *rep;
+        if (rconn_get_reply(w->rc, &rep) != CS_OK) {
+            ok = 0;
+            break;
+        }
+        if (rep->type == REDIS_REPLY_INTEGER) {
+            depth[i] = rep->integer;
+            sum += rep->integer;
+        } else {
+            ok = 0;
+        }
+        freeReplyObject(rep);
+    }
+    return ok ? sum : -1;
+}
+
+/* Runs TOPUP_LUA: adds delta to the stock field of id. *result gets the
+ * script's answer. CS_ERR when Redis did not answer (the outcome is then
+ * unknown: the caller reports it, it never guesses). */
+static int act_redis_topup(struct worker *w, int64_t id, int64_t delta, long long *result)
+{
+    char key[KEYS_MAX], field[24], d[24];
+    const char *argv[6] = {"EVAL", TOPUP_LUA, "1", key, field, d};
+    size_t argl[6];
+
+    argl[0] = 4;
+    argl[1] = strlen(TOPUP_LUA);
+    argl[2] = 1;
+    argl[3] = keys_stock(key, keys_shard(id));
+    argl[4] = (size_t)snprintf(field, sizeof(field), "%" PRId64, id);
+    argl[5] = (size_t)snprintf(d, sizeof(d), "%" PRId64, delta);
+    redisReply *rep = rconn_commandv(w->rc, key, 6, argv, argl);
+    if (rep == NULL)
+        return CS_ERR;
+    int ok = rep->type == REDIS_REPLY_INTEGER;
+    if (ok)
+        *result = rep->integer;
+    else
+        log_error("EVAL top-up of activity %" PRId64 ": %s", id,
+                  rep->type == REDIS_REPLY_ERROR ? rep->str : "non-integer reply");
+    freeReplyObject(rep);
+    return ok ? CS_OK : CS_ERR;
+}
+
+/* Brings Redis in line with MySQL after a change of activity ID: what
+ * preheat writes for it (window, metadata, a stock field still absent, its
+ * place in ACTIVITY:LIST). CS_OK or CS_ERR (logged). */
+static int act_refresh(struct worker *w, int64_t id)
+{
+    struct preheat_result res;
+    char err[256];
+    int rc = activity_preheat_one(w->mc, w->rc, id, w->conf->preheat_horizon_days,
+                                  w->conf->sync_cleanup_grace_s, &res, err, sizeof(err));
+    if (rc != CS_OK)
+        log_error("preheat after an activity change failed: %s", err);
+    meta_invalidate(w->meta);
+    return rc;
+}
+
+/* ---- answers --------------------------------------------------------------------- */
+
+static cJSON *act_json(const struct act_row *r, int64_t now_ms, enum act_stock kind,
+                       int64_t stock)
+{
+    char t[32];
+    cJSON *o = activity_to_json(&r->a);
+    cJSON_ReplaceItemInObjectCaseSensitive(
+        o, "status", cJSON_CreateString(activity_status_name(activity_status_at(&r->a, now_ms))));
+    cJSON_AddNumberToObject(o, "couponType", r->coupon_type);
+    cJSON_AddNumberToObject(o, "stockNum", (double)r->stock_num);
+    actinput_format_time(r->a.start_ms / 1000, t, sizeof(t));
+    cJSON_AddStringToObject(o, "distributeStartTime", t);
+    actinput_format_time(r->a.end_ms / 1000, t, sizeof(t));
+    cJSON_AddStringToObject(o, "distributeEndTime", t);
+    cJSON_AddNumberToObject(o, "createdAt", (double)r->created_ms);
+    /* remaining: Redis' live stock (null when not preheated or unknown). */
+    if (kind == STOCK_PRESENT)
+        cJSON_AddNumberToObject(o, "remaining", (double)stock);
+    else if (kind == STOCK_VOIDED)
+        cJSON_AddNumberToObject(o, "remaining", 0);
+    else
+        cJSON_AddNullToObject(o, "remaining");
+    cJSON_AddBoolToObject(o, "preheated", kind == STOCK_PRESENT || kind == STOCK_VOIDED);
+    return o;
+}
+
+static cJSON *act_root(const char *msg)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "code", "OK");
+    cJSON_AddStringToObject(root, "msg", msg);
+    cJSON_AddNumberToObject(root, "now", (double)cs_now_ms());
+    return root;
+}
+
+static void act_send(struct req *r, int status, const char *msg, cJSON *root)
+{
+    char *txt = cJSON_PrintUnformatted(root);
+    r->code = CODE_OK;
+    snprintf(r->msg, sizeof(r->msg), "%s", msg);
+    http_reply_raw(r->out, status, "application/json; charset=utf-8", txt, strlen(txt), NULL);
+    cJSON_free(txt);
+    cJSON_Delete(root);
+}
+
+static void act_bad(struct req *r, const struct actinput_err *e)
+{
+    char extra[64];
+    if (e->field != NULL && e->field[0] != '\0') {
+        snprintf(extra, sizeof(extra), "\"field\":\"%s\"", e->field);
+        req_reply(r, CODE_BAD_REQUEST, e->msg, extra, 0);
+    } else {
+        req_reply(r, CODE_BAD_REQUEST, e->msg, NULL, 0);
+    }
+}
+
+static void act_bad_field(struct req *r, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void act_bad_field(struct req *r, const char *field, const char *fmt, ...)
+{
+    struct actinput_err e = {.field = field};
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e.msg, sizeof(e.msg), fmt, ap);
+    va_end(ap);
+    act_bad(r, &e);
+}
+
+static void act_mysql_down(struct worker *w, struct req *r, const char *what)
+{
+    log_error("%s: %s", what, w->mc->errstr);
+    req_reply(r, CODE_UNAVAILABLE, "MySQL unavailable", NULL, 5);
+}
+
+/* Answers one activity as it is now: 200 (or 201 after a create). */
+static void act_answer_one(struct worker *w, struct req *r, int status, const char *msg,
+                           int64_t id, cJSON *root)
+{
+    struct act_row row;
+    enum act_stock kind;
+    int64_t stock;
+    int found;
+
+    if (act_load(w, SQL_GET, id, &row, &found) != CS_OK) {
+        cJSON_Delete(root);
+        act_mysql_down(w, r, "reading an activity");
+        return;
+    }
+    if (!found) {
+        cJSON_Delete(root);
+        req_reply(r, CODE_NO_SUCH_ACTIVITY, NULL, NULL, 0);
+        return;
+    }
+    int stale = act_redis_stock(w, &row, 1, &kind, &stock) != CS_OK;
+    if (root == NULL)
+        root = act_root(msg);
+    cJSON_AddItemToObject(root, "activity", act_json(&row, cs_now_ms(), kind, stock));
+    cJSON_AddBoolToObject(root, "stale", stale);
+    act_send(r, status, msg, root);
+}
+
+/* ---- GET ------------------------------------------------------------------------- */
+
+static int act_query_int(const char *query, const char *name, int64_t dflt, int64_t lo,
+                         int64_t hi, int64_t *out)
+{
+    char buf[24];
+    if (http_query_param(query, name, buf, sizeof(buf)) != CS_OK) {
+        *out = dflt;
+        return CS_OK;
+    }
+    char *end;
+    long long v = strtoll(buf, &end, 10);
+    if (buf[0] == '\0' || *end != '\0' || v < lo || v > hi)
+        return CS_ERR;
+    *out = v;
+    return CS_OK;
+}
+
+static int act_count_cb(void *arg, int ncols, char **c)
+{
+    if (ncols != 1)
+        return CS_ERR;
+    *(int64_t *)arg = act_ll(c[0]);
+    return CS_OK;
+}
+
+/* LAST_INSERT_ID() is unsigned: anything past 2^63-1 comes out as -1. */
+static int act_last_id_cb(void *arg, int ncols, char **c)
+{
+    if (ncols != 1 || c[0] == NULL)
+        return CS_ERR;
+    unsigned long long v = strtoull(c[0], NULL, 10);
+    *(int64_t *)arg = v > (unsigned long long)INT64_MAX ? -1 : (int64_t)v;
+    return CS_OK;
+}
+
+static void act_get(struct worker *w, struct req *r)
+{
+    static const char *const bnames[] = {"closed", "open", "half-open"};
+    char idbuf[32];
+    int64_t id, page, size, total = 0, depth[KEYS_SHARDS];
+
+    if (http_query_param(r->query, "id", idbuf, sizeof(idbuf)) == CS_OK) {
+        if (cs_parse_id(idbuf, strlen(idbuf), &id) != CS_OK) {
+            act_bad_field(r, "id", "id must be an integer 1..9223372036854775807");
+            return;
+        }
+        act_answer_one(w, r, 200, "ok", id, NULL);
+        return;
+    }
+    if (act_query_int(r->query, "page", 1, 1, 1000000, &page) != CS_OK) {
+        act_bad_field(r, "page", "page must be an integer 1..1000000");
+        return;
+    }
+    if (act_query_int(r->query, "size", ACT_PAGE_DEFAULT, 1, ACT_PAGE_MAX, &size) != CS_OK) {
+        act_bad_field(r, "size", "size must be an integer 1..%d", ACT_PAGE_MAX);
+        return;
+    }
+    struct act_rows rows = {0};
+    struct mval p[] = {MV_INT(size), MV_INT((page - 1) * size)};
+    if (mconn_query(w->mc, SQL_PAGE, p, 2, act_row_cb, &rows) != CS_OK
+        || mconn_query(w->mc, SQL_COUNT, NULL, 0, act_count_cb, &total) != CS_OK) {
+        free(rows.v);
+        act_mysql_down(w, r, "paging activities");
+        return;
+    }
+    enum act_stock *kind = xmalloc(sizeof(*kind) * (rows.n + 1));
+    int64_t *stock = xmalloc(sizeof(*stock) * (rows.n + 1));
+    int stale = act_redis_stock(w, rows.v, rows.n, kind, stock) != CS_OK;
+    int64_t qsum = stale ? -1 : act_queue_depth(w, depth);
+
+    cJSON *root = act_root("ok");
+    cJSON_AddNumberToObject(root, "page", (double)page);
+    cJSON_AddNumberToObject(root, "size", (double)size);
+    cJSON_AddNumberToObject(root, "total", (double)total);
+    cJSON *arr = cJSON_AddArrayToObject(root, "activities");
+    int64_t now = cs_now_ms();
+    for (size_t i = 0; i < rows.n; i++)
+        cJSON_AddItemToArray(arr, act_json(&rows.v[i], now, kind[i], stock[i]));
+    /* What an operator watches besides the stock: the sync backlog and the
+     * node's Redis breaker. */
+    if (qsum >= 0) {
+        cJSON_AddNumberToObject(root, "queueDepth", (double)qsum);
+        cJSON *q = cJSON_AddArrayToObject(root, "queue");
+        for (int i = 0; i < KEYS_SHARDS; i++)
+            cJSON_AddItemToArray(q, cJSON_CreateNumber((double)depth[i]));
+    } else {
+        cJSON_AddNullToObject(root, "queueDepth");
+    }
+    int bstate = atomic_load(&w->shm->breaker_state);
+    cJSON_AddStringToObject(root, "breaker", bnames[bstate >= 0 && bstate < 3 ? bstate : 1]);
+    cJSON_AddBoolToObject(root, "stale", stale || qsum < 0);
+    free(kind);
+    free(stock);
+    free(rows.v);
+    act_send(r, 200, "ok", root);
+}
+
+/* ---- POST: create ---------------------------------------------------------------- */
+
+static void act_create(struct worker *w, struct req *r)
+{
+    struct actinput in;
+    struct actinput_err e;
+    static const unsigned required[] = {ACTIN_NAME, ACTIN_TOTAL, ACTIN_START, ACTIN_END};
+
+    if (req_read_body(w, r) != CS_OK)
+        return;
+    cJSON *doc = cJSON_ParseWithLengthOpts(r->body, r->body_len + 1, NULL, 1);
+    if (doc == NULL) {
+        req_reply(r, CODE_BAD_REQUEST, "body is not valid JSON", NULL, 0);
+        return;
+    }
+    int rc = actinput_parse(doc, 0, &in, &e);
+    cJSON_Delete(doc);
+    if (rc != CS_OK) {
+        act_bad(r, &e);
+        return;
+    }
+    for (size_t i = 0; i < CS_ARRAY_LEN(required); i++)
+        if (!(in.set & required[i])) {
+            act_bad_field(r, actinput_field(required[i]), "%s is required",
+                          actinput_field(required[i]));
+            return;
+        }
+    if (in.end_s <= in.start_s) {
+        act_bad_field(r, "distributeEndTime",
+                      "distributeEndTime must be after distributeStartTime");
+        return;
+    }
+    if (!(in.set & ACTIN_COUPON_TYPE))
+        in.coupon_type = 1;
+    if (!(in.set & ACTIN_COUPON_AMOUNT))
+        snprintf(in.coupon_amount, sizeof(in.coupon_amount), "0.00");
+    if (!(in.set & ACTIN_COUPON_THRESHOLD))
+        snprintf(in.coupon_threshold, sizeof(in.coupon_threshold), "0.00");
+    if (!(in.set & ACTIN_VALIDITY))
+        in.validity_days = 30;
+
+    struct mval p[] = {
+        MV_TXT(in.name, strlen(in.name)),
+        MV_TXT(in.coupon_name, strlen(in.coupon_name)),
+        MV_INT(in.coupon_type),
+        MV_TXT(in.coupon_amount, strlen(in.coupon_amount)),
+        MV_TXT(in.coupon_threshold, strlen(in.coupon_threshold)),
+        MV_INT(in.total_num),
+        MV_INT(in.total_num),
+        MV_INT(in.start_s),
+        MV_INT(in.end_s),
+        MV_INT(in.validity_days),
+        MV_INT(in.start_s),
+        MV_INT(in.end_s),
+    };
+    int64_t id = 0;
+    if (mconn_exec(w->mc, SQL_INSERT, p, (int)CS_ARRAY_LEN(p), NULL) != CS_OK
+        || mconn_query(w->mc, SQL_LAST_ID, NULL, 0, act_last_id_cb, &id) != CS_OK) {
+        act_mysql_down(w, r, "creating an activity");
+        return;
+    }
+    if (id <= 0) {
+        /* AUTO_INCREMENT went past 2^63-1: an id no client could name. */
+        log_error("created activity has an id beyond 2^63-1; refusing to serve it");
+        req_reply(r, CODE_INTERNAL_ERROR, "activity ids are exhausted", NULL, 0);
+        return;
+    }
+    r->audit_id = id;
+    log_notice("activity %" PRId64 " created by admin %" PRId64 ": %" PRId64 " coupons",
+               id, r->who.user_id, in.total_num);
+    int preheated = act_refresh(w, id) == CS_OK;
+
+    /* The new id at the top as well, exact and as a string. */
+    char idtxt[24];
+    snprintf(idtxt, sizeof(idtxt), "%" PRId64, id);
+    cJSON *root = act_root("activity created");
+    cJSON_AddItemToObject(root, "id", cJSON_CreateRaw(idtxt));
+    cJSON_AddStringToObject(root, "idStr", idtxt);
+    cJSON_AddBoolToObject(root, "preheatOk", preheated);
+    act_answer_one(w, r, 201, "activity created", id, root);
+}
+
+/* ---- PUT: update and top-up -------------------------------------------------------- */
+
+/* Fields of in that differ from the row (a field sent with its current
+ * value changes nothing and is allowed at any time). */
+static unsigned act_changed(const struct actinput *in, const struct act_row *row)
+{
+    unsigned ch = in->set;
+    if ((ch & ACTIN_NAME) && strcmp(in->name, row->a.name) == 0)
+        ch &= ~ACTIN_NAME;
+    if ((ch & ACTIN_COUPON_NAME) && strcmp(in->coupon_name, row->a.coupon_name) == 0)
+        ch &= ~ACTIN_COUPON_NAME;
+    if ((ch & ACTIN_COUPON_TYPE) && in->coupon_type == row->coupon_type)
+        ch &= ~ACTIN_COUPON_TYPE;
+    if ((ch & ACTIN_COUPON_AMOUNT) && strcmp(in->coupon_amount, row->a.coupon_amount) == 0)
+        ch &= ~ACTIN_COUPON_AMOUNT;
+    if ((ch & ACTIN_COUPON_THRESHOLD)
+        && strcmp(in->coupon_threshold, row->a.coupon_threshold) == 0)
+        ch &= ~ACTIN_COUPON_THRESHOLD;
+    if ((ch & ACTIN_TOTAL) && in->total_num == row->a.total_num)
+        ch &= ~ACTIN_TOTAL;
+    if ((ch & ACTIN_START) && in->start_s * 1000 == row->a.start_ms)
+        ch &= ~ACTIN_START;
+    if ((ch & ACTIN_END) && in->end_s * 1000 == row->a.end_ms)
+        ch &= ~ACTIN_END;
+    if ((ch & ACTIN_VALIDITY) && in->validity_days == row->a.validity_days)
+        ch &= ~ACTIN_VALIDITY;
+    return ch;
+}
+
+static struct mval act_opt_txt(unsigned ch, unsigned bit, const char *s)
+{
+    return (ch & bit) ? MV_TXT(s, strlen(s)) : (struct mval){.t = MV_NULL};
+}
+
+static struct mval act_opt_int(unsigned ch, unsigned bit, int64_t v)
+{
+    return (ch & bit) ? MV_INT(v) : (struct mval){.t = MV_NULL};
+}
+
+/*
+ * The order of a stock change, so that no moment ever has more coupons on
+ * sale in Redis than MySQL counts (total = stock + coupons in MySQL at every
+ * moment; Redis stock + queued + coupons <= total, equal again at the end):
+ *   1. lock the row, check the state, UPDATE total and stock by delta;
+ *   2. while the lock holds, read whether Redis has the stock field yet;
+ *   3. COMMIT;
+ *   4. field present: HINCRBY it (by script: never the revoke tombstone);
+ *      field absent: leave it - preheat sets it from the new total.
+ * Redis never runs ahead of MySQL: coupon-sync could otherwise write coupons
+ * that MySQL's stock cannot cover. Reading presence before the COMMIT
+ * means a preheat that sees the new total cannot be topped up a second time.
+ */
+/* The audit trail calls a PUT whose only member besides "id" is "addStock" a
+ * top-up, whether or not it is then accepted. */
+static int act_is_topup(const char *body, size_t len)
+{
+    cJSON *doc = cJSON_ParseWithLengthOpts(body, len + 1, NULL, 1);
+    const cJSON *obj = cJSON_IsObject(doc) ? doc : NULL, *m;
+    int add = 0, other = 0;
+    cJSON_ArrayForEach(m, obj)
+    {
+        if (strcmp(m->string, "addStock") == 0)
+            add++;
+        else if (strcmp(m->string, "id") != 0)
+            other++;
+    }
+    cJSON_Delete(doc);
+    return add == 1 && other == 0;
+}
+
+static void act_update(struct worker *w, struct req *r)
+{
+    struct actinput in;
+    struct actinput_err e;
+    struct act_row row;
+    const char *why;
+    int64_t id;
+    int found;
+
+    if (req_read_body(w, r) != CS_OK)
+        return;
+    r->audit_action = act_is_topup(r->body, r->body_len) ? "topup" : "update";
+    if (http_parse_id_body(r->body, r->body_len, &id, &why) != CS_OK) {
+        act_bad_field(r, "id", "%s", why);
+        return;
+    }
+    r->audit_id = id;
+    cJSON *doc = cJSON_ParseWithLengthOpts(r->body, r->body_len + 1, NULL, 1);
+    int rc = actinput_parse(doc, 1, &in, &e);
+    cJSON_Delete(doc);
+    if (rc != CS_OK) {
+        act_bad(r, &e);
+        return;
+    }
+    if (in.set == 0) {
+        act_bad_field(r, "", "nothing to change: give at least one field besides id");
+        return;
+    }
+    if ((in.set & ACTIN_TOTAL) && (in.set & ACTIN_ADD)) {
+        act_bad_field(r, "addStock", "give totalNum or addStock, not both");
+        return;
+    }
+
+    if (mconn_begin(w->mc) != CS_OK) {
+        act_mysql_down(w, r, "updating an activity");
+        return;
+    }
+    if (act_load(w, SQL_LOCK, id, &row, &found) != CS_OK) {
+        mconn_rollback(w->mc);
+        act_mysql_down(w, r, "updating an activity");
+        return;
+    }
+    if (!found) {
+        mconn_rollback(w->mc);
+        req_reply(r, CODE_NO_SUCH_ACTIVITY, NULL, NULL, 0);
+        return;
+    }
+    int64_t now = row.db_now_ms;
+    if (row.a.status == ACT_VOIDED) {
+        mconn_rollback(w->mc);
+        req_reply(r, CODE_VOIDED, "the activity was revoked; it cannot change", NULL, 0);
+        return;
+    }
+    if (row.a.status == ACT_ENDED || now >= row.a.end_ms) {
+        mconn_rollback(w->mc);
+        req_reply(r, CODE_ENDED, "the activity has ended; it cannot change", NULL, 0);
+        return;
+    }
+    unsigned ch = act_changed(&in, &row);
+    int started = now >= row.a.start_ms;
+    int64_t delta = 0;
+    if (started) {
+        unsigned fixed = ch & ~(unsigned)(ACTIN_END | ACTIN_ADD);
+        if (fixed != 0) {
+            unsigned bit = fixed & -fixed;
+            mconn_rollback(w->mc);
+            act_bad_field(r, actinput_field(bit),
+                          "%s cannot change once the sale has started "
+                          "(only a later distributeEndTime and addStock)",
+                          actinput_field(bit));
+            return;
+        }
+        if ((ch & ACTIN_END) && in.end_s * 1000 < row.a.end_ms) {
+            mconn_rollback(w->mc);
+            act_bad_field(r, "distributeEndTime",
+                          "distributeEndTime can only move later once the sale has started");
+            return;
+        }
+    } else {
+        int64_t start = (ch & ACTIN_START) ? in.start_s * 1000 : row.a.start_ms;
+        int64_t end = (ch & ACTIN_END) ? in.end_s * 1000 : row.a.end_ms;
+        if (end <= start) {
+            mconn_rollback(w->mc);
+            act_bad_field(r, "distributeEndTime",
+                          "distributeEndTime must be after distributeStartTime");
+            return;
+        }
+        if (ch & ACTIN_TOTAL) {
+            int64_t issued = row.a.total_num - row.stock_num;
+            if (in.total_num < issued) {
+                mconn_rollback(w->mc);
+                act_bad_field(r, "totalNum", "totalNum is below the %" PRId64
+                              " coupons already issued", issued);
+                return;
+            }
+            delta = in.total_num - row.a.total_num;
+        }
+    }
+    if (ch & ACTIN_ADD) {
+        if (row.a.total_num + in.add_stock > ACTIN_MAX_TOTAL) {
+            mconn_rollback(w->mc);
+            act_bad_field(r, "addStock", "addStock would take totalNum past %lld",
+                          ACTIN_MAX_TOTAL);
+            return;
+        }
+        delta = in.add_stock;
+    }
+
+    enum act_stock kind = STOCK_UNKNOWN;
+    int64_t rstock = 0;
+    if (delta != 0) {
+        if (act_redis_stock(w, &row, 1, &kind, &rstock) != CS_OK) {
+            mconn_rollback(w->mc);
+            log_error("top-up of activity %" PRId64 ": Redis unreadable: %s", id,
+                      w->rc->errstr);
+            req_reply(r, CODE_UNAVAILABLE, "Redis unavailable: nothing was changed", NULL, 5);
+            return;
+        }
+        if (kind == STOCK_PRESENT && rstock + delta < 0) {
+            mconn_rollback(w->mc);
+            act_bad_field(r, "totalNum", "totalNum is below what Redis has already granted");
+            return;
+        }
+    }
+    struct mval p[] = {
+        act_opt_txt(ch, ACTIN_NAME, in.name),
+        act_opt_txt(ch, ACTIN_COUPON_NAME, in.coupon_name),
+        act_opt_int(ch, ACTIN_COUPON_TYPE, in.coupon_type),
+        act_opt_txt(ch, ACTIN_COUPON_AMOUNT, in.coupon_amount),
+        act_opt_txt(ch, ACTIN_COUPON_THRESHOLD, in.coupon_threshold),
+        MV_INT(delta),
+        MV_INT(delta),
+        act_opt_int(ch, ACTIN_START, in.start_s),
+        act_opt_int(ch, ACTIN_END, in.end_s),
+        act_opt_int(ch, ACTIN_VALIDITY, in.validity_days),
+        MV_INT(id),
+    };
+    if (mconn_exec(w->mc, SQL_UPDATE, p, (int)CS_ARRAY_LEN(p), NULL) != CS_OK) {
+        mconn_rollback(w->mc);
+        act_mysql_down(w, r, "updating an activity");
+        return;
+    }
+    if (mconn_commit(w->mc) != CS_OK) {
+        /* A lost connection at COMMIT leaves the outcome unknown; Redis was
+         * not touched, so a repeat after a GET is safe. */
+        log_error("COMMIT of the update of activity %" PRId64 " failed: %s", id,
+                  w->mc->errstr);
+        req_reply(r, CODE_UNAVAILABLE,
+                  "MySQL failed at commit: GET the activity to see whether it changed", NULL,
+                  5);
+        return;
+    }
+
+    const char *redis_note = "unchanged";
+    if (delta != 0 && kind == STOCK_PRESENT) {
+        long long res = 0;
+        if (act_redis_topup(w, id, delta, &res) != CS_OK) {
+            log_error("activity %" PRId64 ": MySQL stock changed by %" PRId64
+                      " but the Redis stock was not (%s); Redis sells %" PRId64
+                      " fewer until fixed",
+                      id, delta, w->rc->errstr[0] ? w->rc->errstr : "script error", delta);
+            redis_note = "failed";
+        } else if (res == -4) {
+            redis_note = "revoked";
+        } else if (res < 0) {
+            log_error("activity %" PRId64 ": top-up script answered %lld", id, res);
+            redis_note = "failed";
+        } else {
+            redis_note = "updated";
+        }
+    } else if (delta != 0) {
+        redis_note = kind == STOCK_VOIDED ? "revoked" : "not preheated";
+    }
+    /* This node sells again at once; other nodes' sold-out hints expire
+     * within limits.soldout_recheck_ms. */
+    if (delta > 0)
+        shm_flag_clear(w->shm->soldout, id);
+    int preheated = act_refresh(w, id) == CS_OK;
+    log_notice("activity %" PRId64 " updated by admin %" PRId64 " (stock %+" PRId64
+               ", Redis %s)",
+               id, r->who.user_id, delta, redis_note);
+
+    cJSON *root = act_root(delta > 0 ? "stock added" : "activity updated");
+    cJSON_AddNumberToObject(root, "added", (double)delta);
+    cJSON_AddStringToObject(root, "redisStock", redis_note);
+    cJSON_AddBoolToObject(root, "preheatOk", preheated);
+    act_answer_one(w, r, 200, delta > 0 ? "stock added" : "activity updated", id, root);
+}
+
+void activity_handle(struct worker *w, struct req *r)
+{
+    int is_get = strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0;
+    int is_post = strcmp(r->method, "POST") == 0, is_put = strcmp(r->method, "PUT") == 0;
+
+    if (!is_get && !is_post && !is_put) {
+        r->code = CODE_METHOD_NOT_ALLOWED;
+        snprintf(r->msg, sizeof(r->msg), "%s", http_code_msg(r->code));
+        http_reply_with(r->out, r->code, NULL, NULL, "Allow: GET, HEAD, POST, PUT\r\n");
+        return;
+    }
+    struct auth_identity who;
+    if (req_auth(w, r, 2, &who) != CS_OK)
+        return;
+    if (is_get) {
+        act_get(w, r);
+        return;
+    }
+    r->audit_action = is_post ? "create" : "update";
+    if (is_post)
+        act_create(w, r);
+    else
+        act_update(w, r);
+}

@@ -1,0 +1,256 @@
+"""pages.py - the buyer and operator pages in headless Chromium against a
+running stack (started by pages.sh, whose environment this reads). Prints one
+"PASS name" or "FAIL name :: why" line per check, "# ..." for diagnostics.
+
+usage: pages.py OUTPUT_DIR   (screenshots go there)
+"""
+
+import base64
+import hashlib
+import hmac
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+sys.path.insert(0, os.path.join(os.environ["top_srcdir"], "tests"))
+from webdriver import Browser, WebDriverError  # noqa: E402
+
+URL = os.environ["COUPON_URL"]
+SECRET = os.environ["COUPON_JWT_SECRET"]
+LOADGEN = os.path.join(os.environ["top_builddir"], "tests", "bench", "loadgen")
+OUT = sys.argv[1]
+FAILED = 0
+
+
+def say(line):
+    print(line, flush=True)
+
+
+def check(name, cond, why=""):
+    global FAILED
+    if cond:
+        say("PASS " + name)
+    else:
+        FAILED += 1
+        say("FAIL %s :: %s" % (name, why))
+    return cond
+
+
+def b64url(b):
+    return base64.urlsafe_b64encode(b).decode().rstrip("=")
+
+
+def jwt(sub, role=None):
+    now = int(time.time())
+    payload = {"sub": str(sub), "iat": now, "exp": now + 3600}
+    if role:
+        payload["role"] = role
+    head = b64url(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
+    body = b64url(json.dumps(payload).encode())
+    sig = hmac.new(SECRET.encode(), ("%s.%s" % (head, body)).encode(), hashlib.sha256).digest()
+    return "%s.%s.%s" % (head, body, b64url(sig))
+
+
+ADMIN = jwt(1, "admin")
+
+
+def call(method, path, body=None, token=ADMIN):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(URL + path, data=data, method=method)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    if token:
+        req.add_header("Authorization", "Bearer " + token)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as res:
+            status, raw = res.status, res.read()
+    except urllib.error.HTTPError as e:
+        status, raw = e.code, e.read()
+    try:
+        return status, json.loads(raw)
+    except ValueError:
+        return status, raw.decode(errors="replace")
+
+
+def seize_requests():
+    """Seize requests this node has answered, whatever the outcome (metrics)."""
+    _, text = call("GET", "/market/admin/metrics")
+    return sum(int(n) for n in re.findall(
+        r'^couponseize_requests_total\{route="seize",code="[A-Z_]+"\} (\d+)', text, re.M))
+
+
+def mysql(sql):
+    return subprocess.run(
+        ["mariadb", "--no-defaults", "--host=localhost", "--socket=" + os.environ["MYSQL_SOCKET"],
+         "-u" + os.environ["MYSQL_USER"], "-p" + os.environ["MYSQL_PASSWORD"], "-N", "-B",
+         os.environ["MYSQL_DATABASE"], "-e", sql],
+        check=True, capture_output=True, text=True).stdout.strip()
+
+
+def rfc3339(t):
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
+
+
+def create(name, total, start_off, end_off):
+    now = time.time()
+    st, j = call("POST", "/market/admin/coupon/activity", {
+        "name": name, "totalNum": total, "distributeStartTime": rfc3339(now + start_off),
+        "distributeEndTime": rfc3339(now + end_off), "couponName": name, "couponAmount": "5"})
+    if st != 201:
+        raise SystemExit("create %s: %s %s" % (name, st, j))
+    return j["idStr"]
+
+
+def hms(text):
+    m = re.search(r"(\d+):(\d\d):(\d\d)$", text or "")
+    return int(m.group(1)) * 3600 + int(m.group(2)) * 60 + int(m.group(3)) if m else None
+
+
+def card_js(sel, field):
+    return "const c = document.querySelector('%s'); return c ? c.%s : null;" % (sel, field)
+
+
+def buyer(b, ids):
+    a, later, load = ids
+    names = {a: "Coffee 5 off", later: "Opens in an hour", load: "Load test sale"}
+    b.get(URL + "/market/ui/buyer.html#token=" + jwt(4242))
+    n = b.wait(lambda: b.js("return document.querySelectorAll('#list .card').length") >= 3, 15)
+    check("buyer: the page lists the three sales", n, "cards: %s" % b.js(
+        "return document.querySelectorAll('#list .card').length"))
+    for i, want_state in ((a, "On sale"), (later, "Not started"), (load, "On sale")):
+        sel = '#list [data-id="%s"]' % i
+        check("buyer: sale %s shown by its name" % i,
+              b.js(card_js(sel + " .name", "textContent")) == names[i],
+              b.js(card_js(sel + " .name", "textContent")))
+        check("buyer: sale %s in state %s" % (i, want_state),
+              b.js(card_js(sel + " .state", "textContent")) == want_state,
+              b.js(card_js(sel + " .state", "textContent")))
+        cd = b.js(card_js(sel + " .countdown", "textContent"))
+        check("buyer: sale %s has a countdown" % i,
+              re.fullmatch(r"(Starts|Ends) in (\d+d )?\d\d:\d\d:\d\d", cd or ""), cd)
+    sel = '#list [data-id="%s"]' % later
+    t1 = hms(b.js(card_js(sel + " .countdown", "textContent")))
+    time.sleep(2.2)
+    t2 = hms(b.js(card_js(sel + " .countdown", "textContent")))
+    check("buyer: the countdown runs (2.2 s later it is 1..3 s lower)",
+          t1 is not None and t2 is not None and 1 <= t1 - t2 <= 3, "%s then %s" % (t1, t2))
+    _, st = call("GET", "/market/consumer/coupon/status")
+    start = int(next(x["startTime"] for x in st["activities"] if x["idStr"] == later))
+    want = (start - st["now"]) / 1000
+    check("buyer: the countdown is by the server's clock (within 3 s of start - now)",
+          t2 is not None and abs(t2 - want) <= 3, "page %s, server %.1f" % (t2, want))
+    check("buyer: no seize button before the start",
+          b.js(card_js(sel + " .seize", "disabled")) is True)
+
+    sel = '#list [data-id="%s"]' % a
+    before = seize_requests()
+    # Two clicks in one go: the second lands while the first is in flight.
+    off = b.js("const x = document.querySelector(arguments[0]); x.click();"
+               "const d = x.disabled; x.click(); return d;", sel + " .seize")
+    check("buyer: the button is disabled while the request is in flight", off is True, off)
+    out = b.wait(lambda: b.js(card_js(sel + " .outcome", "textContent"))
+                 if "got it" in (b.js(card_js(sel + " .outcome", "textContent")) or "") else None, 10)
+    check("buyer: the outcome is shown in words", out, b.js(card_js(sel + " .outcome", "textContent")))
+    after = seize_requests()
+    check("buyer: two clicks sent one seize (server side)", after - before == 1,
+          "seize requests +%d" % (after - before))
+    try:
+        b.click(b.find(sel + " .seize"))  # a real click on the disabled button
+    except WebDriverError as e:
+        say("# click on the disabled button: %s" % e)
+    b.js("document.querySelector(arguments[0]).click()", sel + " .seize")
+    time.sleep(1)
+    check("buyer: a click after the final answer sends nothing (server side)",
+          seize_requests() == after, "seize requests %d -> %d" % (after, seize_requests()))
+    check("buyer: the button stays disabled after the answer",
+          b.js(card_js(sel + " .seize", "disabled")) is True)
+    _, st = call("GET", "/market/consumer/coupon/status?id=" + a, token=jwt(4242))
+    check("buyer: the server holds the coupon for the page's user",
+          st.get("mine", {}).get("seized") is True, st)
+    b.js("window.scrollTo(0, 0)")
+    b.screenshot(os.path.join(OUT, "pages-buyer.png"))
+    say("# screenshot: %s" % os.path.join(OUT, "pages-buyer.png"))
+
+
+def operator(b, ids):
+    _, _, load = ids
+    sel = '#rows [data-id="%s"]' % load
+    b._s("POST", "/window/rect", {"width": 1100, "height": 1000})
+    b.get(URL + "/market/ui/operator.html#token=" + ADMIN)
+    ok = b.wait(lambda: b.js(card_js(sel + " .remaining", "dataset.value")) == "100000", 15)
+    check("operator: the load sale shows its full stock", ok,
+          b.js(card_js(sel + " .remaining", "dataset.value")))
+    port = URL.rsplit(":", 1)[1]
+    lg = subprocess.Popen([LOADGEN, "-p", port, "-s", SECRET, "-a", load, "-c", "2",
+                           "-n", "1000000", "-b", "500000", "-D", "6", "-j"],
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    seen = []
+    shot = False
+    while lg.poll() is None:
+        v = b.js(card_js(sel + " .remaining", "dataset.value"))
+        if v and (not seen or seen[-1] != int(v)):
+            seen.append(int(v))
+        if not shot and len(seen) >= 3:
+            b.screenshot(os.path.join(OUT, "pages-operator-load.png"))
+            shot = True
+        time.sleep(0.25)
+    summary = json.loads(lg.stdout.read())
+    granted = int(summary.get("codes", {}).get("SEIZED", 0))
+    say("# load: %d granted; the page showed %s" % (granted, seen))
+    check("operator: remaining stock falls on the page while the load runs (3+ readings)",
+          len(seen) >= 3 and all(x > y for x, y in zip(seen, seen[1:])) and seen[-1] < 100000, seen)
+    rates = b.js(card_js("#node .rates", "textContent")) or ""
+    check("operator: seize rate by outcome shown", "SEIZED" in rates, rates)
+    check("operator: breaker state shown", b.js(card_js("#node .breaker", "textContent")) == "closed",
+          b.js(card_js("#node .breaker", "textContent")))
+    check("operator: sync queue depth shown",
+          re.fullmatch(r"\d+", b.js(card_js("#node .queue", "textContent")) or ""),
+          b.js(card_js("#node .queue", "textContent")))
+    want = 100000 - granted
+    ok = b.wait(lambda: b.js(card_js(sel + " .remaining", "dataset.value")) == str(want), 5)
+    check("operator: the page ends at exactly total - granted (%d)" % want, ok,
+          b.js(card_js(sel + " .remaining", "dataset.value")))
+
+    k = b.find(sel + " .topup-k")
+    b.clear(k)
+    b.type(k, "25")
+    b.click(b.find(sel + " .topup"))
+    msg = b.wait(lambda: b.js(card_js("#msg", "textContent")) if "Added 25" in (
+        b.js(card_js("#msg", "textContent")) or "") else None, 10)
+    check("operator: top-up from the page confirmed", msg, b.js(card_js("#msg", "textContent")))
+    ok = b.wait(lambda: b.js(card_js(sel + " .remaining", "dataset.value")) == str(want + 25), 5)
+    check("operator: the page shows the stock raised by 25", ok,
+          b.js(card_js(sel + " .remaining", "dataset.value")))
+    _, j = call("GET", "/market/admin/coupon/activity?id=" + load)
+    act = j.get("activity", {})
+    check("operator: the API has total 100025 and remaining %d" % (want + 25),
+          act.get("totalNum") == 100025 and act.get("remaining") == want + 25, act)
+    row = mysql("SELECT action, result FROM admin_audit WHERE activity_id = %s "
+                "ORDER BY id DESC LIMIT 1" % load)
+    check("operator: the top-up is in admin_audit", row == "topup\tOK", row)
+    b.screenshot(os.path.join(OUT, "pages-operator.png"))
+    say("# screenshots: %s, %s" % (os.path.join(OUT, "pages-operator-load.png"),
+                                   os.path.join(OUT, "pages-operator.png")))
+
+
+def main():
+    ids = (create("Coffee 5 off", 5, -60, 3600),
+           create("Opens in an hour", 100, 3600, 7200),
+           create("Load test sale", 100000, -60, 3600))
+    say("# activities %s" % (ids,))
+    workdir = os.environ["COUPON_DIR"]
+    t0 = time.time()
+    with Browser(workdir, width=412, height=915) as b:
+        buyer(b, ids)
+        operator(b, ids)
+    say("# browser part took %.1f s" % (time.time() - t0))
+    return 0  # the failed checks are counted by pages.sh
+
+
+if __name__ == "__main__":
+    sys.exit(main())
