@@ -189,6 +189,7 @@ static int worker_init(struct worker *w, const struct cs_conf *conf, struct shm_
 
     rconn_opts_from_conf(&ro, conf, conf->redis_command_timeout_ms);
     ro.no_backoff = 1; /* the node breaker is the backoff */
+    ro.cluster_shared = &shm->cluster;
     memset(w, 0, sizeof(*w));
     w->conf = conf;
     w->shm = shm;

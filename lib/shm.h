@@ -11,6 +11,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "keys.h"
+#include "rcluster.h"
+
 #define SHM_FLAGS 1024           /* slots per flag table, power of two */
 #define SHM_ROUTES 8
 #define SHM_CODES 24
@@ -40,6 +43,8 @@ struct shm_metrics {
     _Atomic uint64_t cache_load_failures;
     _Atomic uint64_t cache_stale_served;
     _Atomic uint64_t worker_restarts;
+    _Atomic uint64_t seize_shard[KEYS_SHARDS];   /* seize scripts run, by shard */
+    _Atomic uint64_t seized_shard[KEYS_SHARDS];  /* coupons granted, by shard */
 };
 
 struct shm_node {
@@ -60,6 +65,9 @@ struct shm_node {
     struct shm_flag voided[SHM_FLAGS];
 
     struct shm_metrics m;
+
+    /* Redis Cluster: map epoch, refresh throttle and routing counters. */
+    struct rcluster_shared cluster;
 };
 
 /* Latency bucket upper bounds in microseconds (the last is +Inf). */
