@@ -47,6 +47,15 @@ struct shm_metrics {
     _Atomic uint64_t seized_shard[KEYS_SHARDS];  /* coupons granted, by shard */
 };
 
+/* A breaker of its own for one shard (Redis Cluster: a master failing
+ * opens only the breakers of the shards it serves). */
+struct shm_breaker {
+    _Atomic int state;
+    _Atomic int failures;
+    _Atomic int64_t open_until_ms;
+    _Atomic int64_t probe_until_ms;
+};
+
 struct shm_node {
     uint64_t magic;
     uint32_t version;
@@ -65,6 +74,8 @@ struct shm_node {
     struct shm_flag voided[SHM_FLAGS];
 
     struct shm_metrics m;
+
+    struct shm_breaker shard_breaker[KEYS_SHARDS];
 
     /* Redis Cluster: map epoch, refresh throttle and routing counters. */
     struct rcluster_shared cluster;
@@ -96,6 +107,13 @@ int shm_breaker_allow(struct shm_node *node, int64_t now_ms, int64_t lease_ms);
 int shm_breaker_success(struct shm_node *node);
 /* Returns 1 when this failure opened the breaker. */
 int shm_breaker_failure(struct shm_node *node, int64_t now_ms, int threshold, int open_ms);
+
+/* The same for one shard's breaker b; shm_shard_failure() counts an opening
+ * in the node's breaker_opened metric. */
+int shm_shard_allow(struct shm_breaker *b, int64_t now_ms, int64_t lease_ms);
+int shm_shard_success(struct shm_breaker *b);
+int shm_shard_failure(struct shm_node *node, struct shm_breaker *b, int64_t now_ms, int threshold,
+                      int open_ms);
 
 /* Node token bucket as GCRA: RPS per second with BURST extra. Returns 1 when
  * the request may go on, else 0 and *retry_after_s (>= 1). rps 0 = no limit. */
