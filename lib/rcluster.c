@@ -482,12 +482,14 @@ static int rc_refresh(struct rcluster *cl)
         size_t n = 0;
         if (rc_fetch_map(cl, i, &v, &n) != CS_OK)
             continue;
+        int first = !cl->have_map;
         int changed = rc_install_map(cl, v, n);
         free(v);
         atomic_fetch_add_explicit(&cl->sh->refreshes, 1, memory_order_relaxed);
         cl->need_refresh = 0;
         cl->seen_epoch = epoch;
-        if (changed) {
+        /* A process' first map is news to no one else. */
+        if (changed && !first) {
             cl->seen_epoch = atomic_fetch_add(&cl->sh->epoch, 1) + 1;
             log_info("redis cluster: slot map updated from %s:%d", cl->nodes[i].host,
                      cl->nodes[i].port);
