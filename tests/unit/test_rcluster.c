@@ -288,7 +288,8 @@ START_TEST(key_slots_match_the_server)
     char k[KEYS_MAX];
     int checked = 0;
     for (int i = 0; i < 4 * KEYS_SHARDS; i++) {
-        size_t (*shard_keys[])(char *, int) = {keys_stock, keys_queue, keys_dead, keys_sync_lock};
+        size_t (*shard_keys[])(char *, int) = {keys_stock, keys_queue, keys_dead, keys_sync_lock,
+                                               keys_window};
         for (size_t b = 0; b < CS_ARRAY_LEN(shard_keys); b++) {
             size_t n = i < KEYS_SHARDS ? shard_keys[b](k, i) : 0;
             if (n == 0)
@@ -313,7 +314,7 @@ START_TEST(key_slots_match_the_server)
             checked++;
         }
     }
-    const char *global[] = {KEY_ACTIVITY_LIST, KEY_ACTIVITY_VOIDED};
+    const char *global[] = {KEY_ACTIVITY_LIST, KEY_ACTIVITY_VOIDED, KEY_HEALTH};
     for (size_t j = 0; j < CS_ARRAY_LEN(global); j++) {
         redisReply *r = dcmd(0, "CLUSTER KEYSLOT %s", global[j]);
         ck_assert_int_eq(r->integer, keys_slot(global[j], strlen(global[j])));
@@ -326,7 +327,7 @@ START_TEST(key_slots_match_the_server)
         size_t n = keys_stock(k, i);
         ck_assert_int_eq((int)keys_slot(k, n), tag_slot[i]);
     }
-    ck_assert_int_ge(checked, 40 + 120);
+    ck_assert_int_ge(checked, 50 + 120);
 }
 END_TEST
 
