@@ -734,7 +734,10 @@ int rcluster_append(struct rconn *rc, const char *key, char *cmd, size_t len)
     p->slot = rc_key_slot(key);
     p->node = -1;
 
-    rc_maybe_refresh(cl);
+    /* Only before the first append: a refresh on a node with commands of
+     * this pipeline in flight would read their replies as its own. */
+    if (cl->npipe == 1)
+        rc_maybe_refresh(cl);
     int i = rc_slot_node(cl, p->slot);
     /* Unsent commands are sent on their own once the others are read. */
     if (i < 0 || rc_node_ctx(cl, i) == NULL)

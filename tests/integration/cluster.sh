@@ -145,6 +145,7 @@ DOWN_PORT=""
 has_replica() { [[ $(ncli "$NEWMASTER" info replication) =~ connected_slaves:[1-9] ]]; }
 check "the old master rejoins as a replica" wait_for 60 has_replica
 REJOIN_T=$(now_ms)
+diag "the old master is a replica again $((REJOIN_T - KILL_T)) ms after the kill"
 sleep 6
 stop_load
 END_T=$(now_ms)
@@ -182,16 +183,17 @@ for ((i = 0; i < 10; i++)); do
     [[ ${OWNER0[i]} == "$VICTIM" ]] && AFFECTED+="$i "
 done
 report=$(python3 - "$LOGS" "$AFFECTED" "$KILL_T" "$FAILOVER_T" "$REJOIN_T" "$MIG_START" \
-    "$MIG_END" "$END_T" <<'EOF'
+    "$MIG_END" "$END_T" "$MIG_SHARD" <<'EOF'
 import sys
 logs, affected = sys.argv[1], set(int(x) for x in sys.argv[2].split())
-kill_t, failover_t, rejoin_t, mig_start, mig_end, end_t = map(int, sys.argv[3:9])
+kill_t, failover_t, rejoin_t, mig_start, mig_end, end_t, mig_shard = map(int, sys.argv[3:10])
 bad = []
 lost_ok = total_ok = 0
 for i in range(10):
     start = None
     seized, unknown, codes = set(), set(), {}
-    first_after_kill = last_seized = None
+    last_seized = None
+    first_fail = last_fail = recovered = None
     n = 0
     mig_req = mig_lost = 0
     with open(f"{logs}/{i}.log") as f:
@@ -207,8 +209,12 @@ for i in range(10):
             if code == "SEIZED":
                 seized.add(user)
                 last_seized = t
-                if t > kill_t and first_after_kill is None:
-                    first_after_kill = t
+                if last_fail is not None and recovered is None:
+                    recovered = t
+            elif t >= kill_t and t <= rejoin_t:
+                first_fail = first_fail or t
+                last_fail = t
+                recovered = None
             elif code == "UNKNOWN_OUTCOME":
                 unknown.add(user)
             if mig_start <= t <= mig_end + 1000:
@@ -233,9 +239,10 @@ for i in range(10):
         total_ok += n
         if lost * 1000 >= 5 * n:
             bad.append(f"shard {i} (unaffected): lost {lost} of {n} requests (>= 0.5 %)")
-    if i in affected and first_after_kill is not None and first_after_kill > kill_t:
-        print(f"# shard {i}: first SEIZED {int(first_after_kill - kill_t)} ms after the kill")
-    if i == min(affected):
+    if i in affected and i != mig_shard and first_fail is not None and recovered is not None:
+        print(f"# shard {i}: failures from {int(first_fail - kill_t)} ms to {int(last_fail - kill_t)} ms"
+              f" after the kill; SEIZED again {int(recovered - kill_t)} ms after it")
+    if i == mig_shard:
         print(f"# shard {i}: {mig_lost} of {mig_req} requests lost during the migration")
 print(f"# unaffected shards lost {lost_ok} of {total_ok} requests")
 for b in bad:
