@@ -295,8 +295,7 @@ static int rc_node_get(struct rcluster *cl, const char *host, int port)
         return i;
     if (cl->nnodes == RCLUSTER_MAX_NODES) {
         /* Reuse a node no slot points to and that is not a seed. */
-        static uint8_t used[RCLUSTER_MAX_NODES];
-        memset(used, 0, sizeof(used));
+        uint8_t used[RCLUSTER_MAX_NODES] = {0};
         for (int s = 0; s < RCLUSTER_SLOTS; s++)
             if (cl->slot_node[s] != RC_NO_NODE)
                 used[cl->slot_node[s]] = 1;
@@ -449,8 +448,9 @@ static int rc_fetch_map(struct rcluster *cl, int i, struct rcluster_range **v, s
 /* Installs a fetched map; returns 1 when it differs from the one held. */
 static int rc_install_map(struct rcluster *cl, const struct rcluster_range *v, size_t n)
 {
-    static uint8_t map[RCLUSTER_SLOTS];
-    memset(map, RC_NO_NODE, sizeof(map));
+    /* Not static: coupon-sync's threads each refresh their own map. */
+    uint8_t *map = xmalloc(RCLUSTER_SLOTS);
+    memset(map, RC_NO_NODE, RCLUSTER_SLOTS);
     for (size_t k = 0; k < n; k++) {
         int nd = rc_node_get(cl, v[k].host, v[k].port);
         if (nd < 0)
@@ -458,8 +458,9 @@ static int rc_install_map(struct rcluster *cl, const struct rcluster_range *v, s
         for (int s = v[k].from; s <= v[k].to; s++)
             map[s] = (uint8_t)nd;
     }
-    int changed = memcmp(map, cl->slot_node, sizeof(map)) != 0;
-    memcpy(cl->slot_node, map, sizeof(map));
+    int changed = memcmp(map, cl->slot_node, RCLUSTER_SLOTS) != 0;
+    memcpy(cl->slot_node, map, RCLUSTER_SLOTS);
+    free(map);
     cl->have_map = 1;
     return changed;
 }

@@ -131,7 +131,8 @@ redisContext *rconn_open(struct rconn *rc, const char *host, int port)
 
 int rconn_ensure(struct rconn *rc)
 {
-    if (rc->ctx != NULL)
+    /* A cluster connects to each node when a command first needs it. */
+    if (rc->ctx != NULL || rc->cl != NULL)
         return CS_OK;
     if (!rc->opts.no_backoff && rc->retry_at_ms != 0 && cs_mono_ms() < rc->retry_at_ms) {
         if (rc->err == RCONN_OK)
@@ -155,7 +156,7 @@ int rconn_ensure(struct rconn *rc)
 
 redisContext *rconn_ctx_for_key(struct rconn *rc, const char *key)
 {
-    (void)key; /* one node serves every slot until cluster routing lands here */
+    (void)key; /* one node serves every slot; a cluster routes in rcluster_exec() */
     if (rconn_ensure(rc) != CS_OK)
         return NULL;
     return rc->ctx;

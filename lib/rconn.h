@@ -82,7 +82,8 @@ void rconn_opts_from_conf(struct rconn_opts *o, const struct cs_conf *conf,
 struct rconn *rconn_new(const struct rconn_opts *opts);
 void rconn_free(struct rconn *rc);
 
-/* Connects now if not connected. CS_OK, or CS_ERR with rc->err/errstr set
+/* Connects now if not connected (a cluster: always CS_OK, its nodes are
+ * connected when used). CS_OK, or CS_ERR with rc->err/errstr set
  * (RCONN_ERR_BACKOFF while waiting out the reconnect backoff). */
 int rconn_ensure(struct rconn *rc);
 

@@ -24,7 +24,7 @@ for k, v in list(raw.items()):
         raw[k] = median_run(v)
 
 HTTP = ["return200", "noop", "php_instock", "seize_instock", "seize_flash",
-        "seize_soldout", "php_soldout"]
+        "seize_soldout", "php_soldout", "cluster_instock", "cluster_soldout"]
 LABEL = {
     "return200": "nginx return 200 (reference)",
     "noop": "no-op libfcgi responder (reference)",
@@ -34,6 +34,8 @@ LABEL = {
     "seize_flash": "seize, flash sale (1,000 / 200,000)",
     "seize_soldout": "seize, sold out",
     "redis_evalsha": "redis-benchmark EVALSHA (reference)",
+    "cluster_instock": "seize, in stock, Redis Cluster",
+    "cluster_soldout": "seize, sold out, Redis Cluster",
 }
 
 
@@ -63,6 +65,8 @@ for name in HTTP + ["redis_evalsha"]:
         "x_return200": ratio(name, "return200"),
         "x_noop": ratio(name, "noop"),
         "x_php": ratio(name, "php_soldout" if "soldout" in name else "php_instock"),
+        "x_single_redis": ratio(name, name.replace("cluster_", "seize_"))
+        if name.startswith("cluster_") else None,
         "x_redis": ratio(name, "redis_evalsha"),
     })
 
@@ -116,6 +120,16 @@ if d:
 for t in lc.get("results", []):
     print(f"cache {t.get('trace')} cap={t.get('capacity')}: W-TinyLFU {fmt(t.get('tinylfu'), '.4f')} "
           f"LRU {fmt(t.get('lru'), '.4f')}")
+cl = [(a, b) for a, b in (("cluster_instock", "seize_instock"), ("cluster_soldout", "seize_soldout"))
+      if a in raw and b in raw]
+for a, b in cl:
+    print(f"{LABEL[a]}: {fmt(ratio(a, b), '.2f')}x the rps of one Redis, p99 "
+          f"{fmt(get(a, 'p99_ms'), '.2f')} ms against {fmt(get(b, 'p99_ms'), '.2f')} ms")
+fo = raw.get("cluster_failover") or {}
+if fo:
+    print(f"cluster: master kill -9 -> first failed seize after {fo.get('first_failure_ms')} ms, "
+          f"SEIZED again after {fo.get('seized_again_ms')} ms (replica promoted, old master "
+          f"rejoined as its replica)")
 print(f"worker RSS (largest): {rss} KiB")
 print()
 for t in targets:
@@ -124,6 +138,7 @@ for t in targets:
     print(f"  [{'met' if t['met'] else 'MISSED'}] {t['target']}: {v}")
 
 result = {"scenarios": rows, "targets": targets, "worker_rss_kib": rss,
+          "cluster_failover": raw.get("cluster_failover"),
           "drain": d, "lcache": lc, "workers": raw.get("workers"),
           "concurrency": raw.get("concurrency")}
 with open(os.path.join(out, "bench.json"), "w") as f:
