@@ -211,12 +211,13 @@ for i in range(10):
                 last_seized = t
                 if last_fail is not None and recovered is None:
                     recovered = t
-            elif t >= kill_t and t <= rejoin_t:
-                first_fail = first_fail or t
-                last_fail = t
-                recovered = None
-            elif code == "UNKNOWN_OUTCOME":
-                unknown.add(user)
+            else:
+                if code == "UNKNOWN_OUTCOME":
+                    unknown.add(user)
+                if kill_t <= t <= rejoin_t:
+                    first_fail = first_fail or t
+                    last_fail = t
+                    recovered = None
             if mig_start <= t <= mig_end + 1000:
                 mig_req += 1
                 mig_lost += code != "SEIZED"
