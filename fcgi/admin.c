@@ -3,6 +3,7 @@
 #include "conf.h"
 #include "cs.h"
 #include "keys.h"
+#include "rcluster.h"
 #include "log.h"
 #include "mconn.h"
 #include "meta.h"
@@ -93,11 +94,53 @@ static enum rconn_fault admin_health_probe(struct worker *w)
     return fault;
 }
 
+struct health_masters {
+    char buf[1024];
+    size_t len;
+    int up, n;
+};
+
+static void health_master(void *arg, const char *addr, int up)
+{
+    struct health_masters *h = arg;
+    if (h->len < sizeof(h->buf))
+        h->len += (size_t)snprintf(h->buf + h->len, sizeof(h->buf) - h->len, "%s\"%s\":\"%s\"",
+                                   h->n ? "," : "", addr, up ? "up" : "down");
+    if (h->len >= sizeof(h->buf))
+        h->len = sizeof(h->buf) - 1;
+    h->n++;
+    h->up += up;
+}
+
+/* On a cluster health names each master: "up" when all answer, "degraded"
+ * (still 200: the shards on the others sell) when some do, 503 "down" when
+ * none does. */
+static void admin_health_cluster(struct worker *w, struct req *r)
+{
+    struct health_masters h = {.len = 0};
+    char extra[1200];
+
+    rcluster_each_master(w->rc, health_master, &h);
+    const char *state = h.n > 0 && h.up == h.n ? "up" : h.up > 0 ? "degraded" : "down";
+    snprintf(extra, sizeof(extra), "\"redis\":\"%s\",\"masters\":{%s},\"worker\":%d", state,
+             h.buf, w->index);
+    if (h.up > 0)
+        req_reply(r, CODE_OK, NULL, extra, 0);
+    else
+        req_reply(r, CODE_UNAVAILABLE, "no redis master is reachable", extra,
+                  worker_retry_after(w));
+}
+
 void admin_health(struct worker *w, struct req *r)
 {
     static const char *const bnames[] = {"closed", "open", "half-open"};
     char extra[160];
     enum rconn_fault fault;
+
+    if (w->conf->redis_cluster) {
+        admin_health_cluster(w, r);
+        return;
+    }
 
     /*
      * Health answers "can a seize be granted now". While the breaker is

@@ -38,6 +38,43 @@ static void counter(struct out *o, const char *name, const char *help, uint64_t 
 
 #define LOAD(x) atomic_load_explicit((_Atomic uint64_t *)&(x), memory_order_relaxed)
 
+/* Per-shard load and the Redis Cluster routing counters. */
+static void metrics_shards(struct out *o, const struct shm_node *node)
+{
+    const struct shm_metrics *m = &node->m;
+    const struct rcluster_shared *cl = &node->cluster;
+
+    emit(o, "# HELP couponseize_seize_scripts_total Seize scripts sent to Redis, by shard.\n"
+            "# TYPE couponseize_seize_scripts_total counter\n");
+    for (int i = 0; i < KEYS_SHARDS; i++)
+        emit(o, "couponseize_seize_scripts_total{shard=\"%d\"} %llu\n", i,
+             (unsigned long long)LOAD(m->seize_shard[i]));
+    emit(o, "# HELP couponseize_seized_total Coupons granted, by shard.\n"
+            "# TYPE couponseize_seized_total counter\n");
+    for (int i = 0; i < KEYS_SHARDS; i++)
+        emit(o, "couponseize_seized_total{shard=\"%d\"} %llu\n", i,
+             (unsigned long long)LOAD(m->seized_shard[i]));
+    emit(o, "# HELP couponseize_shard_breaker_state Per-shard breaker on a cluster: 0 closed, "
+            "1 open, 2 half-open.\n# TYPE couponseize_shard_breaker_state gauge\n");
+    for (int i = 0; i < KEYS_SHARDS; i++)
+        emit(o, "couponseize_shard_breaker_state{shard=\"%d\"} %d\n", i,
+             atomic_load((_Atomic int *)&node->shard_breaker[i].state));
+    emit(o, "# HELP couponseize_redis_redirects_total Redis Cluster redirections followed.\n"
+            "# TYPE couponseize_redis_redirects_total counter\n"
+            "couponseize_redis_redirects_total{kind=\"moved\"} %llu\n"
+            "couponseize_redis_redirects_total{kind=\"ask\"} %llu\n",
+         (unsigned long long)LOAD(cl->moved), (unsigned long long)LOAD(cl->ask));
+    counter(o, "couponseize_redis_tryagain_total",
+            "Commands retried after TRYAGAIN, CLUSTERDOWN or LOADING.", LOAD(cl->tryagain));
+    counter(o, "couponseize_redis_slot_map_refreshes_total", "Cluster slot-map refreshes.",
+            LOAD(cl->refreshes));
+    counter(o, "couponseize_redis_slot_map_refresh_failures_total",
+            "Cluster slot-map refreshes no node answered.", LOAD(cl->refresh_failures));
+    counter(o, "couponseize_redis_wait_shortfalls_total",
+            "Grants WAIT did not see on redis.wait_replicas replicas (answered UNKNOWN_OUTCOME).",
+            LOAD(cl->wait_shortfalls));
+}
+
 size_t metrics_render(const struct shm_node *node, char *buf, size_t cap)
 {
     struct out o = {buf, cap, 0};
@@ -103,6 +140,7 @@ size_t metrics_render(const struct shm_node *node, char *buf, size_t cap)
             "Activity entries served stale while Redis was away.", LOAD(m->cache_stale_served));
     counter(&o, "couponseize_worker_restarts_total", "Workers the supervisor replaced.",
             LOAD(m->worker_restarts));
+    metrics_shards(&o, node);
     return o.len;
 }
 

@@ -37,11 +37,13 @@ struct seize_call {
     char s_aid[24], s_uid[24];
     const char *argv[6];
     size_t argl[6];
+    int shard;
 };
 
 static void seize_call_init(struct seize_call *sc, int64_t id, int64_t uid)
 {
     int shard = keys_shard(id);
+    sc->shard = shard;
     sc->argl[0] = keys_stock(sc->k_stock, shard);
     sc->argl[1] = keys_seize_list(sc->k_list, id);
     sc->argl[2] = keys_queue(sc->k_queue, shard);
@@ -151,14 +153,15 @@ static enum cs_code seize_eval(struct worker *w, struct seize_call *sc, long lon
             log_debug("seize %s for %s: no answer to the resend either (%s)", sc->s_aid,
                       sc->s_uid, rep != NULL && rep->type == REDIS_REPLY_ERROR ? rep->str
                                                                                : w->rc->errstr);
-            worker_redis_done(w, rep != NULL ? rconn_reply_fault(rep) : RCONN_FAULT_DOWN);
+            worker_seize_done(w, sc->shard,
+                              rep != NULL ? rconn_reply_fault(rep) : RCONN_FAULT_DOWN);
             if (rep != NULL)
                 freeReplyObject(rep);
             return CODE_UNKNOWN_OUTCOME;
         }
     }
     if (rep == NULL) {
-        worker_redis_done(w, RCONN_FAULT_DOWN);
+        worker_seize_done(w, sc->shard, RCONN_FAULT_DOWN);
         log_debug("seize %s for %s: %s", sc->s_aid, sc->s_uid, w->rc->errstr);
         return CODE_UNAVAILABLE;
     }
@@ -167,13 +170,24 @@ static enum cs_code seize_eval(struct worker *w, struct seize_call *sc, long lon
         log_error("EVALSHA seize.lua for activity %s: %s", sc->s_aid,
                   rep->type == REDIS_REPLY_ERROR ? rep->str : "non-integer reply");
         freeReplyObject(rep);
-        worker_redis_done(w, fault == RCONN_FAULT_NONE ? RCONN_FAULT_ERROR : fault);
+        worker_seize_done(w, sc->shard,
+                          fault == RCONN_FAULT_NONE ? RCONN_FAULT_ERROR : fault);
         return CODE_UNAVAILABLE;
     }
-    worker_redis_done(w, RCONN_FAULT_NONE);
+    worker_seize_done(w, sc->shard, RCONN_FAULT_NONE);
     *res = rep->integer;
     freeReplyObject(rep);
     return CODE_OK;
+}
+
+/* With redis.wait_replicas, a grant is SEIZED only once that many replicas
+ * have it: a failover right after cannot lose a coupon someone was told of. */
+static int seize_replicated(struct worker *w)
+{
+    const struct cs_conf *c = w->conf;
+    if (c->redis_wait_replicas <= 0)
+        return CS_OK;
+    return rconn_wait(w->rc, c->redis_wait_replicas, c->redis_wait_timeout_ms);
 }
 
 void seize_handle(struct worker *w, struct req *r)
@@ -229,12 +243,13 @@ void seize_handle(struct worker *w, struct req *r)
         req_reply(r, CODE_SOLD_OUT, NULL, NULL, 0);
         return;
     }
-    if (!worker_redis_allowed(w)) {
+    if (!worker_seize_allowed(w, keys_shard(id))) {
         seize_unavailable(w, r);
         return;
     }
 
     seize_call_init(&sc, id, who.user_id);
+    atomic_fetch_add_explicit(&w->shm->m.seize_shard[sc.shard], 1, memory_order_relaxed);
     int64_t sent_at = cs_mono_ms();
     int resent = 0;
     long long res;
@@ -252,6 +267,13 @@ void seize_handle(struct worker *w, struct req *r)
     int64_t recheck = cs_mono_ms() + c->limits_soldout_recheck_ms;
     if (code == CODE_SEIZED) {
         char extra[96];
+        atomic_fetch_add_explicit(&w->shm->m.seized_shard[sc.shard], 1, memory_order_relaxed);
+        if (seize_replicated(w) != CS_OK) {
+            log_warn("seize %" PRId64 " for %" PRId64 " granted, not confirmed: %s", id,
+                     who.user_id, w->rc->errstr);
+            req_reply(r, CODE_UNKNOWN_OUTCOME, NULL, NULL, worker_retry_after(w));
+            return;
+        }
         if (res == 0 && c->limits_soldout_recheck_ms > 0)
             shm_flag_set(w->shm->soldout, id, recheck);
         if (res >= 0)

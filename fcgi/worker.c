@@ -85,6 +85,9 @@ int req_auth(struct worker *w, struct req *r, int need, struct auth_identity *id
 int worker_redis_allowed(struct worker *w)
 {
     const struct cs_conf *c = w->conf;
+    /* On a cluster the breakers are per shard (worker_seize_allowed()). */
+    if (c->redis_cluster)
+        return 1;
     /* A probe may have to resend once: connect + two command timeouts. */
     int64_t lease = 2 * ((int64_t)c->redis_connect_timeout_ms + c->redis_command_timeout_ms);
     return shm_breaker_allow(w->shm, cs_mono_ms(), lease);
@@ -100,6 +103,8 @@ void worker_redis_done(struct worker *w, enum rconn_fault fault)
 {
     const struct cs_conf *c = w->conf;
 
+    if (c->redis_cluster)
+        return;
     if (atomic_load_explicit(&w->shm->redis_fault, memory_order_relaxed) != (int)fault)
         atomic_store(&w->shm->redis_fault, (int)fault);
     if (fault == RCONN_FAULT_NONE) {
@@ -115,6 +120,38 @@ void worker_redis_done(struct worker *w, enum rconn_fault fault)
                             c->redis_breaker_open_ms))
         log_warn("redis breaker opened (%s): %s; seizes answer 503 until a probe succeeds",
                  rconn_fault_name(fault), w->rc->errstr);
+}
+
+int worker_seize_allowed(struct worker *w, int shard)
+{
+    const struct cs_conf *c = w->conf;
+    if (!c->redis_cluster)
+        return worker_redis_allowed(w);
+    int64_t lease = 2 * ((int64_t)c->redis_connect_timeout_ms + c->redis_command_timeout_ms);
+    return shm_shard_allow(&w->shm->shard_breaker[shard], cs_mono_ms(), lease);
+}
+
+void worker_seize_done(struct worker *w, int shard, enum rconn_fault fault)
+{
+    const struct cs_conf *c = w->conf;
+    if (!c->redis_cluster) {
+        worker_redis_done(w, fault);
+        return;
+    }
+    struct shm_breaker *b = &w->shm->shard_breaker[shard];
+    if (fault == RCONN_FAULT_NONE) {
+        if (shm_shard_success(b))
+            log_notice("redis shard %d is back: its breaker closed", shard);
+        return;
+    }
+    if (w->rc->err == RCONN_ERR_TIMEOUT)
+        atomic_fetch_add(&w->shm->m.redis_timeouts, 1);
+    else
+        atomic_fetch_add(&w->shm->m.redis_errors, 1);
+    if (shm_shard_failure(w->shm, b, cs_mono_ms(), c->redis_breaker_failures,
+                          c->redis_breaker_open_ms))
+        log_warn("redis breaker of shard %d opened (%s): %s; its seizes answer 503 until a "
+                 "probe succeeds", shard, rconn_fault_name(fault), w->rc->errstr);
 }
 
 int worker_retry_after(const struct worker *w)
@@ -192,6 +229,7 @@ static int worker_init(struct worker *w, const struct cs_conf *conf, struct shm_
 
     rconn_opts_from_conf(&ro, conf, conf->redis_command_timeout_ms);
     ro.no_backoff = 1; /* the node breaker is the backoff */
+    ro.cluster_shared = &shm->cluster;
     memset(w, 0, sizeof(*w));
     w->conf = conf;
     w->shm = shm;

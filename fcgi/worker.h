@@ -81,6 +81,12 @@ void worker_redis_done(struct worker *w, enum rconn_fault fault);
  * is open because Redis is unreachable. Reads never feed the breaker. */
 int worker_redis_readable(const struct worker *w);
 
+/* The breaker of a seize on shard: the node's breaker on a single Redis,
+ * the shard's own on a cluster (one master failing never turns away seizes
+ * for shards the others serve). */
+int worker_seize_allowed(struct worker *w, int shard);
+void worker_seize_done(struct worker *w, int shard, enum rconn_fault fault);
+
 /* Seconds a client should wait while Redis is unavailable. */
 int worker_retry_after(const struct worker *w);
 

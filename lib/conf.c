@@ -1,6 +1,7 @@
 /* conf.c - table-driven loading and validation of couponseize.conf. */
 #include "conf.h"
 #include "cs.h"
+#include "rcluster.h"
 
 #include <libconfig.h>
 #include <stddef.h>
@@ -8,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum conf_type { CT_INT, CT_STR };
+/* CT_BOOL is an int 0/1 written true/false; CT_LIST a list of strings
+ * ["a", "b"], kept comma-joined (items may not hold commas). */
+enum conf_type { CT_INT, CT_STR, CT_BOOL, CT_LIST };
 
 struct conf_key {
     const char *name;   /* "group.key" */
@@ -26,6 +29,8 @@ static const char *const modes[] = {"jwt", "trusted-header", NULL};
 
 #define I(n, f, lo, hi, d) {n, CT_INT, offsetof(struct cs_conf, f), lo, hi, d, NULL, NULL}
 #define S(n, f, req, d, ch) {n, CT_STR, offsetof(struct cs_conf, f), req, 0, 0, d, ch}
+#define B(n, f, d) {n, CT_BOOL, offsetof(struct cs_conf, f), 0, 1, d, NULL, NULL}
+#define L(n, f, d) {n, CT_LIST, offsetof(struct cs_conf, f), 0, 0, 0, d, NULL}
 
 static const struct conf_key conf_keys[] = {
     S("log.level", log_level, 1, "info", levels),
@@ -45,6 +50,10 @@ static const struct conf_key conf_keys[] = {
     I("redis.command_timeout_ms", redis_command_timeout_ms, 1, 60000, 200),
     I("redis.breaker_failures", redis_breaker_failures, 1, 1000000, 5),
     I("redis.breaker_open_ms", redis_breaker_open_ms, 10, 600000, 500),
+    B("redis.cluster", redis_cluster, 0),
+    L("redis.nodes", redis_nodes, ""),
+    I("redis.wait_replicas", redis_wait_replicas, 0, 16, 0),
+    I("redis.wait_timeout_ms", redis_wait_timeout_ms, 1, 60000, 100),
 
     S("mysql.host", mysql_host, 0, "127.0.0.1", NULL),
     I("mysql.port", mysql_port, 0, 65535, 3306),
@@ -87,7 +96,7 @@ void conf_defaults(struct cs_conf *conf)
     memset(conf, 0, sizeof(*conf));
     for (size_t i = 0; i < CS_ARRAY_LEN(conf_keys); i++) {
         const struct conf_key *k = &conf_keys[i];
-        if (k->type == CT_INT)
+        if (k->type == CT_INT || k->type == CT_BOOL)
             *FIELD(conf, k, int) = (int)k->idef;
         else
             *FIELD(conf, k, char *) = xstrdup(k->sdef);
@@ -98,7 +107,7 @@ void conf_free(struct cs_conf *conf)
 {
     for (size_t i = 0; i < CS_ARRAY_LEN(conf_keys); i++) {
         const struct conf_key *k = &conf_keys[i];
-        if (k->type == CT_STR) {
+        if (k->type == CT_STR || k->type == CT_LIST) {
             free(*FIELD(conf, k, char *));
             *FIELD(conf, k, char *) = NULL;
         }
@@ -140,6 +149,39 @@ static int conf_check_unknown(config_setting_t *root, const char *path, char *er
     return CS_OK;
 }
 
+/* A list of non-empty strings without commas, joined with ','. */
+static int conf_apply_list(struct cs_conf *conf, const struct conf_key *k, config_setting_t *s,
+                           const char *path, char *err, size_t errlen)
+{
+    int line = config_setting_source_line(s);
+    int t = config_setting_type(s);
+    if (t != CONFIG_TYPE_ARRAY && t != CONFIG_TYPE_LIST) {
+        snprintf(err, errlen, "%s:%d: '%s' must be a list of strings like [\"a\", \"b\"]",
+                 path, line, k->name);
+        return CS_ERR;
+    }
+    int n = config_setting_length(s);
+    size_t cap = 1, len = 0;
+    for (int i = 0; i < n; i++) {
+        const char *v = config_setting_get_string_elem(s, i);
+        if (v == NULL || v[0] == '\0' || strchr(v, ',') != NULL) {
+            snprintf(err, errlen, "%s:%d: '%s' item %d must be a non-empty string without ','",
+                     path, line, k->name, i + 1);
+            return CS_ERR;
+        }
+        cap += strlen(v) + 1;
+    }
+    char *joined = xmalloc(cap);
+    joined[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        const char *v = config_setting_get_string_elem(s, i);
+        len += (size_t)snprintf(joined + len, cap - len, "%s%s", i ? "," : "", v);
+    }
+    free(*FIELD(conf, k, char *));
+    *FIELD(conf, k, char *) = joined;
+    return CS_OK;
+}
+
 static int conf_apply(struct cs_conf *conf, const struct conf_key *k, config_setting_t *s,
                       const char *path, char *err, size_t errlen)
 {
@@ -160,6 +202,17 @@ static int conf_apply(struct cs_conf *conf, const struct conf_key *k, config_set
         *FIELD(conf, k, int) = (int)v;
         return CS_OK;
     }
+
+    if (k->type == CT_BOOL) {
+        if (config_setting_type(s) != CONFIG_TYPE_BOOL) {
+            snprintf(err, errlen, "%s:%d: '%s' must be true or false", path, line, k->name);
+            return CS_ERR;
+        }
+        *FIELD(conf, k, int) = config_setting_get_bool(s) ? 1 : 0;
+        return CS_OK;
+    }
+    if (k->type == CT_LIST)
+        return conf_apply_list(conf, k, s, path, err, errlen);
 
     const char *v = config_setting_get_string(s);
     if (v == NULL) {
@@ -193,6 +246,15 @@ static int conf_check_cross(const struct cs_conf *conf, const char *path, char *
         snprintf(err, errlen, "%s: 'auth.jwt_secret' must be at least 32 characters when "
                  "auth.mode = \"jwt\"", path);
         return CS_ERR;
+    }
+    if (conf->redis_cluster) {
+        struct rcluster_range seeds[RCLUSTER_MAX_NODES / 2];
+        int n = rcluster_parse_nodes(conf->redis_nodes, seeds, (int)CS_ARRAY_LEN(seeds));
+        if (n <= 0) {
+            snprintf(err, errlen, "%s: 'redis.nodes' must list 1..%d \"host:port\" seeds when "
+                     "redis.cluster = true", path, (int)CS_ARRAY_LEN(seeds));
+            return CS_ERR;
+        }
     }
     return CS_OK;
 }
@@ -235,6 +297,10 @@ void conf_dump_keys(void)
         const struct conf_key *k = &conf_keys[i];
         if (k->type == CT_INT)
             printf("%s int %lld..%lld default %lld\n", k->name, k->min, k->max, k->idef);
+        else if (k->type == CT_BOOL)
+            printf("%s bool default %s\n", k->name, k->idef ? "true" : "false");
+        else if (k->type == CT_LIST)
+            printf("%s list of strings default []\n", k->name);
         else
             printf("%s string default \"%s\"\n", k->name, k->sdef);
     }

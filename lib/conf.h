@@ -33,6 +33,10 @@ struct cs_conf {
     int redis_command_timeout_ms;
     int redis_breaker_failures;
     int redis_breaker_open_ms;
+    int redis_cluster;             /* boolean */
+    char *redis_nodes;             /* list of "host:port", stored comma-joined */
+    int redis_wait_replicas;
+    int redis_wait_timeout_ms;
 
     /* mysql */
     char *mysql_host;

@@ -1,6 +1,7 @@
 /* rconn.c - Redis connection wrapper over hiredis' blocking API. */
 #include "rconn.h"
 #include "conf.h"
+#include "rcluster.h"
 #include "cs.h"
 #include "log.h"
 
@@ -28,6 +29,8 @@ void rconn_opts_from_conf(struct rconn_opts *o, const struct cs_conf *conf,
     o->password = conf->redis_password;
     o->connect_timeout_ms = conf->redis_connect_timeout_ms;
     o->command_timeout_ms = command_timeout_ms;
+    o->cluster = conf->redis_cluster;
+    o->nodes = conf->redis_nodes;
 }
 
 struct rconn *rconn_new(const struct rconn_opts *opts)
@@ -36,6 +39,9 @@ struct rconn *rconn_new(const struct rconn_opts *opts)
     rc->opts = *opts;
     rc->opts.host = xstrdup(opts->host ? opts->host : "127.0.0.1");
     rc->opts.password = xstrdup(opts->password ? opts->password : "");
+    rc->opts.nodes = xstrdup(opts->nodes ? opts->nodes : "");
+    if (rc->opts.cluster)
+        rc->cl = rcluster_new(rc);
     return rc;
 }
 
@@ -44,19 +50,20 @@ void rconn_free(struct rconn *rc)
     if (rc == NULL)
         return;
     rconn_drop(rc);
+    rcluster_free(rc->cl);
+    free((char *)rc->opts.nodes);
     free((char *)rc->opts.host);
     free((char *)rc->opts.password);
     free(rc);
 }
 
-static void rconn_set_err(struct rconn *rc, int err, const char *what, const char *why)
+void rconn_set_err(struct rconn *rc, int err, const char *what, const char *why)
 {
     rc->err = err;
     snprintf(rc->errstr, sizeof(rc->errstr), "%.64s: %.180s", what, why);
 }
 
-/* Maps a hiredis context error to ours; a read timeout shows as EAGAIN. */
-static int rconn_ctx_err(const redisContext *c)
+int rconn_ctx_errno(const redisContext *c)
 {
     if (c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK || errno == ETIMEDOUT))
         return RCONN_ERR_TIMEOUT;
@@ -67,6 +74,11 @@ static int rconn_ctx_err(const redisContext *c)
 
 void rconn_drop(struct rconn *rc)
 {
+    if (rc->cl != NULL) {
+        rcluster_drop(rc->cl);
+        rc->ctx = NULL;
+        return;
+    }
     if (rc->ctx != NULL) {
         redisFree(rc->ctx);
         rc->ctx = NULL;
@@ -77,6 +89,11 @@ void rconn_drop(struct rconn *rc)
  * costs each request a clock read rather than a connect timeout. */
 static void rconn_fail(struct rconn *rc)
 {
+    if (rc->cl != NULL) {
+        rcluster_drop_ctx(rc->cl, rc->ctx);
+        rc->ctx = NULL;
+        return;
+    }
     rconn_drop(rc);
     rc->backoff_ms = rc->backoff_ms ? rc->backoff_ms * 2 : RCONN_BACKOFF_MIN_MS;
     if (rc->backoff_ms > RCONN_BACKOFF_MAX_MS)
@@ -84,9 +101,38 @@ static void rconn_fail(struct rconn *rc)
     rc->retry_at_ms = cs_mono_ms() + rc->backoff_ms;
 }
 
+redisContext *rconn_open(struct rconn *rc, const char *host, int port)
+{
+    redisContext *c = redisConnectWithTimeout(host, port, ms_to_tv(rc->opts.connect_timeout_ms));
+    if (c == NULL) {
+        rconn_set_err(rc, RCONN_ERR_CONNECT, "redisConnect()", "cannot allocate context");
+        return NULL;
+    }
+    if (c->err) {
+        rconn_set_err(rc, RCONN_ERR_CONNECT, "redisConnect() failed", c->errstr);
+        redisFree(c);
+        return NULL;
+    }
+    redisSetTimeout(c, ms_to_tv(rc->opts.command_timeout_ms));
+    if (rc->opts.password[0] != '\0') {
+        redisReply *r = redisCommand(c, "AUTH %s", rc->opts.password);
+        if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+            /* The reply text never contains the password. */
+            rconn_set_err(rc, RCONN_ERR_CONNECT, "AUTH failed", r ? r->str : c->errstr);
+            if (r)
+                freeReplyObject(r);
+            redisFree(c);
+            return NULL;
+        }
+        freeReplyObject(r);
+    }
+    return c;
+}
+
 int rconn_ensure(struct rconn *rc)
 {
-    if (rc->ctx != NULL)
+    /* A cluster connects to each node when a command first needs it. */
+    if (rc->ctx != NULL || rc->cl != NULL)
         return CS_OK;
     if (!rc->opts.no_backoff && rc->retry_at_ms != 0 && cs_mono_ms() < rc->retry_at_ms) {
         if (rc->err == RCONN_OK)
@@ -96,34 +142,10 @@ int rconn_ensure(struct rconn *rc)
         return CS_ERR;
     }
 
-    redisContext *c = redisConnectWithTimeout(rc->opts.host, rc->opts.port,
-                                              ms_to_tv(rc->opts.connect_timeout_ms));
-    if (c == NULL) {
-        rconn_set_err(rc, RCONN_ERR_CONNECT, "redisConnect()", "cannot allocate context");
+    rc->ctx = rconn_open(rc, rc->opts.host, rc->opts.port);
+    if (rc->ctx == NULL) {
         rconn_fail(rc);
         return CS_ERR;
-    }
-    if (c->err) {
-        rconn_set_err(rc, RCONN_ERR_CONNECT, "redisConnect() failed", c->errstr);
-        redisFree(c);
-        rconn_fail(rc);
-        return CS_ERR;
-    }
-    redisSetTimeout(c, ms_to_tv(rc->opts.command_timeout_ms));
-    rc->ctx = c;
-
-    if (rc->opts.password[0] != '\0') {
-        redisReply *r = redisCommand(c, "AUTH %s", rc->opts.password);
-        if (r == NULL || r->type == REDIS_REPLY_ERROR) {
-            /* The reply text never contains the password. */
-            rconn_set_err(rc, RCONN_ERR_CONNECT, "AUTH failed",
-                          r ? r->str : c->errstr);
-            if (r)
-                freeReplyObject(r);
-            rconn_fail(rc);
-            return CS_ERR;
-        }
-        freeReplyObject(r);
     }
     rc->err = RCONN_OK;
     rc->errstr[0] = '\0';
@@ -134,7 +156,7 @@ int rconn_ensure(struct rconn *rc)
 
 redisContext *rconn_ctx_for_key(struct rconn *rc, const char *key)
 {
-    (void)key; /* one node serves every slot until cluster routing lands here */
+    (void)key; /* one node serves every slot; a cluster routes in rcluster_exec() */
     if (rconn_ensure(rc) != CS_OK)
         return NULL;
     return rc->ctx;
@@ -143,7 +165,7 @@ redisContext *rconn_ctx_for_key(struct rconn *rc, const char *key)
 static redisReply *rconn_check(struct rconn *rc, redisReply *r, const char *what)
 {
     if (r == NULL) {
-        rconn_set_err(rc, rc->ctx ? rconn_ctx_err(rc->ctx) : RCONN_ERR_IO, what,
+        rconn_set_err(rc, rc->ctx ? rconn_ctx_errno(rc->ctx) : RCONN_ERR_IO, what,
                       rc->ctx ? rc->ctx->errstr : "no connection");
         rconn_fail(rc);
         return NULL;
@@ -151,8 +173,30 @@ static redisReply *rconn_check(struct rconn *rc, redisReply *r, const char *what
     return r;
 }
 
+/* Cluster mode: formats once, then routes the bytes. */
+static redisReply *rconn_cluster_vcommand(struct rconn *rc, const char *key, const char *fmt,
+                                          va_list ap)
+{
+    char *cmd = NULL;
+    int len = redisvFormatCommand(&cmd, fmt, ap);
+    if (len < 0) {
+        rconn_set_err(rc, RCONN_ERR_REPLY, "redisFormatCommand()", "bad format");
+        return NULL;
+    }
+    redisReply *r = rcluster_exec(rc, key, cmd, (size_t)len, NULL);
+    redisFreeCommand(cmd);
+    return r;
+}
+
 redisReply *rconn_command(struct rconn *rc, const char *key, const char *fmt, ...)
 {
+    if (rc->cl != NULL) {
+        va_list ap;
+        va_start(ap, fmt);
+        redisReply *r = rconn_cluster_vcommand(rc, key, fmt, ap);
+        va_end(ap);
+        return r;
+    }
     redisContext *c = rconn_ctx_for_key(rc, key);
     if (c == NULL)
         return NULL;
@@ -166,6 +210,17 @@ redisReply *rconn_command(struct rconn *rc, const char *key, const char *fmt, ..
 redisReply *rconn_commandv(struct rconn *rc, const char *key, int argc, const char **argv,
                            const size_t *argvlen)
 {
+    if (rc->cl != NULL) {
+        char *cmd = NULL;
+        int len = redisFormatCommandArgv(&cmd, argc, argv, argvlen);
+        if (len < 0) {
+            rconn_set_err(rc, RCONN_ERR_REPLY, "redisFormatCommandArgv()", "cannot format");
+            return NULL;
+        }
+        redisReply *r = rcluster_exec(rc, key, cmd, (size_t)len, NULL);
+        redisFreeCommand(cmd);
+        return r;
+    }
     redisContext *c = rconn_ctx_for_key(rc, key);
     if (c == NULL)
         return NULL;
@@ -175,6 +230,18 @@ redisReply *rconn_commandv(struct rconn *rc, const char *key, int argc, const ch
 
 int rconn_append(struct rconn *rc, const char *key, const char *fmt, ...)
 {
+    if (rc->cl != NULL) {
+        char *cmd = NULL;
+        va_list ap;
+        va_start(ap, fmt);
+        int len = redisvFormatCommand(&cmd, fmt, ap);
+        va_end(ap);
+        if (len < 0) {
+            rconn_set_err(rc, RCONN_ERR_REPLY, "redisFormatCommand()", "bad format");
+            return CS_ERR;
+        }
+        return rcluster_append(rc, key, cmd, (size_t)len);
+    }
     redisContext *c = rconn_ctx_for_key(rc, key);
     if (c == NULL)
         return CS_ERR;
@@ -193,6 +260,15 @@ int rconn_append(struct rconn *rc, const char *key, const char *fmt, ...)
 int rconn_appendv(struct rconn *rc, const char *key, int argc, const char **argv,
                   const size_t *argvlen)
 {
+    if (rc->cl != NULL) {
+        char *cmd = NULL;
+        int len = redisFormatCommandArgv(&cmd, argc, argv, argvlen);
+        if (len < 0) {
+            rconn_set_err(rc, RCONN_ERR_REPLY, "redisFormatCommandArgv()", "cannot format");
+            return CS_ERR;
+        }
+        return rcluster_append(rc, key, cmd, (size_t)len);
+    }
     redisContext *c = rconn_ctx_for_key(rc, key);
     if (c == NULL)
         return CS_ERR;
@@ -207,6 +283,8 @@ int rconn_appendv(struct rconn *rc, const char *key, int argc, const char **argv
 int rconn_get_reply(struct rconn *rc, redisReply **reply)
 {
     void *r = NULL;
+    if (rc->cl != NULL)
+        return rcluster_get_reply(rc, reply);
     *reply = NULL;
     if (rc->ctx == NULL) {
         rconn_set_err(rc, RCONN_ERR_IO, "redisGetReply()", "no connection");
@@ -336,6 +414,20 @@ redisReply *rconn_evalsha(struct rconn *rc, const struct rscript *cs, int nkeys,
         av[i + 3] = argv[i];
         avl[i + 3] = argvlen ? argvlen[i] : strlen(argv[i]);
     }
+    if (rc->cl != NULL) {
+        /* NOSCRIPT is answered per node: the cluster layer loads it there. */
+        char *cmd = NULL;
+        int len = redisFormatCommandArgv(&cmd, argc + 3, av, avl);
+        if (len < 0) {
+            rconn_set_err(rc, RCONN_ERR_REPLY, "redisFormatCommandArgv()", "cannot format");
+            return NULL;
+        }
+        redisReply *r = rcluster_exec(rc, key, cmd, (size_t)len, s);
+        redisFreeCommand(cmd);
+        if (r == NULL)
+            rc->maybe_sent = rc->err != RCONN_ERR_CONNECT && rc->err != RCONN_ERR_BACKOFF;
+        return r;
+    }
     for (int attempt = 0;; attempt++) {
         redisReply *r = rconn_commandv(rc, key, argc + 3, av, avl);
         if (r == NULL) {
@@ -350,4 +442,37 @@ redisReply *rconn_evalsha(struct rconn *rc, const struct rscript *cs, int nkeys,
         }
         return r;
     }
+}
+
+int rconn_wait(struct rconn *rc, int replicas, int timeout_ms)
+{
+    redisContext *c = rc->ctx;
+    if (c == NULL) {
+        rconn_set_err(rc, RCONN_ERR_IO, "WAIT", "no connection");
+        return CS_ERR;
+    }
+    /* The reply may take the whole WAIT timeout: the socket must outlast it. */
+    redisSetTimeout(c, ms_to_tv(timeout_ms + rc->opts.command_timeout_ms));
+    redisReply *r = redisCommand(c, "WAIT %d %d", replicas, timeout_ms);
+    if (r == NULL) {
+        rconn_check(rc, NULL, "WAIT failed");
+        return CS_ERR;
+    }
+    redisSetTimeout(c, ms_to_tv(rc->opts.command_timeout_ms));
+    int ret = CS_OK;
+    if (r->type != REDIS_REPLY_INTEGER || r->integer < replicas) {
+        char why[96];
+        if (r->type == REDIS_REPLY_INTEGER)
+            snprintf(why, sizeof(why), "%lld of %d replicas acknowledged in %d ms", r->integer,
+                     replicas, timeout_ms);
+        else
+            snprintf(why, sizeof(why), "%.90s",
+                     r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+        rconn_set_err(rc, RCONN_ERR_REPLY, "WAIT", why);
+        if (rc->opts.cluster_shared != NULL)
+            atomic_fetch_add(&rc->opts.cluster_shared->wait_shortfalls, 1);
+        ret = CS_ERR;
+    }
+    freeReplyObject(r);
+    return ret;
 }

@@ -1,10 +1,10 @@
 /* rconn.h - Redis connection wrapper: timeouts, reconnect with backoff,
- * EVALSHA with SCRIPT LOAD on NOSCRIPT, sticky error.
+ * EVALSHA with SCRIPT LOAD on NOSCRIPT, sticky error, WAIT.
  *
  * One rconn per thread or process; never shared. Every command names the key
- * it routes by, so Redis Cluster slot routing (CRC16 of the {tag}, CLUSTER
- * SLOTS, MOVED/ASK) can be added inside rconn_ctx_for_key() without touching
- * callers. Today all slots map to the single configured node. */
+ * it routes by: on a single Redis every key goes to the one node; with
+ * opts.cluster set, rcluster.c routes each command to the master of its key's
+ * slot and follows MOVED / ASK there, so callers never know the difference. */
 #ifndef CS_RCONN_H
 #define CS_RCONN_H
 
@@ -19,6 +19,9 @@ struct rconn_opts {
     int connect_timeout_ms;
     int command_timeout_ms;
     int no_backoff;            /* reconnect on every call (the caller has a breaker) */
+    int cluster;               /* route by slot over a Redis Cluster */
+    const char *nodes;         /* cluster seeds "host:port,host:port" */
+    struct rcluster_shared *cluster_shared; /* node-wide map epoch and counters, or NULL */
 };
 
 /* RCONN_ERR_CONNECT and RCONN_ERR_BACKOFF fail before a command is written:
@@ -45,8 +48,13 @@ enum rconn_fault {
     RCONN_FAULT__COUNT
 };
 
+struct rcluster;
+struct rcluster_shared;
+
 struct rconn {
-    redisContext *ctx;
+    redisContext *ctx;         /* single Redis: the connection; cluster: the node
+                                  connection last used (NULL after it failed) */
+    struct rcluster *cl;       /* routing state when opts.cluster */
     struct rconn_opts opts;
     int err;                   /* sticky rconn_err of the last failed call */
     int maybe_sent;            /* after rconn_evalsha() returned NULL: 1 when the
@@ -74,14 +82,26 @@ void rconn_opts_from_conf(struct rconn_opts *o, const struct cs_conf *conf,
 struct rconn *rconn_new(const struct rconn_opts *opts);
 void rconn_free(struct rconn *rc);
 
-/* Connects now if not connected. CS_OK, or CS_ERR with rc->err/errstr set
+/* Connects now if not connected (a cluster: always CS_OK, its nodes are
+ * connected when used). CS_OK, or CS_ERR with rc->err/errstr set
  * (RCONN_ERR_BACKOFF while waiting out the reconnect backoff). */
 int rconn_ensure(struct rconn *rc);
 
-/* Drops the connection; the next command reconnects (after backoff if any). */
+/* Drops the connection(s); the next command reconnects (after backoff if any). */
 void rconn_drop(struct rconn *rc);
 
-/* The connection serving KEY's slot (the seam for Redis Cluster). */
+/* Sets the sticky error: err and "what: why". */
+void rconn_set_err(struct rconn *rc, int err, const char *what, const char *why);
+
+/* Opens a connection to host:port with rc's timeouts and password. NULL with
+ * rc->err set on failure. The caller owns the context (redisFree). */
+redisContext *rconn_open(struct rconn *rc, const char *host, int port);
+
+/* The rconn_err of a failed hiredis context (a read timeout shows as EAGAIN). */
+int rconn_ctx_errno(const redisContext *c);
+
+/* The connection serving KEY's slot on a single Redis. On a cluster, commands
+ * go through rcluster_exec() instead and this returns the last used one. */
 redisContext *rconn_ctx_for_key(struct rconn *rc, const char *key);
 
 /* Runs one command routed by KEY (may be NULL for keyless commands). Returns
@@ -116,5 +136,12 @@ void rscript_free(struct rscript *s);
  * was written (so Redis may have run it) or never left this process. */
 redisReply *rconn_evalsha(struct rconn *rc, const struct rscript *s, int nkeys, int argc,
                           const char **argv, const size_t *argvlen);
+
+/* WAIT for replicas on the connection that ran the previous command (the
+ * master that granted, on a cluster): CS_OK when at least `replicas`
+ * acknowledged within timeout_ms, else CS_ERR with rc->errstr saying how many
+ * did (rc->err RCONN_ERR_REPLY for a shortfall, IO/TIMEOUT when the
+ * connection failed, which drops it). */
+int rconn_wait(struct rconn *rc, int replicas, int timeout_ms);
 
 #endif

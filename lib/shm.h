@@ -11,6 +11,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "keys.h"
+#include "rcluster.h"
+
 #define SHM_FLAGS 1024           /* slots per flag table, power of two */
 #define SHM_ROUTES 8
 #define SHM_CODES 24
@@ -40,6 +43,17 @@ struct shm_metrics {
     _Atomic uint64_t cache_load_failures;
     _Atomic uint64_t cache_stale_served;
     _Atomic uint64_t worker_restarts;
+    _Atomic uint64_t seize_shard[KEYS_SHARDS];   /* seize scripts run, by shard */
+    _Atomic uint64_t seized_shard[KEYS_SHARDS];  /* coupons granted, by shard */
+};
+
+/* A breaker of its own for one shard (Redis Cluster: a master failing
+ * opens only the breakers of the shards it serves). */
+struct shm_breaker {
+    _Atomic int state;
+    _Atomic int failures;
+    _Atomic int64_t open_until_ms;
+    _Atomic int64_t probe_until_ms;
 };
 
 struct shm_node {
@@ -67,6 +81,11 @@ struct shm_node {
     struct shm_flag voided[SHM_FLAGS];
 
     struct shm_metrics m;
+
+    struct shm_breaker shard_breaker[KEYS_SHARDS];
+
+    /* Redis Cluster: map epoch, refresh throttle and routing counters. */
+    struct rcluster_shared cluster;
 };
 
 /* Latency bucket upper bounds in microseconds (the last is +Inf). */
@@ -95,6 +114,13 @@ int shm_breaker_allow(struct shm_node *node, int64_t now_ms, int64_t lease_ms);
 int shm_breaker_success(struct shm_node *node);
 /* Returns 1 when this failure opened the breaker. */
 int shm_breaker_failure(struct shm_node *node, int64_t now_ms, int threshold, int open_ms);
+
+/* The same for one shard's breaker b; shm_shard_failure() counts an opening
+ * in the node's breaker_opened metric. */
+int shm_shard_allow(struct shm_breaker *b, int64_t now_ms, int64_t lease_ms);
+int shm_shard_success(struct shm_breaker *b);
+int shm_shard_failure(struct shm_node *node, struct shm_breaker *b, int64_t now_ms, int threshold,
+                      int open_ms);
 
 /* Node token bucket as GCRA: RPS per second with BURST extra. Returns 1 when
  * the request may go on, else 0 and *retry_after_s (>= 1). rps 0 = no limit. */

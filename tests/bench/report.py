@@ -24,7 +24,8 @@ for k, v in list(raw.items()):
         raw[k] = median_run(v)
 
 HTTP = ["return200", "noop", "php_instock", "seize_instock", "seize_flash",
-        "seize_soldout", "php_soldout", "seize_many", "status_id"]
+        "seize_soldout", "php_soldout", "seize_many", "status_id", "cluster_instock",
+        "cluster_soldout"]
 LABEL = {
     "return200": "nginx return 200 (reference)",
     "noop": "no-op libfcgi responder (reference)",
@@ -36,6 +37,8 @@ LABEL = {
     "redis_evalsha": "redis-benchmark EVALSHA (reference)",
     "seize_many": "seize, in stock, 20,000 others on sale",
     "status_id": "status?id, 20,000 on sale",
+    "cluster_instock": "seize, in stock, Redis Cluster",
+    "cluster_soldout": "seize, sold out, Redis Cluster",
 }
 
 
@@ -65,6 +68,8 @@ for name in HTTP + ["redis_evalsha"]:
         "x_return200": ratio(name, "return200"),
         "x_noop": ratio(name, "noop"),
         "x_php": ratio(name, "php_soldout" if "soldout" in name else "php_instock"),
+        "x_single_redis": ratio(name, name.replace("cluster_", "seize_"))
+        if name.startswith("cluster_") else None,
         "x_redis": ratio(name, "redis_evalsha"),
     })
 
@@ -132,6 +137,16 @@ if d:
 for t in lc.get("results", []):
     print(f"cache {t.get('trace')} cap={t.get('capacity')}: W-TinyLFU {fmt(t.get('tinylfu'), '.4f')} "
           f"LRU {fmt(t.get('lru'), '.4f')}")
+cl = [(a, b) for a, b in (("cluster_instock", "seize_instock"), ("cluster_soldout", "seize_soldout"))
+      if a in raw and b in raw]
+for a, b in cl:
+    print(f"{LABEL[a]}: {fmt(ratio(a, b), '.2f')}x the rps of one Redis, p99 "
+          f"{fmt(get(a, 'p99_ms'), '.2f')} ms against {fmt(get(b, 'p99_ms'), '.2f')} ms")
+fo = raw.get("cluster_failover") or {}
+if fo:
+    print(f"cluster: master kill -9 -> first failed seize after {fo.get('first_failure_ms')} ms, "
+          f"SEIZED again after {fo.get('seized_again_ms')} ms (replica promoted, old master "
+          f"rejoined as its replica)")
 print(f"worker RSS (largest): {rss} KiB")
 if many:
     print(f"many activities ({many.get('activities')}): preheat {many.get('preheat_ms')} ms "
@@ -145,6 +160,7 @@ for t in targets:
     print(f"  [{'met' if t['met'] else 'MISSED'}] {t['target']}: {v}")
 
 result = {"scenarios": rows, "targets": targets, "worker_rss_kib": rss,
+          "cluster_failover": raw.get("cluster_failover"),
           "drain": d, "lcache": lc, "many": many, "workers": raw.get("workers"),
           "concurrency": raw.get("concurrency")}
 with open(os.path.join(out, "bench.json"), "w") as f:

@@ -94,6 +94,47 @@ START_TEST(errors_name_key_and_line)
 }
 END_TEST
 
+START_TEST(cluster_keys)
+{
+    struct cs_conf c;
+    char err[256];
+    ck_assert_int_eq(load(SECRET, &c, err, sizeof(err)), CS_OK);
+    ck_assert_int_eq(c.redis_cluster, 0);
+    ck_assert_str_eq(c.redis_nodes, "");
+    ck_assert_int_eq(c.redis_wait_replicas, 0);
+    ck_assert_int_eq(c.redis_wait_timeout_ms, 100);
+    conf_free(&c);
+    ck_assert_int_eq(load("auth = { jwt_secret = \"0123456789abcdef0123456789abcdef\"; };\n"
+                          "redis = { cluster = true; nodes = [\"10.0.0.1:7000\", \"r2:7001\"];\n"
+                          "  wait_replicas = 1; wait_timeout_ms = 250; };\n",
+                          &c, err, sizeof(err)),
+                     CS_OK);
+    ck_assert_int_eq(c.redis_cluster, 1);
+    ck_assert_str_eq(c.redis_nodes, "10.0.0.1:7000,r2:7001");
+    ck_assert_int_eq(c.redis_wait_replicas, 1);
+    ck_assert_int_eq(c.redis_wait_timeout_ms, 250);
+    conf_free(&c);
+    /* A list is fine without the cluster (kept for when it is turned on). */
+    ck_assert_int_eq(load("auth = { jwt_secret = \"0123456789abcdef0123456789abcdef\"; };\n"
+                          "redis = { nodes = (\"a:1\"); };\n", &c, err, sizeof(err)),
+                     CS_OK);
+    conf_free(&c);
+    expect_error("redis = { cluster = 1; };\n", "redis.cluster", "true or false");
+    expect_error("redis = { cluster = \"yes\"; };\n", "redis.cluster", NULL);
+    expect_error("redis = { nodes = \"a:1\"; };\n", "redis.nodes", "list");
+    expect_error("redis = { nodes = [\"a:1,b:2\"]; };\n", "redis.nodes", NULL);
+    expect_error("redis = { nodes = [\"\"]; };\n", "redis.nodes", NULL);
+    expect_error("auth = { jwt_secret = \"0123456789abcdef0123456789abcdef\"; };\n"
+                 "redis = { cluster = true; };\n", "redis.nodes", "host:port");
+    expect_error("auth = { jwt_secret = \"0123456789abcdef0123456789abcdef\"; };\n"
+                 "redis = { cluster = true; nodes = [\"a\"]; };\n", "redis.nodes", NULL);
+    expect_error("auth = { jwt_secret = \"0123456789abcdef0123456789abcdef\"; };\n"
+                 "redis = { cluster = true; nodes = [\"a:99999\"]; };\n", "redis.nodes", NULL);
+    expect_error("redis = { wait_replicas = 17; };\n", "redis.wait_replicas", "out of range");
+    expect_error("redis = { wait_timeout_ms = 0; };\n", "redis.wait_timeout_ms", "out of range");
+}
+END_TEST
+
 START_TEST(missing_file)
 {
     struct cs_conf c;
@@ -151,6 +192,7 @@ int main(void)
     tcase_add_test(tc, defaults_apply);
     tcase_add_test(tc, values_override);
     tcase_add_test(tc, errors_name_key_and_line);
+    tcase_add_test(tc, cluster_keys);
     tcase_add_test(tc, missing_file);
     tcase_add_test(tc, shipped_example_documents_every_key);
     suite_add_tcase(s, tc);

@@ -40,7 +40,9 @@ static int closed_port(void)
 
 START_TEST(redis_refused_sets_sticky_error_and_backs_off)
 {
-    struct rconn_opts o = {"127.0.0.1", closed_port(), "", 200, 200, 0};
+    struct rconn_opts o = {.host = "127.0.0.1", .port = closed_port(), .password = "",
+                           .connect_timeout_ms = 200, .command_timeout_ms = 200,
+                           .no_backoff = 0};
     struct rconn *rc = rconn_new(&o);
     ck_assert_ptr_null(rconn_command(rc, NULL, "PING"));
     ck_assert_int_eq(rc->err, RCONN_ERR_CONNECT);
@@ -58,7 +60,9 @@ END_TEST
 START_TEST(redis_silent_server_times_out)
 {
     int port, lfd = silent_listener(&port);
-    struct rconn_opts o = {"127.0.0.1", port, "", 200, 100, 1};
+    struct rconn_opts o = {.host = "127.0.0.1", .port = port, .password = "",
+                           .connect_timeout_ms = 200, .command_timeout_ms = 100,
+                           .no_backoff = 1};
     struct rconn *rc = rconn_new(&o);
     int64_t t0 = cs_mono_ms();
     ck_assert_ptr_null(rconn_command(rc, NULL, "PING"));
@@ -80,14 +84,18 @@ START_TEST(evalsha_says_whether_it_was_sent)
                         .sha = "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"};
     const char *argv[1] = {"k"};
 
-    struct rconn_opts refused = {"127.0.0.1", closed_port(), "", 200, 100, 1};
+    struct rconn_opts refused = {.host = "127.0.0.1", .port = closed_port(), .password = "",
+                           .connect_timeout_ms = 200, .command_timeout_ms = 100,
+                           .no_backoff = 1};
     struct rconn *rc = rconn_new(&refused);
     ck_assert_ptr_null(rconn_evalsha(rc, &s, 1, 1, argv, NULL));
     ck_assert_int_eq(rc->maybe_sent, 0);
     rconn_free(rc);
 
     int port, lfd = silent_listener(&port);
-    struct rconn_opts silent = {"127.0.0.1", port, "", 200, 100, 1};
+    struct rconn_opts silent = {.host = "127.0.0.1", .port = port, .password = "",
+                           .connect_timeout_ms = 200, .command_timeout_ms = 100,
+                           .no_backoff = 1};
     rc = rconn_new(&silent);
     ck_assert_ptr_null(rconn_evalsha(rc, &s, 1, 1, argv, NULL));
     ck_assert_int_eq(rc->err, RCONN_ERR_TIMEOUT);
@@ -141,7 +149,9 @@ static void redis_start(void)
                "--save", "", "--appendonly", "no", (char *)NULL);
         _exit(127);
     }
-    struct rconn_opts o = {"127.0.0.1", redis_port, "", 200, 500, 1};
+    struct rconn_opts o = {.host = "127.0.0.1", .port = redis_port, .password = "",
+                           .connect_timeout_ms = 200, .command_timeout_ms = 500,
+                           .no_backoff = 1};
     struct rconn *rc = rconn_new(&o);
     for (int i = 0; i < 100; i++) {
         redisReply *r = rconn_command(rc, NULL, "PING");
@@ -166,7 +176,9 @@ START_TEST(evalsha_reloads_on_noscript)
 {
     if (system("command -v redis-server >/dev/null 2>&1") != 0)
         ck_abort_msg("redis-server is not installed (./bootstrap installs it)");
-    struct rconn_opts o = {"127.0.0.1", redis_port, "", 500, 500, 1};
+    struct rconn_opts o = {.host = "127.0.0.1", .port = redis_port, .password = "",
+                           .connect_timeout_ms = 500, .command_timeout_ms = 500,
+                           .no_backoff = 1};
     struct rconn *rc = rconn_new(&o);
     struct rscript s = {0};
     s.src = xstrdup("return tonumber(ARGV[1]) + 1");

@@ -1,0 +1,113 @@
+/* rcluster.h - Redis Cluster routing on plain hiredis, behind rconn: the slot
+ * map (CLUSTER SHARDS, CLUSTER SLOTS before Redis 7), one lazily opened
+ * connection per node, MOVED / ASK / TRYAGAIN / CLUSTERDOWN / LOADING /
+ * NOSCRIPT handling, and pipelines whose commands go to their slots' nodes.
+ *
+ * An rcluster belongs to one rconn (one thread or process, never shared).
+ * Node-wide facts (the map epoch, the refresh throttle, counters) live in a
+ * struct rcluster_shared that every process of a node maps. */
+#ifndef CS_RCLUSTER_H
+#define CS_RCLUSTER_H
+
+#include <hiredis/hiredis.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define RCLUSTER_SLOTS 16384
+#define RCLUSTER_MAX_NODES 64
+#define RCLUSTER_MAX_REDIRECTS 5
+/* No process refreshes its map more often than this. */
+#define RCLUSTER_REFRESH_MIN_MS 1000
+/* Nor does the node as a whole, except a process that has no map at all. */
+#define RCLUSTER_NODE_REFRESH_MIN_MS 100
+
+/* Node-wide part, in the shared-memory segment (or process memory for
+ * coupon-sync, whose threads share it). Lock-free atomics only. */
+struct rcluster_shared {
+    _Atomic uint64_t epoch;          /* bumped when a refresh finds the map changed */
+    _Atomic int64_t refresh_ms;      /* cs_mono_ms() of the latest refresh on the node */
+    _Atomic uint64_t moved;          /* MOVED redirections followed */
+    _Atomic uint64_t ask;            /* ASK redirections followed */
+    _Atomic uint64_t tryagain;       /* TRYAGAIN / CLUSTERDOWN / LOADING retries */
+    _Atomic uint64_t refreshes;      /* slot-map refreshes done */
+    _Atomic uint64_t refresh_failures;
+    _Atomic uint64_t wait_shortfalls; /* WAIT saw fewer replicas than asked */
+};
+
+/* One contiguous slot range and the master serving it. */
+struct rcluster_range {
+    int from, to;                    /* inclusive */
+    char host[64];
+    int port;
+};
+
+/* A redirection error reply. */
+struct rcluster_redirect {
+    int ask;                         /* 1 ASK, 0 MOVED */
+    int slot;
+    char host[64];                   /* empty: the node that answered */
+    int port;
+};
+
+struct rconn;
+struct rscript;
+struct rcluster;
+
+/* Parses "MOVED 3999 127.0.0.1:6381" / "ASK 3999 host:port" (IPv6 hosts have
+ * colons: the port follows the last one). CS_OK, or CS_ERR when str is no
+ * redirection. */
+int rcluster_parse_redirect(const char *str, size_t len, struct rcluster_redirect *out);
+
+/* Parses a CLUSTER SHARDS reply (shards = 1) or a CLUSTER SLOTS reply
+ * (shards = 0) into the ranges served by masters. An empty host in the reply
+ * (the node does not know its own address) becomes self_host. On CS_OK *out
+ * is an xmalloc'ed array of *n ranges (caller frees); CS_ERR on a reply of
+ * another shape. */
+int rcluster_parse_map(const redisReply *r, int shards, const char *self_host,
+                       struct rcluster_range **out, size_t *n);
+
+/* Parses "host:port,host:port" (seed list as rconn_opts carries it). Returns
+ * the number of seeds written to out (at most max), or -1 when one is not
+ * host:port with a port 1..65535. */
+int rcluster_parse_nodes(const char *list, struct rcluster_range *out, int max);
+
+/* Creates the routing state of rc (rc->opts.cluster set, rc->opts.nodes the
+ * seeds). Nothing is connected until the first command. */
+struct rcluster *rcluster_new(struct rconn *rc);
+void rcluster_free(struct rcluster *cl);
+
+/* Closes every node connection (the next command reconnects). */
+void rcluster_drop(struct rcluster *cl);
+
+/* Drops the node connection ctx, one of ours, after an I/O error on it. */
+void rcluster_drop_ctx(struct rcluster *cl, redisContext *ctx);
+
+/* Sends the formatted command cmd[0..len) to the master of key's slot (any
+ * master when key is NULL) and follows redirections within the request
+ * deadline (rc->opts.command_timeout_ms from now). With s set, a NOSCRIPT
+ * answer loads s on the node that gave it and resends. Returns the reply
+ * (the caller frees it; an error reply such as a TRYAGAIN that outlived the
+ * deadline is a reply) or NULL with rc->err set when the command may or may
+ * not have run (I/O error, timeout) or could not be sent. rc->ctx is left on
+ * the connection that answered, so a WAIT can follow on it. */
+redisReply *rcluster_exec(struct rconn *rc, const char *key, const char *cmd, size_t len,
+                          struct rscript *s);
+
+/* Pipelining: rcluster_append() queues a formatted command (takes ownership
+ * of cmd, a redisFormatCommand() buffer) on its slot's node; rcluster_get_reply()
+ * hands the replies back in the order of the appends. A redirected command of
+ * the pipeline is resent on its own once every node's replies are in. */
+int rcluster_append(struct rconn *rc, const char *key, char *cmd, size_t len);
+int rcluster_get_reply(struct rconn *rc, redisReply **reply);
+
+/* Calls fn for each master of the current map (refreshing it first when
+ * due): its "host:port" and a PING verdict (1 answered PONG). Returns the
+ * number of masters. */
+int rcluster_each_master(struct rconn *rc, void (*fn)(void *arg, const char *addr, int up),
+                         void *arg);
+
+/* "host:port" of the master serving slot, or "" when unknown. */
+const char *rcluster_slot_addr(struct rcluster *cl, unsigned slot);
+
+#endif
