@@ -1,0 +1,339 @@
+/* floor-fcgi.c - the least a seize responder can do: the benchmark's floor. */
+
+/*
+ * A bare libfcgi + hiredis responder: per request it reads the user id from
+ * the bearer token's payload (base64url "sub", NOT verified), the activity id
+ * from the body ({"id":N}), runs one EVALSHA of a minimal seize script on the
+ * same four keys as lua/seize.lua, and answers in the same JSON shape as
+ * coupon-fcgi. No authentication, no metadata cache, no metrics, no breaker.
+ * Measured next to coupon-fcgi through the same web server, Redis and worker
+ * count, it shows what authentication, the node's checks and accounting cost.
+ *
+ *   floor-fcgi -s PATH -r HOST:PORT [-n WORKERS] [-b BACKLOG] [-f SCRIPT]
+ *
+ * -f sends the Lua file SCRIPT instead of the built-in minimal script. SIGTERM
+ * or SIGINT stops the workers and removes the socket. Not for production: it
+ * believes any token.
+ */
+#include "keys.h"
+
+#include <fcgiapp.h>
+#include <hiredis/hiredis.h>
+
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define FLOOR_MAX_WORKERS 1024
+
+/* The same keys and answers as lua/seize.lua, minus the window parse: the
+ * window field must exist, the stock must be positive. */
+static const char floor_minimal_script[] =
+    "if redis.call('HEXISTS', KEYS[2], ARGV[2]) == 1 then return -1 end\n"
+    "local s = redis.call('HGET', KEYS[1], ARGV[1])\n"
+    "if not s or not redis.call('HGET', KEYS[4], ARGV[1]) then return -3 end\n"
+    "s = tonumber(s)\n"
+    "if s <= 0 then return -2 end\n"
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "redis.call('HINCRBY', KEYS[1], ARGV[1], -1)\n"
+    "redis.call('HSET', KEYS[2], ARGV[2], now)\n"
+    "redis.call('HSET', KEYS[3], ARGV[1] .. ':' .. ARGV[2], now)\n"
+    "return s - 1\n";
+
+static const char *floor_script = floor_minimal_script;
+static char floor_sha[41];
+static const char *floor_host = "127.0.0.1";
+static int floor_port = 6379;
+static volatile sig_atomic_t floor_stop;
+
+static void floor_on_signal(int sig)
+{
+    (void)sig;
+    floor_stop = 1;
+}
+
+static void floor_usage(FILE *out)
+{
+    fprintf(out, "usage: floor-fcgi -s PATH|:PORT -r HOST:PORT [-n WORKERS] [-b BACKLOG] "
+                 "[-f SCRIPT]\n");
+}
+
+static void floor_reply(FCGX_Stream *out, const char *status, const char *code, const char *msg,
+                        const char *extra)
+{
+    char body[256];
+    int n = snprintf(body, sizeof(body), "{\"code\":\"%s\",\"msg\":\"%s\"%s%s}", code, msg,
+                     extra ? "," : "", extra ? extra : "");
+    FCGX_FPrintF(out,
+                 "Status: %s\r\nContent-Type: application/json; charset=utf-8\r\n"
+                 "Cache-Control: no-store\r\nContent-Length: %d\r\n\r\n",
+                 status, n);
+    FCGX_PutStr(body, n, out);
+}
+
+static int b64url_val(int c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    if (c == '-')
+        return 62;
+    if (c == '_')
+        return 63;
+    return -1;
+}
+
+/* The "sub" of "Bearer h.p.s" read from p without any check; 0 when absent. */
+static int64_t floor_token_sub(const char *auth)
+{
+    char json[1024];
+    size_t n = 0;
+    unsigned acc = 0;
+    int bits = 0;
+
+    if (auth == NULL || strncmp(auth, "Bearer ", 7) != 0)
+        return 0;
+    const char *p = strchr(auth + 7, '.');
+    if (p == NULL)
+        return 0;
+    for (p++; *p != '\0' && *p != '.' && n < sizeof(json) - 1; p++) {
+        int v = b64url_val((unsigned char)*p);
+        if (v < 0)
+            return 0;
+        acc = (acc << 6) | (unsigned)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            json[n++] = (char)((acc >> bits) & 0xff);
+        }
+    }
+    json[n] = '\0';
+    const char *s = strstr(json, "\"sub\":");
+    if (s == NULL)
+        return 0;
+    s += 6;
+    while (*s == ' ' || *s == '"')
+        s++;
+    return strtoll(s, NULL, 10);
+}
+
+/* Connects to Redis and loads the script; NULL on failure (logged). */
+static redisContext *floor_connect(void)
+{
+    struct timeval tv = {2, 0};
+    redisContext *c = redisConnectWithTimeout(floor_host, floor_port, tv);
+    if (c == NULL || c->err) {
+        fprintf(stderr, "floor-fcgi: redis %s:%d: %s\n", floor_host, floor_port,
+                c ? c->errstr : "out of memory");
+        if (c)
+            redisFree(c);
+        return NULL;
+    }
+    redisSetTimeout(c, tv);
+    redisReply *r = redisCommand(c, "SCRIPT LOAD %s", floor_script);
+    if (r == NULL || r->type != REDIS_REPLY_STRING || r->len != 40) {
+        fprintf(stderr, "floor-fcgi: SCRIPT LOAD failed\n");
+        if (r)
+            freeReplyObject(r);
+        redisFree(c);
+        return NULL;
+    }
+    memcpy(floor_sha, r->str, 41);
+    freeReplyObject(r);
+    return c;
+}
+
+static int floor_serve(int listen_fd)
+{
+    FCGX_Request req;
+    char body[1024];
+    redisContext *rc = floor_connect();
+
+    if (rc == NULL || FCGX_InitRequest(&req, listen_fd, 0) != 0)
+        return 1;
+    while (FCGX_Accept_r(&req) >= 0) {
+        int n = FCGX_GetStr(body, (int)sizeof(body) - 1, req.in);
+        body[n > 0 ? n : 0] = '\0';
+        char spill[256];
+        while (FCGX_GetStr(spill, (int)sizeof(spill), req.in) > 0) /* drain anything longer */
+            ;
+        int64_t uid = floor_token_sub(FCGX_GetParam("HTTP_AUTHORIZATION", req.envp));
+        const char *idp = strstr(body, "\"id\":");
+        int64_t id = idp ? strtoll(idp + 5, NULL, 10) : 0;
+        if (uid <= 0 || id <= 0) {
+            floor_reply(req.out, "400 Bad Request", "BAD_REQUEST", "malformed request", NULL);
+            FCGX_Finish_r(&req);
+            continue;
+        }
+        int shard = keys_shard(id);
+        char k1[KEYS_MAX], k2[KEYS_MAX], k3[KEYS_MAX], k4[KEYS_MAX], a[24], u[24];
+        keys_stock(k1, shard);
+        keys_seize_list(k2, id);
+        keys_queue(k3, shard);
+        keys_window(k4, shard);
+        snprintf(a, sizeof(a), "%" PRId64, id);
+        snprintf(u, sizeof(u), "%" PRId64, uid);
+        redisReply *r = redisCommand(rc, "EVALSHA %s 4 %s %s %s %s %s %s", floor_sha, k1, k2, k3,
+                                     k4, a, u);
+        if (r == NULL || r->type != REDIS_REPLY_INTEGER) {
+            floor_reply(req.out, "503 Service Unavailable", "UNAVAILABLE", "redis", NULL);
+        } else if (r->integer >= 0) {
+            char extra[96];
+            snprintf(extra, sizeof(extra), "\"activityId\":%" PRId64 ",\"remaining\":%lld", id,
+                     r->integer);
+            floor_reply(req.out, "200 OK", "SEIZED", "you got a coupon", extra);
+        } else if (r->integer == -1) {
+            floor_reply(req.out, "409 Conflict", "ALREADY_SEIZED", "one coupon per user", NULL);
+        } else if (r->integer == -2) {
+            floor_reply(req.out, "409 Conflict", "SOLD_OUT", "all coupons are gone", NULL);
+        } else {
+            floor_reply(req.out, "404 Not Found", "NO_SUCH_ACTIVITY", "no such activity", NULL);
+        }
+        if (r != NULL)
+            freeReplyObject(r);
+        FCGX_Finish_r(&req);
+        if (rc->err) { /* lost the connection: one more try for the next request */
+            redisFree(rc);
+            rc = floor_connect();
+            if (rc == NULL)
+                return 1;
+        }
+    }
+    redisFree(rc);
+    return 0;
+}
+
+static int floor_parse_int(const char *s, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static char *floor_read_file(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return NULL;
+    static char buf[65536];
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    return buf;
+}
+
+int main(int argc, char **argv)
+{
+    const char *path = NULL;
+    long workers = 4, backlog = 1024;
+    int opt;
+
+    while ((opt = getopt(argc, argv, "s:n:b:r:f:h")) != -1) {
+        switch (opt) {
+        case 's': path = optarg; break;
+        case 'n':
+            if (floor_parse_int(optarg, 1, FLOOR_MAX_WORKERS, &workers) != 0) {
+                fprintf(stderr, "floor-fcgi: -n wants 1..%d\n", FLOOR_MAX_WORKERS);
+                return 2;
+            }
+            break;
+        case 'b':
+            if (floor_parse_int(optarg, 1, 65535, &backlog) != 0) {
+                fprintf(stderr, "floor-fcgi: -b wants 1..65535\n");
+                return 2;
+            }
+            break;
+        case 'r': {
+            static char host[256];
+            const char *colon = strrchr(optarg, ':');
+            long port;
+            if (colon == NULL || (size_t)(colon - optarg) >= sizeof(host)
+                || floor_parse_int(colon + 1, 1, 65535, &port) != 0) {
+                fprintf(stderr, "floor-fcgi: -r wants HOST:PORT\n");
+                return 2;
+            }
+            memcpy(host, optarg, (size_t)(colon - optarg));
+            host[colon - optarg] = '\0';
+            floor_host = host;
+            floor_port = (int)port;
+            break;
+        }
+        case 'f':
+            floor_script = floor_read_file(optarg);
+            if (floor_script == NULL) {
+                fprintf(stderr, "floor-fcgi: cannot read %s\n", optarg);
+                return 2;
+            }
+            break;
+        case 'h': floor_usage(stdout); return 0;
+        default: floor_usage(stderr); return 2;
+        }
+    }
+    if (optind != argc || path == NULL) {
+        floor_usage(stderr);
+        return 2;
+    }
+    if (FCGX_Init() != 0) {
+        fprintf(stderr, "floor-fcgi: FCGX_Init() failed\n");
+        return 1;
+    }
+    if (path[0] != ':')
+        unlink(path);
+    int fd = FCGX_OpenSocket(path, (int)backlog);
+    if (fd < 0) {
+        fprintf(stderr, "floor-fcgi: FCGX_OpenSocket(%s) failed: %s\n", path, strerror(errno));
+        return 1;
+    }
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = floor_on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    pid_t pids[FLOOR_MAX_WORKERS];
+    long started = 0;
+    for (; started < workers; started++) {
+        pid_t pid = fork();
+        if (pid < 0) {
+            perror("floor-fcgi: fork()");
+            break;
+        }
+        if (pid == 0) {
+            signal(SIGTERM, SIG_DFL);
+            signal(SIGINT, SIG_DFL);
+            _exit(floor_serve(fd));
+        }
+        pids[started] = pid;
+    }
+    long alive = started;
+    while (alive > 0 && !floor_stop) {
+        if (waitpid(-1, NULL, 0) > 0)
+            alive--;
+        else if (errno == ECHILD)
+            break;
+    }
+    for (long i = 0; i < started; i++)
+        kill(pids[i], SIGTERM);
+    while (waitpid(-1, NULL, 0) > 0 || errno == EINTR)
+        ;
+    close(fd);
+    if (path[0] != ':')
+        unlink(path);
+    return started == workers ? 0 : 1;
+}
