@@ -49,6 +49,69 @@ START_TEST(id_body_rejects_everything_else)
 }
 END_TEST
 
+/* Bodies that other JSON readers (Python's json, JavaScript's JSON.parse, a
+ * gateway's) would read differently are refused, so all agree on the id. */
+START_TEST(id_body_one_plain_id)
+{
+    static const char *const bad[] = {
+        "{\"id\":701,\"id\":702}",           /* duplicate: first or last wins elsewhere */
+        "{\"id\":701,\"x\":1,\"id\":701}",   /* even with the same value */
+        "{\"\\u0069d\":702,\"id\":701}",     /* escaped name that decodes to id */
+        "{\"i\\u0064\":702}",
+        "{\"\\u0069\\u0064\":702}",
+        "{\"id\":701,\"\\u0069d\":702}",
+        "\xEF\xBB\xBF{\"id\":701}",          /* byte-order mark */
+        "{\"id\":701}\xEF\xBB\xBF",
+        "{\"id\":701,}",                     /* trailing comma */
+        "{\"id\":701 \"x\":1}",
+        "{'id':701}",
+        "{\"id\":701}\n{\"id\":702}",
+        "{\"id\":701,\"x\":\"\xC3\"}",       /* invalid UTF-8 */
+        "{\"id\":701,\"x\":\"\xED\xA0\x80\"}", /* an encoded surrogate */
+        "{\"id\":701,\"x\":\"\xC0\xAF\"}",   /* overlong */
+        "{\"id\":701,\"x\":\"a\tb\"}",       /* raw control character */
+        "{\"id\":701,\"x\":\"\\x41\"}",      /* no such escape */
+        "{\"id\":701,\"x\":\"\\u12\"}",
+        "{\"id\":701,\"x\":[1,2,]}",
+        "{\"id\":701,\"x\":01}",
+        "{\"id\":701,\"x\":1.}",
+        "{\"id\":701,\"x\":.5}",
+        "{\"id\":701,\"x\":tru}",
+        "{\"id\":701,\"x\":NaN}",
+        "{\"id\":-0}",
+        "{\"id\":+1}",
+        "{\"id\":701",
+        "{\"id\":[701]}",
+        "{\"id\":{\"id\":701}}",
+        "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        int64_t id = 77;
+        ck_assert_msg(parse(bad[i], &id) == CS_ERR, "accepted %s", bad[i]);
+        ck_assert_int_eq(id, 77);
+    }
+    /* A NUL inside the body (its length says more follows) is invalid JSON. */
+    int64_t id = 77;
+    const char *why = NULL;
+    ck_assert_int_eq(http_parse_id_body("{\"id\":7}\0x", 10, &id, &why), CS_ERR);
+    ck_assert_int_eq(http_parse_id_body("{\"id\":7\0}", 9, &id, &why), CS_ERR);
+    /* Escapes elsewhere, names near "id", nested ids and valid UTF-8 are fine. */
+    static const char *const good[] = {
+        "{\"id\":701,\"name\":\"caf\xC3\xA9 \\u00e9 \\ud83d\\ude00 \xF0\x9F\x98\x80 \\\"x\\\"\"}",
+        "{\"\\u0069dx\":1,\"id\":701}",
+        "{\"i\":1,\"d\":2,\"ID\":3,\"id \":4,\"id\":701}",
+        "{\"x\":{\"id\":1,\"id\":2},\"id\":701}",
+        "{\"a\":[true,false,null,-1.5e+3,0,{}],\"id\":701}",
+        "\r\n\t {\"id\" : 701 } \n",
+    };
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        id = 0;
+        ck_assert_msg(parse(good[i], &id) == CS_OK, "refused %s", good[i]);
+        ck_assert_int_eq(id, 701);
+    }
+}
+END_TEST
+
 START_TEST(content_type_and_query)
 {
     char v[32];
@@ -208,6 +271,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, id_body_accepts_integers);
     tcase_add_test(tc, id_body_rejects_everything_else);
+    tcase_add_test(tc, id_body_one_plain_id);
     tcase_add_test(tc, content_type_and_query);
     tcase_add_test(tc, outcome_mapping);
     tcase_add_test(tc, jwt_good_tokens);
