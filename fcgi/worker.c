@@ -208,6 +208,8 @@ static int worker_init(struct worker *w, const struct cs_conf *conf, struct shm_
     w->auth.secret = (const unsigned char *)conf->auth_jwt_secret;
     w->auth.secret_len = strlen(conf->auth_jwt_secret);
     w->auth.leeway_s = conf->auth_leeway_s;
+    w->auth.audience = conf->auth_audience;
+    w->auth.issuer = conf->auth_issuer;
     return CS_OK;
 }
 
