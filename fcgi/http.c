@@ -190,11 +190,16 @@ static int js_string(struct jscan *s, int *is_id, int *escaped)
                 s->p += 6;
                 if (u >= 0x20 && u < 0x7F)
                     ch = (char)u;
-                /* A surrogate pair is one character. */
-                if (u >= 0xD800 && u <= 0xDBFF && s->end - s->p >= 6 && s->p[0] == '\\'
-                    && s->p[1] == 'u' && js_hex4(s->p + 2, &u) == CS_OK && u >= 0xDC00
-                    && u <= 0xDFFF)
+                /* A surrogate pair is one character; a lone surrogate is
+                 * refused (RFC 7493 2.1), as cJSON and others refuse it. */
+                if (u >= 0xDC00 && u <= 0xDFFF)
+                    return CS_ERR;
+                if (u >= 0xD800 && u <= 0xDBFF) {
+                    if (s->end - s->p < 6 || s->p[0] != '\\' || s->p[1] != 'u'
+                        || js_hex4(s->p + 2, &u) != CS_OK || u < 0xDC00 || u > 0xDFFF)
+                        return CS_ERR;
                     s->p += 6;
+                }
                 break;
             }
             default:

@@ -16,6 +16,8 @@
 #define SHM_CODES 24
 #define SHM_LAT_BUCKETS 12       /* seize latency histogram, last is +Inf */
 
+#define SHM_QUEUE_SHARDS 10      /* KEYS_SHARDS */
+
 enum breaker_state { BREAKER_CLOSED = 0, BREAKER_OPEN = 1, BREAKER_HALF_OPEN = 2 };
 
 struct shm_flag {
@@ -40,6 +42,15 @@ struct shm_metrics {
     _Atomic uint64_t cache_load_failures;
     _Atomic uint64_t cache_stale_served;
     _Atomic uint64_t worker_restarts;
+};
+
+/* Depth of each shard's sync queue (HLEN of QUEUE:COUPON:SEIZE:SYNC:{i}) for
+ * the metrics route: read from Redis by one worker at a time, at most once a
+ * second for the whole node, never on the seize path. */
+struct shm_qdepth {
+    _Atomic int64_t read_ms;                 /* wall clock of the last read; 0 never */
+    _Atomic int64_t lease_ms;                /* cs_mono_ms() until which a worker reads */
+    _Atomic int64_t depth[SHM_QUEUE_SHARDS];
 };
 
 struct shm_node {
@@ -67,6 +78,7 @@ struct shm_node {
     struct shm_flag voided[SHM_FLAGS];
 
     struct shm_metrics m;
+    struct shm_qdepth qdepth;
 };
 
 /* Latency bucket upper bounds in microseconds (the last is +Inf). */

@@ -71,6 +71,9 @@ START_TEST(id_body_one_plain_id)
         "{\"id\":701,\"x\":\"\xC0\xAF\"}",   /* overlong */
         "{\"id\":701,\"x\":\"a\tb\"}",       /* raw control character */
         "{\"id\":701,\"x\":\"\\x41\"}",      /* no such escape */
+        "{\"id\":701,\"x\":\"\\ud83d\"}",    /* lone surrogates */
+        "{\"id\":701,\"x\":\"\\ud83dtrue\"}",
+        "{\"id\":701,\"x\":\"\\ude00\\ud83d\"}",
         "{\"id\":701,\"x\":\"\\u12\"}",
         "{\"id\":701,\"x\":[1,2,]}",
         "{\"id\":701,\"x\":01}",
