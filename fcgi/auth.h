@@ -12,7 +12,11 @@ struct auth_cfg {
     const unsigned char *secret;
     size_t secret_len;
     int leeway_s;
+    const char *audience;  /* NULL or "": any (or no) aud */
+    const char *issuer;    /* NULL or "": any (or no) iss */
 };
+
+#define AUTH_MAX_TOKEN 4096
 
 enum auth_result { AUTH_OK, AUTH_MISSING, AUTH_INVALID };
 
@@ -21,15 +25,28 @@ struct auth_identity {
     int is_admin;
 };
 
-/* Checks the caller. In JWT mode: authorization must be "Bearer <JWT>",
- * HS256 only (alg none and every other alg are rejected), valid signature,
- * numeric "exp" in the future (plus leeway), "sub" a decimal user id
- * 1..2^63-1; "role":"admin" makes an admin. In trusted-header mode the user
- * id comes from x_user_id and X-User-Role: admin (role) makes an admin.
+/* Checks the caller. In JWT mode: authorization must be "Bearer <JWT>" and
+ * pass auth_token_front(); libjwt verifies the HS256 signature; then "exp"
+ * (a NumericDate, fractions allowed) must be in the future and "nbf", when
+ * present, not in the future (both with leeway_s); when cfg->issuer is set,
+ * "iss" must equal it; when cfg->audience is set, "aud" (a string or an array
+ * of strings) must contain it; "sub" a decimal user id 1..2^63-1 (string or
+ * number); "role":"admin" makes an admin. In trusted-header mode the user id
+ * comes from x_user_id and X-User-Role: admin (role) makes an admin.
  * Returns AUTH_OK and fills *id, AUTH_MISSING when no credential was sent,
  * AUTH_INVALID otherwise (with a static reason in *why). */
 enum auth_result auth_check(const struct auth_cfg *cfg, const char *authorization,
                             const char *x_user_id, const char *x_user_role, int64_t now_s,
                             struct auth_identity *id, const char **why);
+
+/* What is checked before libjwt sees a token: authorization is "Bearer "
+ * (any case) and a token of at most AUTH_MAX_TOKEN bytes made of three
+ * unpadded base64url segments; the header is a JSON object with unique
+ * names, "alg" exactly "HS256" and no "crit"; the claims are a JSON object
+ * with unique names; the signature is 32 bytes. Returns CS_OK with the
+ * token (inside authorization, NUL-terminated there) in *token, *len, or
+ * CS_ERR with a static reason in *why. Verifies no signature. */
+int auth_token_front(const char *authorization, const char **token, size_t *len,
+                     const char **why);
 
 #endif

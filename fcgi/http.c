@@ -2,7 +2,6 @@
 #include "http.h"
 #include "cs.h"
 
-#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
@@ -85,123 +84,327 @@ static const char *reason_phrase(int status)
     }
 }
 
-static const char *skip_ws(const char *p, const char *end)
+/* The one JSON reader of request bodies. It checks the whole document
+ * against RFC 8259 (UTF-8 included) and reads the top-level members on the
+ * way, so no second parser can see another "id" than the one acted on. */
+struct jscan {
+    const char *p, *end;
+    int depth;
+};
+
+#define JSCAN_MAX_DEPTH 32
+
+static void js_ws(struct jscan *s)
 {
-    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
-        p++;
-    return p;
+    while (s->p < s->end && (*s->p == ' ' || *s->p == '\t' || *s->p == '\n' || *s->p == '\r'))
+        s->p++;
 }
 
-/* Skips a JSON string starting at the quote; returns the byte after it. */
-static const char *skip_string(const char *p, const char *end)
+static int js_hex4(const char *p, unsigned *out)
 {
-    for (p++; p < end; p++) {
-        if (*p == '\\')
-            p++;
-        else if (*p == '"')
-            return p + 1;
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        char c = p[i];
+        v <<= 4;
+        if (c >= '0' && c <= '9')
+            v |= (unsigned)(c - '0');
+        else if (c >= 'a' && c <= 'f')
+            v |= (unsigned)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F')
+            v |= (unsigned)(c - 'A' + 10);
+        else
+            return CS_ERR;
     }
-    return end;
+    *out = v;
+    return CS_OK;
 }
 
-/* Skips one JSON value (already known to be well-formed). */
-static const char *skip_value(const char *p, const char *end)
+/* Length of the well-formed UTF-8 sequence at p (RFC 3629: no overlong
+ * forms, no surrogates, nothing above U+10FFFF), or 0. */
+static size_t js_utf8(const unsigned char *p, const unsigned char *end)
 {
-    int depth = 0;
-    for (; p < end; p++) {
-        switch (*p) {
-        case '"':
-            p = skip_string(p, end) - 1;
-            if (depth == 0)
-                return p + 1;
-            break;
-        case '{':
-        case '[':
-            depth++;
-            break;
-        case '}':
-        case ']':
-            if (depth == 0)
-                return p;
-            if (--depth == 0)
-                return p + 1;
-            break;
-        case ',':
-            if (depth == 0)
-                return p;
-            break;
-        default:
-            break;
+    unsigned char c = p[0];
+    size_t n;
+    unsigned char lo = 0x80, hi = 0xBF;
+
+    if (c >= 0xC2 && c <= 0xDF)
+        n = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        n = 3;
+        if (c == 0xE0)
+            lo = 0xA0;
+        else if (c == 0xED)
+            hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        n = 4;
+        if (c == 0xF0)
+            lo = 0x90;
+        else if (c == 0xF4)
+            hi = 0x8F;
+    } else
+        return 0;
+    if ((size_t)(end - p) < n || p[1] < lo || p[1] > hi)
+        return 0;
+    for (size_t i = 2; i < n; i++)
+        if (p[i] < 0x80 || p[i] > 0xBF)
+            return 0;
+    return n;
+}
+
+/* Reads a string at the opening quote. When dec is not NULL, its decoded
+ * text is compared with "id": *is_id is set when it decodes to exactly that,
+ * *escaped when the raw text holds a backslash. */
+static int js_string(struct jscan *s, int *is_id, int *escaped)
+{
+    char dec[3];
+    size_t n = 0; /* decoded characters; dec holds the first two (0 = not ASCII) */
+
+    s->p++;
+    if (escaped)
+        *escaped = 0;
+    while (s->p < s->end) {
+        unsigned char c = (unsigned char)*s->p;
+        char ch = 0;
+        if (c == '"') {
+            s->p++;
+            if (is_id)
+                *is_id = n == 2 && dec[0] == 'i' && dec[1] == 'd';
+            return CS_OK;
         }
+        if (c < 0x20)
+            return CS_ERR;
+        if (c == '\\') {
+            if (escaped)
+                *escaped = 1;
+            if (s->end - s->p < 2)
+                return CS_ERR;
+            switch (s->p[1]) {
+            case '"': case '\\': case '/': case 'b': case 'f': case 'n': case 'r': case 't':
+                ch = s->p[1] == '"' || s->p[1] == '\\' || s->p[1] == '/' ? s->p[1] : 0;
+                s->p += 2;
+                break;
+            case 'u': {
+                unsigned u;
+                if (s->end - s->p < 6 || js_hex4(s->p + 2, &u) != CS_OK)
+                    return CS_ERR;
+                s->p += 6;
+                if (u >= 0x20 && u < 0x7F)
+                    ch = (char)u;
+                /* A surrogate pair is one character; a lone surrogate is
+                 * refused (RFC 7493 2.1), as cJSON and others refuse it. */
+                if (u >= 0xDC00 && u <= 0xDFFF)
+                    return CS_ERR;
+                if (u >= 0xD800 && u <= 0xDBFF) {
+                    if (s->end - s->p < 6 || s->p[0] != '\\' || s->p[1] != 'u'
+                        || js_hex4(s->p + 2, &u) != CS_OK || u < 0xDC00 || u > 0xDFFF)
+                        return CS_ERR;
+                    s->p += 6;
+                }
+                break;
+            }
+            default:
+                return CS_ERR;
+            }
+        } else if (c < 0x80) {
+            ch = (char)c;
+            s->p++;
+        } else {
+            size_t l = js_utf8((const unsigned char *)s->p, (const unsigned char *)s->end);
+            if (l == 0)
+                return CS_ERR;
+            s->p += l;
+        }
+        if (n < 2)
+            dec[n] = ch;
+        n++;
     }
-    return p;
+    return CS_ERR;
 }
 
-/* cJSON checks the document; the raw number token is then read from the
- * text itself, because a double cannot hold every id up to 2^63-1. */
+/* -? (0 | [1-9][0-9]*) (.[0-9]+)? ([eE][+-]?[0-9]+)? */
+static int js_number(struct jscan *s)
+{
+    const char *p = s->p, *e = s->end;
+#define DIGIT(q) ((q) < e && *(q) >= '0' && *(q) <= '9')
+    if (p < e && *p == '-')
+        p++;
+    if (p < e && *p == '0')
+        p++;
+    else if (DIGIT(p))
+        while (DIGIT(p))
+            p++;
+    else
+        return CS_ERR;
+    if (p < e && *p == '.') {
+        p++;
+        if (!DIGIT(p))
+            return CS_ERR;
+        while (DIGIT(p))
+            p++;
+    }
+    if (p < e && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < e && (*p == '+' || *p == '-'))
+            p++;
+        if (!DIGIT(p))
+            return CS_ERR;
+        while (DIGIT(p))
+            p++;
+    }
+#undef DIGIT
+    s->p = p;
+    return CS_OK;
+}
+
+static int js_value(struct jscan *s);
+
+/* Reads an array or object at its opening bracket (nested values only). */
+static int js_container(struct jscan *s)
+{
+    char close = *s->p == '{' ? '}' : ']';
+
+    if (++s->depth > JSCAN_MAX_DEPTH)
+        return CS_ERR;
+    s->p++;
+    js_ws(s);
+    if (s->p < s->end && *s->p == close) {
+        s->p++;
+        s->depth--;
+        return CS_OK;
+    }
+    for (;;) {
+        if (close == '}') {
+            if (s->p >= s->end || *s->p != '"' || js_string(s, NULL, NULL) != CS_OK)
+                return CS_ERR;
+            js_ws(s);
+            if (s->p >= s->end || *s->p != ':')
+                return CS_ERR;
+            s->p++;
+            js_ws(s);
+        }
+        if (js_value(s) != CS_OK)
+            return CS_ERR;
+        js_ws(s);
+        if (s->p >= s->end)
+            return CS_ERR;
+        if (*s->p == close) {
+            s->p++;
+            s->depth--;
+            return CS_OK;
+        }
+        if (*s->p != ',')
+            return CS_ERR;
+        s->p++;
+        js_ws(s);
+    }
+}
+
+static int js_literal(struct jscan *s, const char *lit, size_t n)
+{
+    if ((size_t)(s->end - s->p) < n || memcmp(s->p, lit, n) != 0)
+        return CS_ERR;
+    s->p += n;
+    return CS_OK;
+}
+
+static int js_value(struct jscan *s)
+{
+    if (s->p >= s->end)
+        return CS_ERR;
+    switch (*s->p) {
+    case '"': return js_string(s, NULL, NULL);
+    case '{':
+    case '[': return js_container(s);
+    case 't': return js_literal(s, "true", 4);
+    case 'f': return js_literal(s, "false", 5);
+    case 'n': return js_literal(s, "null", 4);
+    default: return js_number(s);
+    }
+}
+
 int http_parse_id_body(const char *body, size_t len, int64_t *id, const char **why)
 {
-    const char *end = body + len, *p;
-    cJSON *doc;
+    struct jscan s = {body, body + len, 1};
+    const char *idv = NULL;
+    size_t idl = 0;
 
     if (len == 0) {
         *why = "empty body";
         return CS_ERR;
     }
-    /* Trailing bytes after the value are an error too: the parse must end
-     * at the NUL that follows the body. */
-    doc = cJSON_ParseWithLengthOpts(body, len + 1, NULL, 1);
-    if (doc == NULL) {
-        *why = "body is not valid JSON";
+    /* Some parsers skip a byte-order mark and some refuse it: refused here. */
+    if (len >= 3 && memcmp(body, "\xEF\xBB\xBF", 3) == 0) {
+        *why = "body must not start with a byte-order mark";
         return CS_ERR;
     }
-    int is_obj = cJSON_IsObject(doc);
-    const cJSON *item = is_obj ? cJSON_GetObjectItemCaseSensitive(doc, "id") : NULL;
-    int is_num = item != NULL && cJSON_IsNumber(item);
-    cJSON_Delete(doc);
-    if (!is_obj) {
-        *why = "body must be a JSON object";
+    js_ws(&s);
+    if (s.p >= s.end || *s.p != '{') {
+        *why = s.p < s.end && (*s.p == '[' || *s.p == '"' || *s.p == '-' || *s.p == 't'
+                               || *s.p == 'f' || *s.p == 'n' || (*s.p >= '0' && *s.p <= '9'))
+                   ? "body must be a JSON object"
+                   : "body is not valid JSON";
         return CS_ERR;
     }
-    if (item == NULL) {
+    s.p++;
+    js_ws(&s);
+    if (s.p < s.end && *s.p == '}')
+        s.p++;
+    else
+        for (;;) {
+            int is_id = 0, escaped = 0;
+            if (s.p >= s.end || *s.p != '"' || js_string(&s, &is_id, &escaped) != CS_OK)
+                goto invalid;
+            if (is_id && escaped) {
+                *why = "id must be written plainly, without escapes";
+                return CS_ERR;
+            }
+            if (is_id && idv != NULL) {
+                *why = "id appears more than once";
+                return CS_ERR;
+            }
+            js_ws(&s);
+            if (s.p >= s.end || *s.p != ':')
+                goto invalid;
+            s.p++;
+            js_ws(&s);
+            const char *v = s.p;
+            if (js_value(&s) != CS_OK)
+                goto invalid;
+            if (is_id) {
+                idv = v;
+                idl = (size_t)(s.p - v);
+            }
+            js_ws(&s);
+            if (s.p < s.end && *s.p == '}') {
+                s.p++;
+                break;
+            }
+            if (s.p >= s.end || *s.p != ',')
+                goto invalid;
+            s.p++;
+            js_ws(&s);
+        }
+    js_ws(&s);
+    /* Trailing bytes (a NUL inside the body included) make it invalid. */
+    if (s.p != s.end)
+        goto invalid;
+    if (idv == NULL) {
         *why = "id is missing";
         return CS_ERR;
     }
-    if (!is_num) {
+    /* A JSON integer without sign, fraction or exponent, in 1..2^63-1. */
+    if (*idv == '"' || *idv == '{' || *idv == '[' || *idv == 't' || *idv == 'f'
+        || *idv == 'n') {
         *why = "id must be a JSON integer";
         return CS_ERR;
     }
-
-    p = skip_ws(body, end) + 1; /* past '{' */
-    for (;;) {
-        p = skip_ws(p, end);
-        if (p >= end || *p != '"')
-            break;
-        const char *k = p + 1;
-        p = skip_string(p, end);
-        int is_id = p - k == 3 && memcmp(k, "id", 2) == 0;
-        p = skip_ws(p, end);
-        if (p >= end || *p != ':')
-            break;
-        p = skip_ws(p + 1, end);
-        if (is_id) {
-            const char *v = p;
-            while (p < end && ((*p >= '0' && *p <= '9') || *p == '-' || *p == '+' || *p == '.'
-                               || *p == 'e' || *p == 'E'))
-                p++;
-            if (cs_parse_id(v, (size_t)(p - v), id) != CS_OK) {
-                *why = "id must be an integer 1..9223372036854775807";
-                return CS_ERR;
-            }
-            return CS_OK;
-        }
-        p = skip_value(p, end);
-        p = skip_ws(p, end);
-        if (p >= end || *p != ',')
-            break;
-        p++;
+    if (cs_parse_id(idv, idl, id) != CS_OK) {
+        *why = "id must be an integer 1..9223372036854775807";
+        return CS_ERR;
     }
-    *why = "id is missing";
+    return CS_OK;
+invalid:
+    *why = "body is not valid JSON";
     return CS_ERR;
 }
 

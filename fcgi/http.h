@@ -39,10 +39,14 @@ const char *http_code_msg(enum cs_code code);  /* default human message */
  * -5 ENDED, else INTERNAL_ERROR. */
 enum cs_code http_seize_outcome(long long result);
 
-/* Parses a seize/revoke body: a JSON object whose "id" is a JSON integer
- * 1..2^63-1 written without sign, fraction or exponent. body[len] MUST be
- * the NUL that ends the body. Returns CS_OK with
- * *id, or CS_ERR with a short reason in *why (a static string). */
+/* Parses a seize/revoke body of len bytes: one valid JSON document (RFC 8259,
+ * UTF-8, no byte-order mark, nothing after it) that is an object with exactly
+ * one member named "id", its name written without escapes, whose value is a
+ * JSON integer 1..2^63-1 without sign, fraction or exponent. Other members
+ * are allowed and ignored. A duplicate "id", or a name such as "\u0069d"
+ * that decodes to "id", is an error: any other JSON reader of the same body
+ * then reads the same id or refuses it too. Returns CS_OK with *id, or
+ * CS_ERR with a short reason in *why (a static string). */
 int http_parse_id_body(const char *body, size_t len, int64_t *id, const char **why);
 
 /* True when the Content-Type names JSON (application/json, any parameters). */

@@ -1,6 +1,9 @@
 /* metrics.c - GET /market/admin/metrics: Prometheus text, summed over workers. */
 #include "metrics.h"
+#include "conf.h"
 #include "cs.h"
+#include "keys.h"
+#include "log.h"
 #include "route.h"
 #include "shm.h"
 #include "worker.h"
@@ -141,7 +144,61 @@ size_t metrics_render(const struct shm_node *node, char *buf, size_t cap)
     counter(&o, "couponseize_worker_restarts_total", "Workers the supervisor replaced.",
             LOAD(m->worker_restarts));
     metrics_shards(&o, node);
+
+    /* Read from Redis by the workers, so the depths stay current when
+     * coupon-sync is dead (its own gauge then freezes). */
+    int64_t read_ms = atomic_load(&node->qdepth.read_ms);
+    if (read_ms > 0) {
+        emit(&o, "# HELP couponseize_queue_depth Coupons granted but not yet in MySQL: "
+                 "HLEN of QUEUE:COUPON:SEIZE:SYNC:{i}, read by the workers.\n"
+                 "# TYPE couponseize_queue_depth gauge\n");
+        for (int i = 0; i < SHM_QUEUE_SHARDS; i++)
+            emit(&o, "couponseize_queue_depth{shard=\"%d\"} %lld\n", i,
+                 (long long)atomic_load(&node->qdepth.depth[i]));
+        emit(&o, "# HELP couponseize_queue_depth_read_timestamp_seconds When the workers "
+                 "last read couponseize_queue_depth from Redis.\n"
+                 "# TYPE couponseize_queue_depth_read_timestamp_seconds gauge\n"
+                 "couponseize_queue_depth_read_timestamp_seconds %.3f\n",
+             (double)read_ms / 1000.0);
+    }
     return o.len;
+}
+
+/* Refreshes the node's queue depths when they are a second old or more and no
+ * other worker is reading them. Ten HLENs, one per shard (each routed by its
+ * own key). Skipped while the breaker is open: the depths then keep their
+ * last value and read timestamp. */
+static void metrics_read_queues(struct worker *w)
+{
+    struct shm_qdepth *q = &w->shm->qdepth;
+    int64_t now = cs_now_ms(), mono = cs_mono_ms();
+    int64_t lease = atomic_load(&q->lease_ms);
+
+    if (now - atomic_load(&q->read_ms) < 1000 || lease > mono
+        || atomic_load(&w->shm->breaker_state) == BREAKER_OPEN
+        || !atomic_compare_exchange_strong(&q->lease_ms, &lease,
+                                           mono + w->conf->redis_command_timeout_ms * 11 + 100))
+        return;
+    int64_t depth[SHM_QUEUE_SHARDS];
+    int ok = 1;
+    for (int i = 0; i < SHM_QUEUE_SHARDS && ok; i++) {
+        char key[KEYS_MAX];
+        keys_queue(key, i);
+        redisReply *rep = rconn_command(w->rc, key, "HLEN %s", key);
+        ok = rep != NULL && rep->type == REDIS_REPLY_INTEGER;
+        if (ok)
+            depth[i] = rep->integer;
+        if (rep != NULL)
+            freeReplyObject(rep);
+    }
+    if (ok) {
+        for (int i = 0; i < SHM_QUEUE_SHARDS; i++)
+            atomic_store(&q->depth[i], depth[i]);
+        atomic_store(&q->read_ms, now);
+    } else {
+        log_debug("queue depths for metrics not read: %s", w->rc->errstr);
+    }
+    atomic_store(&q->lease_ms, 0);
 }
 
 void metrics_handle(struct worker *w, struct req *r)
@@ -156,6 +213,7 @@ void metrics_handle(struct worker *w, struct req *r)
         req_reply(r, CODE_FORBIDDEN, NULL, NULL, 0);
         return;
     }
+    metrics_read_queues(w);
     size_t cap = 64 * 1024;
     char *buf = xmalloc(cap);
     size_t n = metrics_render(w->shm, buf, cap);

@@ -5,6 +5,7 @@
 #include "log.h"
 #include "meta.h"
 #include "mconn.h"
+#include "params.h"
 #include "route.h"
 #include "shm.h"
 
@@ -163,52 +164,12 @@ int worker_retry_after(const struct worker *w)
 /* Fills r from the FastCGI parameters. */
 static void req_init(struct req *r, FCGX_Request *fr, char *body)
 {
-    FCGX_ParamArray env = fr->envp;
-    const char *uri, *cl;
-
     memset(r, 0, sizeof(*r));
     r->fr = fr;
     r->out = fr->out;
     r->body = body;
     r->start_us = cs_mono_us();
-    r->method = FCGX_GetParam("REQUEST_METHOD", env);
-    if (r->method == NULL)
-        r->method = "GET";
-    r->content_type = FCGX_GetParam("CONTENT_TYPE", env);
-    r->authorization = FCGX_GetParam("HTTP_AUTHORIZATION", env);
-    r->x_user_id = FCGX_GetParam("HTTP_X_USER_ID", env);
-    r->x_user_role = FCGX_GetParam("HTTP_X_USER_ROLE", env);
-    r->query = FCGX_GetParam("QUERY_STRING", env);
-    cl = FCGX_GetParam("CONTENT_LENGTH", env);
-    r->content_length = -1;
-    if (cl != NULL && *cl != '\0') {
-        char *end;
-        errno = 0;
-        long v = strtol(cl, &end, 10);
-        r->content_length = (errno == 0 && *end == '\0' && v >= 0) ? v : -1;
-        /* An absurd length is still "too large", never a negative read. */
-        if (errno == ERANGE)
-            r->content_length = LONG_MAX;
-    }
-
-    /* REQUEST_URI is what nginx, lighttpd and Apache all pass; fall back to
-     * SCRIPT_NAME + PATH_INFO for front ends that do not. */
-    uri = FCGX_GetParam("REQUEST_URI", env);
-    if (uri != NULL && *uri != '\0') {
-        size_t n = strcspn(uri, "?");
-        if (n >= sizeof(r->path))
-            n = sizeof(r->path) - 1;
-        memcpy(r->path, uri, n);
-        r->path[n] = '\0';
-    } else {
-        const char *sn = FCGX_GetParam("SCRIPT_NAME", env);
-        const char *pi = FCGX_GetParam("PATH_INFO", env);
-        snprintf(r->path, sizeof(r->path), "%s%s", sn ? sn : "", pi ? pi : "");
-    }
-    if (r->query == NULL) {
-        const char *q = uri ? strchr(uri, '?') : NULL;
-        r->query = q ? q + 1 : "";
-    }
+    params_fill(r, fr->envp);
 }
 
 static void req_account(struct worker *w, struct req *r)
@@ -246,6 +207,8 @@ static int worker_init(struct worker *w, const struct cs_conf *conf, struct shm_
     w->auth.secret = (const unsigned char *)conf->auth_jwt_secret;
     w->auth.secret_len = strlen(conf->auth_jwt_secret);
     w->auth.leeway_s = conf->auth_leeway_s;
+    w->auth.audience = conf->auth_audience;
+    w->auth.issuer = conf->auth_issuer;
     return CS_OK;
 }
 

@@ -66,6 +66,8 @@ static const struct conf_key conf_keys[] = {
     S("auth.mode", auth_mode, 1, "jwt", modes),
     S("auth.jwt_secret", auth_jwt_secret, 0, "", NULL),
     I("auth.leeway_s", auth_leeway_s, 0, 3600, 0),
+    S("auth.audience", auth_audience, 0, "", NULL),
+    S("auth.issuer", auth_issuer, 0, "", NULL),
 
     I("limits.node_rps", limits_node_rps, 0, 100000000, 0),
     I("limits.burst", limits_burst, 0, 100000000, 0),

@@ -51,6 +51,8 @@ struct cs_conf {
     char *auth_mode;
     char *auth_jwt_secret;
     int auth_leeway_s;
+    char *auth_audience;
+    char *auth_issuer;
 
     /* limits */
     int limits_node_rps;

@@ -19,6 +19,8 @@
 #define SHM_CODES 24
 #define SHM_LAT_BUCKETS 12       /* seize latency histogram, last is +Inf */
 
+#define SHM_QUEUE_SHARDS 10      /* KEYS_SHARDS */
+
 enum breaker_state { BREAKER_CLOSED = 0, BREAKER_OPEN = 1, BREAKER_HALF_OPEN = 2 };
 
 struct shm_flag {
@@ -56,6 +58,15 @@ struct shm_breaker {
     _Atomic int64_t probe_until_ms;
 };
 
+/* Depth of each shard's sync queue (HLEN of QUEUE:COUPON:SEIZE:SYNC:{i}) for
+ * the metrics route: read from Redis by one worker at a time, at most once a
+ * second for the whole node, never on the seize path. */
+struct shm_qdepth {
+    _Atomic int64_t read_ms;                 /* wall clock of the last read; 0 never */
+    _Atomic int64_t lease_ms;                /* cs_mono_ms() until which a worker reads */
+    _Atomic int64_t depth[SHM_QUEUE_SHARDS];
+};
+
 struct shm_node {
     uint64_t magic;
     uint32_t version;
@@ -86,6 +97,7 @@ struct shm_node {
 
     /* Redis Cluster: map epoch, refresh throttle and routing counters. */
     struct rcluster_shared cluster;
+    struct shm_qdepth qdepth;
 };
 
 /* Latency bucket upper bounds in microseconds (the last is +Inf). */

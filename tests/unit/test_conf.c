@@ -44,7 +44,33 @@ START_TEST(defaults_apply)
     ck_assert_int_eq(c.preheat_horizon_days, 30);
     ck_assert_str_eq(c.auth_mode, "jwt");
     ck_assert_str_eq(c.redis_host, "127.0.0.1");
+    ck_assert_str_eq(c.auth_audience, "");
+    ck_assert_str_eq(c.auth_issuer, "");
     conf_free(&c);
+}
+END_TEST
+
+START_TEST(token_audience_and_issuer)
+{
+    struct cs_conf c;
+    char err[256];
+    ck_assert_int_eq(load("auth = { jwt_secret = \"0123456789abcdef0123456789abcdef\";\n"
+                          "  audience = \"couponseize\"; issuer = \"https://id.example\"; };\n",
+                          &c, err, sizeof(err)),
+                     CS_OK);
+    ck_assert_str_eq(c.auth_audience, "couponseize");
+    ck_assert_str_eq(c.auth_issuer, "https://id.example");
+    conf_free(&c);
+    ck_assert_int_eq(load("auth = { jwt_secret = \"0123456789abcdef0123456789abcdef\";\n"
+                          "  audience = [\"a\", \"b\"]; };\n",
+                          &c, err, sizeof(err)),
+                     CS_ERR);
+    ck_assert_msg(strstr(err, "auth.audience") != NULL, "%s", err);
+    ck_assert_int_eq(load("auth = { jwt_secret = \"0123456789abcdef0123456789abcdef\";\n"
+                          "  issuer = 5; };\n",
+                          &c, err, sizeof(err)),
+                     CS_ERR);
+    ck_assert_msg(strstr(err, "auth.issuer") != NULL, "%s", err);
 }
 END_TEST
 
@@ -191,6 +217,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, defaults_apply);
     tcase_add_test(tc, values_override);
+    tcase_add_test(tc, token_audience_and_issuer);
     tcase_add_test(tc, errors_name_key_and_line);
     tcase_add_test(tc, cluster_keys);
     tcase_add_test(tc, missing_file);

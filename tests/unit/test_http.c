@@ -49,6 +49,72 @@ START_TEST(id_body_rejects_everything_else)
 }
 END_TEST
 
+/* Bodies that other JSON readers (Python's json, JavaScript's JSON.parse, a
+ * gateway's) would read differently are refused, so all agree on the id. */
+START_TEST(id_body_one_plain_id)
+{
+    static const char *const bad[] = {
+        "{\"id\":701,\"id\":702}",           /* duplicate: first or last wins elsewhere */
+        "{\"id\":701,\"x\":1,\"id\":701}",   /* even with the same value */
+        "{\"\\u0069d\":702,\"id\":701}",     /* escaped name that decodes to id */
+        "{\"i\\u0064\":702}",
+        "{\"\\u0069\\u0064\":702}",
+        "{\"id\":701,\"\\u0069d\":702}",
+        "\xEF\xBB\xBF{\"id\":701}",          /* byte-order mark */
+        "{\"id\":701}\xEF\xBB\xBF",
+        "{\"id\":701,}",                     /* trailing comma */
+        "{\"id\":701 \"x\":1}",
+        "{'id':701}",
+        "{\"id\":701}\n{\"id\":702}",
+        "{\"id\":701,\"x\":\"\xC3\"}",       /* invalid UTF-8 */
+        "{\"id\":701,\"x\":\"\xED\xA0\x80\"}", /* an encoded surrogate */
+        "{\"id\":701,\"x\":\"\xC0\xAF\"}",   /* overlong */
+        "{\"id\":701,\"x\":\"a\tb\"}",       /* raw control character */
+        "{\"id\":701,\"x\":\"\\x41\"}",      /* no such escape */
+        "{\"id\":701,\"x\":\"\\ud83d\"}",    /* lone surrogates */
+        "{\"id\":701,\"x\":\"\\ud83dtrue\"}",
+        "{\"id\":701,\"x\":\"\\ude00\\ud83d\"}",
+        "{\"id\":701,\"x\":\"\\u12\"}",
+        "{\"id\":701,\"x\":[1,2,]}",
+        "{\"id\":701,\"x\":01}",
+        "{\"id\":701,\"x\":1.}",
+        "{\"id\":701,\"x\":.5}",
+        "{\"id\":701,\"x\":tru}",
+        "{\"id\":701,\"x\":NaN}",
+        "{\"id\":-0}",
+        "{\"id\":+1}",
+        "{\"id\":701",
+        "{\"id\":[701]}",
+        "{\"id\":{\"id\":701}}",
+        "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        int64_t id = 77;
+        ck_assert_msg(parse(bad[i], &id) == CS_ERR, "accepted %s", bad[i]);
+        ck_assert_int_eq(id, 77);
+    }
+    /* A NUL inside the body (its length says more follows) is invalid JSON. */
+    int64_t id = 77;
+    const char *why = NULL;
+    ck_assert_int_eq(http_parse_id_body("{\"id\":7}\0x", 10, &id, &why), CS_ERR);
+    ck_assert_int_eq(http_parse_id_body("{\"id\":7\0}", 9, &id, &why), CS_ERR);
+    /* Escapes elsewhere, names near "id", nested ids and valid UTF-8 are fine. */
+    static const char *const good[] = {
+        "{\"id\":701,\"name\":\"caf\xC3\xA9 \\u00e9 \\ud83d\\ude00 \xF0\x9F\x98\x80 \\\"x\\\"\"}",
+        "{\"\\u0069dx\":1,\"id\":701}",
+        "{\"i\":1,\"d\":2,\"ID\":3,\"id \":4,\"id\":701}",
+        "{\"x\":{\"id\":1,\"id\":2},\"id\":701}",
+        "{\"a\":[true,false,null,-1.5e+3,0,{}],\"id\":701}",
+        "\r\n\t {\"id\" : 701 } \n",
+    };
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        id = 0;
+        ck_assert_msg(parse(good[i], &id) == CS_OK, "refused %s", good[i]);
+        ck_assert_int_eq(id, 701);
+    }
+}
+END_TEST
+
 START_TEST(content_type_and_query)
 {
     char v[32];
@@ -117,10 +183,192 @@ static char *mint(jwt_alg_t alg, const char *key, const char *sub, long exp, con
 
 static enum auth_result check(const char *hdr, struct auth_identity *id)
 {
-    struct auth_cfg cfg = {AUTH_MODE_JWT, (const unsigned char *)SECRET, strlen(SECRET), 0};
+    struct auth_cfg cfg = {AUTH_MODE_JWT, (const unsigned char *)SECRET, strlen(SECRET), 0, NULL,
+                           NULL};
     const char *why = NULL;
     return auth_check(&cfg, hdr, NULL, NULL, time(NULL), id, &why);
 }
+
+/* Mints an HS256 token from JSON texts: extra header members (or NULL) and
+ * the whole claims object. */
+static char *mint_json(const char *headers, const char *claims)
+{
+    jwt_t *j;
+    ck_assert_int_eq(jwt_new(&j), 0);
+    if (headers)
+        ck_assert_int_eq(jwt_add_headers_json(j, headers), 0);
+    ck_assert_int_eq(jwt_add_grants_json(j, claims), 0);
+    ck_assert_int_eq(jwt_set_alg(j, JWT_ALG_HS256, (const unsigned char *)SECRET,
+                                 (int)strlen(SECRET)), 0);
+    char *tok = jwt_encode_str(j);
+    jwt_free(j);
+    ck_assert_ptr_nonnull(tok);
+    char *hdr = xmalloc(strlen(tok) + 8);
+    sprintf(hdr, "Bearer %s", tok);
+    free(tok);
+    return hdr;
+}
+
+static enum auth_result check_cfg(const char *audience, const char *issuer, int leeway,
+                                  const char *hdr, const char **why)
+{
+    struct auth_cfg cfg = {AUTH_MODE_JWT, (const unsigned char *)SECRET, strlen(SECRET), leeway,
+                           audience, issuer};
+    struct auth_identity id;
+    *why = NULL;
+    enum auth_result r = auth_check(&cfg, hdr, NULL, NULL, time(NULL), &id, why);
+    if (r == AUTH_OK)
+        ck_assert_int_eq(id.user_id, 5);
+    return r;
+}
+
+/* RFC 7519 / 7515 claims and headers, DESIGN "Identity". */
+START_TEST(jwt_claims_by_the_rfcs)
+{
+    char claims[256], *t;
+    const char *why;
+    long now = time(NULL);
+
+    /* A fractional exp is a valid NumericDate. */
+    snprintf(claims, sizeof(claims), "{\"sub\":\"5\",\"exp\":%ld.25}", now + 600);
+    t = mint_json(NULL, claims);
+    ck_assert_int_eq(check_cfg(NULL, NULL, 0, t, &why), AUTH_OK);
+    free(t);
+    snprintf(claims, sizeof(claims), "{\"sub\":5,\"exp\":%ld.75}", now - 2);
+    t = mint_json(NULL, claims);
+    ck_assert_int_eq(check_cfg(NULL, NULL, 0, t, &why), AUTH_INVALID);
+    ck_assert_int_eq(check_cfg(NULL, NULL, 60, t, &why), AUTH_OK); /* leeway */
+    free(t);
+    snprintf(claims, sizeof(claims), "{\"sub\":\"5\",\"exp\":\"%ld\"}", now + 600);
+    t = mint_json(NULL, claims);
+    ck_assert_int_eq(check_cfg(NULL, NULL, 0, t, &why), AUTH_INVALID);
+    free(t);
+
+    /* nbf an hour ahead: not yet; within the leeway: fine; past: fine. */
+    snprintf(claims, sizeof(claims), "{\"sub\":\"5\",\"exp\":%ld,\"nbf\":%ld}", now + 7200,
+             now + 3600);
+    t = mint_json(NULL, claims);
+    ck_assert_int_eq(check_cfg(NULL, NULL, 0, t, &why), AUTH_INVALID);
+    ck_assert_str_eq(why, "token not valid yet (nbf)");
+    free(t);
+    snprintf(claims, sizeof(claims), "{\"sub\":\"5\",\"exp\":%ld,\"nbf\":%ld.5}", now + 7200,
+             now + 20);
+    t = mint_json(NULL, claims);
+    ck_assert_int_eq(check_cfg(NULL, NULL, 0, t, &why), AUTH_INVALID);
+    ck_assert_int_eq(check_cfg(NULL, NULL, 60, t, &why), AUTH_OK);
+    free(t);
+    snprintf(claims, sizeof(claims), "{\"sub\":\"5\",\"exp\":%ld,\"nbf\":%ld}", now + 600,
+             now - 10);
+    t = mint_json(NULL, claims);
+    ck_assert_int_eq(check_cfg(NULL, NULL, 0, t, &why), AUTH_OK);
+    free(t);
+    snprintf(claims, sizeof(claims), "{\"sub\":\"5\",\"exp\":%ld,\"nbf\":\"x\"}", now + 600);
+    t = mint_json(NULL, claims);
+    ck_assert_int_eq(check_cfg(NULL, NULL, 0, t, &why), AUTH_INVALID);
+    free(t);
+
+    /* crit is refused, whatever it names. */
+    snprintf(claims, sizeof(claims), "{\"sub\":\"5\",\"exp\":%ld}", now + 600);
+    t = mint_json("{\"crit\":[\"exp\"]}", claims);
+    ck_assert_int_eq(check_cfg(NULL, NULL, 0, t, &why), AUTH_INVALID);
+    ck_assert_str_eq(why, "token has a crit header");
+    free(t);
+    t = mint_json("{\"kid\":\"k1\"}", claims);
+    ck_assert_int_eq(check_cfg(NULL, NULL, 0, t, &why), AUTH_OK);
+    free(t);
+
+    /* Audience: a string or an array holding it; issuer: equal. */
+    snprintf(claims, sizeof(claims),
+             "{\"sub\":\"5\",\"exp\":%ld,\"aud\":\"coupons\",\"iss\":\"idp\"}", now + 600);
+    t = mint_json(NULL, claims);
+    ck_assert_int_eq(check_cfg("coupons", "idp", 0, t, &why), AUTH_OK);
+    ck_assert_int_eq(check_cfg("other", NULL, 0, t, &why), AUTH_INVALID);
+    ck_assert_int_eq(check_cfg(NULL, "idp2", 0, t, &why), AUTH_INVALID);
+    ck_assert_int_eq(check_cfg("", "", 0, t, &why), AUTH_OK);
+    free(t);
+    snprintf(claims, sizeof(claims),
+             "{\"sub\":\"5\",\"exp\":%ld,\"aud\":[\"web\",\"coupons\"]}", now + 600);
+    t = mint_json(NULL, claims);
+    ck_assert_int_eq(check_cfg("coupons", NULL, 0, t, &why), AUTH_OK);
+    ck_assert_int_eq(check_cfg("coupon", NULL, 0, t, &why), AUTH_INVALID);
+    ck_assert_int_eq(check_cfg(NULL, "idp", 0, t, &why), AUTH_INVALID); /* no iss */
+    free(t);
+    snprintf(claims, sizeof(claims), "{\"sub\":\"5\",\"exp\":%ld}", now + 600);
+    t = mint_json(NULL, claims);
+    ck_assert_int_eq(check_cfg("coupons", NULL, 0, t, &why), AUTH_INVALID); /* no aud */
+    free(t);
+    snprintf(claims, sizeof(claims),
+             "{\"sub\":\"5\",\"exp\":%ld,\"aud\":[[\"coupons\"],5]}", now + 600);
+    t = mint_json(NULL, claims);
+    ck_assert_int_eq(check_cfg("coupons", NULL, 0, t, &why), AUTH_INVALID);
+    free(t);
+}
+END_TEST
+
+/* Base64url of a JSON text, for headers libjwt would not write. */
+static void b64url(const char *in, char *out)
+{
+    static const char al[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    size_t n = strlen(in), o = 0;
+    for (size_t i = 0; i < n; i += 3) {
+        unsigned v = (unsigned char)in[i] << 16;
+        if (i + 1 < n)
+            v |= (unsigned char)in[i + 1] << 8;
+        if (i + 2 < n)
+            v |= (unsigned char)in[i + 2];
+        out[o++] = al[(v >> 18) & 63];
+        out[o++] = al[(v >> 12) & 63];
+        if (i + 1 < n)
+            out[o++] = al[(v >> 6) & 63];
+        if (i + 2 < n)
+            out[o++] = al[v & 63];
+    }
+    out[o] = '\0';
+}
+
+static int front(const char *header, const char *claims, const char *sig)
+{
+    char h[512], c[512], tok[1200];
+    const char *t, *why = NULL;
+    size_t len;
+    b64url(header, h);
+    b64url(claims, c);
+    snprintf(tok, sizeof(tok), "Bearer %s.%s.%s", h, c, sig);
+    int rc = auth_token_front(tok, &t, &len, &why);
+    if (rc != CS_OK)
+        ck_assert_ptr_nonnull(why);
+    else
+        ck_assert_uint_eq(len, strlen(tok) - 7);
+    return rc;
+}
+
+START_TEST(jwt_front_end)
+{
+    static const char sig[] = "3FmNNaAnq-AOXL_8A3bs7jEEHu1x7m12hSMZmBcZc6M";
+    static const char cl[] = "{\"sub\":\"1\",\"exp\":1}";
+    ck_assert_int_eq(front("{\"alg\":\"HS256\",\"typ\":\"JWT\"}", cl, sig), CS_OK);
+    ck_assert_int_eq(front("{\"alg\":\"hs256\"}", cl, sig), CS_ERR);
+    ck_assert_int_eq(front("{\"alg\":\"HS256 \"}", cl, sig), CS_ERR);
+    ck_assert_int_eq(front("{\"alg\":\"none\"}", cl, sig), CS_ERR);
+    ck_assert_int_eq(front("{\"typ\":\"JWT\"}", cl, sig), CS_ERR);
+    ck_assert_int_eq(front("{\"alg\":\"HS256\",\"crit\":[]}", cl, sig), CS_ERR);
+    ck_assert_int_eq(front("{\"alg\":\"HS256\",\"\\u0063rit\":[\"b64\"]}", cl, sig), CS_ERR);
+    ck_assert_int_eq(front("{\"alg\":\"HS256\",\"alg\":\"none\"}", cl, sig), CS_ERR);
+    ck_assert_int_eq(front("{\"alg\":\"none\",\"alg\":\"HS256\"}", cl, sig), CS_ERR);
+    ck_assert_int_eq(front("[\"HS256\"]", cl, sig), CS_ERR);
+    ck_assert_int_eq(front("{\"alg\":\"HS256\"}", "{\"sub\":\"1\",\"sub\":\"2\"}", sig), CS_ERR);
+    ck_assert_int_eq(front("{\"alg\":\"HS256\"}", "[1]", sig), CS_ERR);
+    ck_assert_int_eq(front("{\"alg\":\"HS256\"}", cl, "3FmNNaAnq-AOXL_8A3bs7jEEHu1x7m12hSMZmBcZc6"), CS_ERR);
+    ck_assert_int_eq(front("{\"alg\":\"HS256\"}", cl, "3FmNNaAnq-AOXL_8A3bs7jEEHu1x7m12hSMZmBcZc6M="), CS_ERR);
+    ck_assert_int_eq(front("{\"alg\":\"HS256\"}", cl, "3FmNNaAnq-AOXL_8A3bs7jEEHu1x7m12hSMZmBcZc6N"), CS_ERR);
+    ck_assert_int_eq(front("{\"alg\":\"HS256\"}", cl, "3FmNNaAnq+AOXL/8A3bs7jEEHu1x7m12hSMZmBcZc6M"), CS_ERR);
+    const char *t, *why;
+    size_t len;
+    ck_assert_int_eq(auth_token_front("Bearer a.b.c.d", &t, &len, &why), CS_ERR);
+    ck_assert_int_eq(auth_token_front("Bearer abc", &t, &len, &why), CS_ERR);
+    ck_assert_int_eq(auth_token_front("Token abc", &t, &len, &why), CS_ERR);
+}
+END_TEST
 
 START_TEST(jwt_good_tokens)
 {
@@ -188,7 +436,7 @@ END_TEST
 
 START_TEST(trusted_header_mode)
 {
-    struct auth_cfg cfg = {AUTH_MODE_TRUSTED_HEADER, NULL, 0, 0};
+    struct auth_cfg cfg = {AUTH_MODE_TRUSTED_HEADER, NULL, 0, 0, NULL, NULL};
     struct auth_identity id;
     const char *why;
     ck_assert_int_eq(auth_check(&cfg, NULL, "123", NULL, 0, &id, &why), AUTH_OK);
@@ -208,10 +456,13 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, id_body_accepts_integers);
     tcase_add_test(tc, id_body_rejects_everything_else);
+    tcase_add_test(tc, id_body_one_plain_id);
     tcase_add_test(tc, content_type_and_query);
     tcase_add_test(tc, outcome_mapping);
     tcase_add_test(tc, jwt_good_tokens);
     tcase_add_test(tc, jwt_bad_tokens);
+    tcase_add_test(tc, jwt_claims_by_the_rfcs);
+    tcase_add_test(tc, jwt_front_end);
     tcase_add_test(tc, trusted_header_mode);
     suite_add_tcase(s, tc);
     return cs_run_suite(s, 0);
