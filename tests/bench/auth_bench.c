@@ -61,7 +61,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "auth_bench: -n and -r want >= 1\n");
         return 2;
     }
-    struct auth_cfg cfg = {AUTH_MODE_JWT, (const unsigned char *)SECRET, strlen(SECRET), 0};
+    struct auth_cfg cfg = {.mode = AUTH_MODE_JWT, .secret = (const unsigned char *)SECRET,
+                           .secret_len = strlen(SECRET)};
     long now = (long)time(NULL);
     char **tok = malloc(sizeof(*tok) * (size_t)n);
     for (int i = 0; i < n; i++)
