@@ -465,7 +465,9 @@ START_TEST(commands_follow_slots_moved_and_ask)
     ck_assert_int_eq(rconn_append(rc, hi, "GET %s", hi), CS_OK);
     ck_assert_int_eq(rconn_get_reply(rc, &a), CS_OK);
     ck_assert_int_eq(rconn_get_reply(rc, &b), CS_OK);
-    ck_assert_uint_eq(atomic_load(&shared.moved), moved + 1);
+    /* One MOVED followed, or none when a slot-map refresh (throttled, so
+     * possibly one queued by the redirects above) already learned the move. */
+    ck_assert_uint_le(atomic_load(&shared.moved), moved + 1);
     ck_assert_msg(a->type == REDIS_REPLY_STRING, "%s", a->str);
     ck_assert_str_eq(a->str, "a");
     ck_assert_str_eq(b->str, "b");
