@@ -141,6 +141,11 @@ static MYSQL_STMT *mconn_stmt(struct mconn *mc, const char *sql)
     return st;
 }
 
+int mconn_prepare(struct mconn *mc, const char *sql)
+{
+    return mconn_stmt(mc, sql) != NULL ? CS_OK : CS_ERR;
+}
+
 static int mconn_bind_exec(struct mconn *mc, MYSQL_STMT *st, const struct mval *p, int n)
 {
     /* Multi-row INSERTs bind thousands of parameters: the heap takes over

@@ -56,6 +56,10 @@ int mconn_ensure(struct mconn *mc);
 /* Closes the connection and forgets its statements; the next call reconnects. */
 void mconn_drop(struct mconn *mc);
 
+/* Prepares SQL on the connection now (connecting first) unless it is
+ * cached already, so later calls find it. CS_OK or CS_ERR with errstr set. */
+int mconn_prepare(struct mconn *mc, const char *sql);
+
 /* Executes SQL with params; *affected (may be NULL) gets the affected rows.
  * Returns CS_OK or CS_ERR (errstr set; a connection-level error drops the
  * connection so the next call reconnects). */

@@ -17,6 +17,8 @@
 
 #define DRAIN_PARAMS_PER_ROW 6
 #define DRAIN_LOG_DEAD_MAX 10      /* dead letters logged one by one per batch */
+#define DRAIN_SHAPES 8             /* INSERT statements of 1, 2, 4 ... 128 rows */
+#define DRAIN_STMT_ROWS (1 << (DRAIN_SHAPES - 1))
 #define DRAIN_TXN_ATTEMPTS 3       /* for deadlocks, lock wait timeouts, a stale connection */
 
 #define ER_LOCK_WAIT_TIMEOUT 1205
@@ -58,19 +60,13 @@ struct drain_act {
     int validity_days;
 };
 
-/* A generated INSERT text; mconn caches statements by this pointer, so it
- * lives as long as the worker's mconn. */
-struct drain_sql {
-    int rows;
-    char *sql;
-};
-
 struct drain_worker {
     struct rconn *rc;
     struct mconn *mc;
 
-    struct drain_sql *sqls;    /* one per bucket size; bounded by drain_bucket() */
-    int nsqls;
+    /* The INSERT of 2^i rows; mconn caches statements by these pointers,
+     * so they live as long as the worker's mconn. */
+    char *sqls[DRAIN_SHAPES];
 
     struct drain_entry *ents;
     size_t ents_cap;
@@ -88,6 +84,60 @@ struct drain_worker {
     char token[DRAIN_TOKEN_MAX];
 };
 
+/* ---- the multi-row INSERT ------------------------------------------------------------ */
+
+/*
+ * Rows per INSERT statement: powers of two up to DRAIN_STMT_ROWS. A group of
+ * n rows of one activity goes out as full DRAIN_STMT_ROWS statements and one
+ * last statement of the next power of two, padded (at most half padding).
+ * Every shape is prepared once per connection, before its first batch, so
+ * the statements a connection holds do not grow with the batch sizes it
+ * happens to meet: coupon-sync's memory is the same after a minute as after
+ * a day. libmariadb keeps a MYSQL_BIND per parameter of a prepared statement;
+ * 255 rows x 6 parameters is about 170 KB per connection.
+ */
+static int drain_bucket(int n)
+{
+    int b = 1;
+    while (b < n && b < DRAIN_STMT_ROWS)
+        b *= 2;
+    return b;
+}
+
+static char *drain_insert_text(int rows)
+{
+    size_t head = strlen(SQL_INSERT_HEAD), row = strlen(SQL_INSERT_ROW);
+    char *sql = xmalloc(head + (size_t)rows * (row + 1) + 1), *p = sql;
+    memcpy(p, SQL_INSERT_HEAD, head);
+    p += head;
+    for (int i = 0; i < rows; i++) {
+        if (i > 0)
+            *p++ = ',';
+        memcpy(p, SQL_INSERT_ROW, row);
+        p += row;
+    }
+    *p = '\0';
+    return sql;
+}
+
+/* The INSERT text for a bucket size (a power of two <= DRAIN_STMT_ROWS). */
+static const char *drain_insert_sql(const struct drain_worker *w, int rows)
+{
+    int i = 0;
+    while ((1 << i) < rows)
+        i++;
+    return w->sqls[i];
+}
+
+/* Prepares every INSERT shape on the current connection (cached ones cost a lookup). */
+static int drain_prepare(struct drain_worker *w)
+{
+    for (int i = 0; i < DRAIN_SHAPES; i++)
+        if (mconn_prepare(w->mc, w->sqls[i]) != CS_OK)
+            return CS_ERR;
+    return CS_OK;
+}
+
 /* ---- worker ------------------------------------------------------------------- */
 
 struct drain_worker *drain_worker_new(const struct cs_conf *conf)
@@ -97,6 +147,8 @@ struct drain_worker *drain_worker_new(const struct cs_conf *conf)
     rconn_opts_from_conf(&ro, conf, conf->sync_redis_timeout_ms);
     w->rc = rconn_new(&ro);
     w->mc = mconn_new(conf);
+    for (int i = 0; i < DRAIN_SHAPES; i++)
+        w->sqls[i] = drain_insert_text(1 << i);
     return w;
 }
 
@@ -107,9 +159,8 @@ void drain_worker_free(struct drain_worker *w)
     /* Statements first: they are keyed by the SQL strings freed below. */
     mconn_free(w->mc);
     rconn_free(w->rc);
-    for (int i = 0; i < w->nsqls; i++)
-        free(w->sqls[i].sql);
-    free(w->sqls);
+    for (int i = 0; i < DRAIN_SHAPES; i++)
+        free(w->sqls[i]);
     free(w->ents);
     free(w->params);
     free(w->argv);
@@ -163,53 +214,6 @@ static void drain_argv_reserve(struct drain_worker *w, size_t n)
     size_t cap = w->argv_cap;
     w->argv = drain_grow(w->argv, &cap, n, sizeof(*w->argv));
     w->argvlen = drain_grow(w->argvlen, &w->argv_cap, n, sizeof(*w->argvlen));
-}
-
-/* ---- the multi-row INSERT ------------------------------------------------------------ */
-
-/*
- * Row count of the statement that carries n rows: 1,2,3,4,6,8,12,16,24,...
- * capped at batch (so a full batch needs no padding). A statement is prepared
- * per distinct row count; rounding up keeps those to ~2*log2(batch) per
- * connection instead of one per possible count, at the price of at most a
- * third of padding rows in a partial batch.
- */
-static int drain_bucket(int n, int batch)
-{
-    int b = 1;
-    while (b < n) {
-        if (b == 1)
-            b = 2;
-        else if ((b & (b - 1)) == 0)
-            b += b / 2;        /* 2^k -> 1.5 * 2^k */
-        else
-            b = b / 3 * 4;     /* 1.5 * 2^k -> 2^(k+1) */
-    }
-    return b < batch ? b : batch;
-}
-
-static const char *drain_insert_sql(struct drain_worker *w, int rows)
-{
-    for (int i = 0; i < w->nsqls; i++)
-        if (w->sqls[i].rows == rows)
-            return w->sqls[i].sql;
-
-    size_t head = strlen(SQL_INSERT_HEAD), row = strlen(SQL_INSERT_ROW);
-    char *sql = xmalloc(head + (size_t)rows * (row + 1) + 1), *p = sql;
-    memcpy(p, SQL_INSERT_HEAD, head);
-    p += head;
-    for (int i = 0; i < rows; i++) {
-        if (i > 0)
-            *p++ = ',';
-        memcpy(p, SQL_INSERT_ROW, row);
-        p += row;
-    }
-    *p = '\0';
-    w->sqls = xrealloc(w->sqls, (size_t)(w->nsqls + 1) * sizeof(*w->sqls));
-    w->sqls[w->nsqls].rows = rows;
-    w->sqls[w->nsqls].sql = sql;
-    w->nsqls++;
-    return sql;
 }
 
 /* ---- activities ------------------------------------------------------------------------ */
@@ -316,12 +320,12 @@ static int drain_act_status_row(void *arg, int ncols, char **cols)
 
 /* Writes the coupons of ents[0..n) (writable, sorted by activity) and the stock
  * decrements in one transaction. *inserted gets the new rows. */
-static int drain_txn(struct drain_worker *w, size_t n, int batch, uint64_t *inserted)
+static int drain_txn(struct drain_worker *w, size_t n, uint64_t *inserted)
 {
     struct mconn *mc = w->mc;
     uint64_t total = 0;
 
-    if (mconn_begin(mc) != CS_OK)
+    if (drain_prepare(w) != CS_OK || mconn_begin(mc) != CS_OK)
         return CS_ERR;
     for (size_t i = 0; i < n;) {
         int64_t aid = w->ents[i].aid;
@@ -348,25 +352,30 @@ static int drain_txn(struct drain_worker *w, size_t n, int batch, uint64_t *inse
             goto fail;
         int64_t days = act->validity_days;
 
-        int rows = (int)(j - i), stmt_rows = drain_bucket(rows, batch);
-        w->params = drain_grow(w->params, &w->params_cap,
-                               (size_t)stmt_rows * DRAIN_PARAMS_PER_ROW, sizeof(*w->params));
-        for (int r = 0; r < stmt_rows; r++) {
-            /* Padding repeats the last row: INSERT IGNORE skips the duplicate,
-             * and affected rows still count only real inserts. */
-            const struct drain_entry *e = &w->ents[i + (size_t)(r < rows ? r : rows - 1)];
-            struct mval *p = &w->params[(size_t)r * DRAIN_PARAMS_PER_ROW];
-            p[0] = MV_INT(e->aid);
-            p[1] = MV_INT(e->uid);
-            p[2] = MV_INT(cstatus);
-            p[3] = MV_TXT(e->seized, e->seized_len);
-            p[4] = MV_TXT(e->seized, e->seized_len);
-            p[5] = MV_INT(days);
-        }
         uint64_t affected = 0;
-        if (mconn_exec(mc, drain_insert_sql(w, stmt_rows), w->params,
-                       stmt_rows * DRAIN_PARAMS_PER_ROW, &affected) != CS_OK)
-            goto fail;
+        for (size_t k = i; k < j; k += DRAIN_STMT_ROWS) {
+            int rows = (int)(j - k < DRAIN_STMT_ROWS ? j - k : DRAIN_STMT_ROWS);
+            int stmt_rows = drain_bucket(rows);
+            uint64_t got = 0;
+            w->params = drain_grow(w->params, &w->params_cap,
+                                   (size_t)stmt_rows * DRAIN_PARAMS_PER_ROW, sizeof(*w->params));
+            for (int r = 0; r < stmt_rows; r++) {
+                /* Padding repeats the last row: INSERT IGNORE skips the duplicate,
+                 * and affected rows still count only real inserts. */
+                const struct drain_entry *e = &w->ents[k + (size_t)(r < rows ? r : rows - 1)];
+                struct mval *p = &w->params[(size_t)r * DRAIN_PARAMS_PER_ROW];
+                p[0] = MV_INT(e->aid);
+                p[1] = MV_INT(e->uid);
+                p[2] = MV_INT(cstatus);
+                p[3] = MV_TXT(e->seized, e->seized_len);
+                p[4] = MV_TXT(e->seized, e->seized_len);
+                p[5] = MV_INT(days);
+            }
+            if (mconn_exec(mc, drain_insert_sql(w, stmt_rows), w->params,
+                           stmt_rows * DRAIN_PARAMS_PER_ROW, &got) != CS_OK)
+                goto fail;
+            affected += got;
+        }
         if (affected > 0) {
             struct mval sp[] = {MV_INT((int64_t)affected), MV_INT(aid)};
             if (mconn_exec(mc, SQL_STOCK, sp, 2, NULL) != CS_OK)
@@ -520,7 +529,7 @@ static int drain_batch(struct drain_worker *w, redisReply **kv, size_t n, int ba
         good++;
 
     for (int attempt = 1; good > 0; attempt++) {
-        if (drain_txn(w, good, batch, &inserted) == CS_OK)
+        if (drain_txn(w, good, &inserted) == CS_OK)
             break;
         if (attempt >= DRAIN_TXN_ATTEMPTS || !drain_retryable(w->mc))
             return drain_fail(w, SM_DEP_MYSQL);
