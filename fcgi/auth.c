@@ -2,10 +2,13 @@
 #include "auth.h"
 #include "cs.h"
 
-#include <cjson/cJSON.h>
-#include <errno.h>
+#include <jansson.h>
 #include <jwt.h>
 #include <math.h>
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,39 +61,38 @@ static long b64url_decode(const char *in, size_t n, unsigned char *out)
     return (long)o;
 }
 
-/* True when an object member name occurs twice (RFC 7515 section 4 lets a
- * reader refuse such a header; readers disagree on which one wins). */
-static int has_duplicate_names(const cJSON *obj)
+/* Decodes one segment of n characters and parses it with libjwt's own JSON
+ * parser (jansson), refusing a member name that occurs twice anywhere (RFC
+ * 7515 section 4 lets a reader refuse such a header; readers disagree on
+ * which one wins). Returns the object (caller decrefs) or NULL. */
+static json_t *segment_object(const char *seg, size_t n)
 {
-    for (const cJSON *a = obj->child; a != NULL; a = a->next)
-        for (const cJSON *b = a->next; b != NULL; b = b->next)
-            if (strcmp(a->string, b->string) == 0)
-                return 1;
-    return 0;
-}
-
-/* Decodes one segment of n characters and parses it as a JSON object
- * without duplicate names. Returns the object (caller frees) or NULL. */
-static cJSON *segment_object(const char *seg, size_t n)
-{
-    unsigned char *raw = xmalloc(n * 3 / 4 + 2);
-    cJSON *obj = NULL;
+    unsigned char raw[AUTH_MAX_TOKEN * 3 / 4 + 2]; /* n <= AUTH_MAX_TOKEN */
+    json_t *obj = NULL;
     long len = b64url_decode(seg, n, raw);
 
-    /* A NUL inside the JSON would end it early for cJSON but not for libjwt. */
+    /* A NUL inside the JSON would end it early for a reader of C strings. */
     if (len > 0 && memchr(raw, '\0', (size_t)len) == NULL)
-        obj = cJSON_ParseWithLengthOpts((const char *)raw, (size_t)len + 1, NULL, 1);
-    free(raw);
-    if (obj != NULL && (!cJSON_IsObject(obj) || has_duplicate_names(obj))) {
-        cJSON_Delete(obj);
+        obj = json_loadb((const char *)raw, (size_t)len, JSON_REJECT_DUPLICATES, NULL);
+    if (obj != NULL && !json_is_object(obj)) {
+        json_decref(obj);
         obj = NULL;
     }
     return obj;
 }
 
-int auth_token_front(const char *authorization, const char **token, size_t *len,
-                     const char **why)
+/* A token taken apart by token_parse(). */
+struct token {
+    const char *text;          /* header.payload.signature */
+    size_t len, signed_len;    /* signed_len: header.payload, what the MAC covers */
+    unsigned char sig[48];     /* the 32-byte signature */
+    json_t *claims;
+};
+
+/* The checks of auth_token_front(), keeping the claims for the caller. */
+static int token_parse(const char *authorization, struct token *tk, const char **why)
 {
+    memset(tk, 0, sizeof(*tk));
     if (strncasecmp(authorization, "Bearer ", 7) != 0) {
         *why = "Authorization must be a Bearer token";
         return CS_ERR;
@@ -112,25 +114,27 @@ int auth_token_front(const char *authorization, const char **token, size_t *len,
         return CS_ERR;
     }
     /* HMAC-SHA-256 is 32 bytes: 43 characters. */
-    unsigned char sig[48];
     size_t sl = tl - (size_t)(d2 + 1 - t);
-    if (sl != 43 || b64url_decode(d2 + 1, sl, sig) != 32) {
+    if (sl != 43 || b64url_decode(d2 + 1, sl, tk->sig) != 32) {
         *why = "malformed token";
         return CS_ERR;
     }
 
-    cJSON *head = segment_object(t, (size_t)(d1 - t));
+    json_t *head = segment_object(t, (size_t)(d1 - t));
     if (head == NULL) {
         *why = "token header is not a JSON object";
         return CS_ERR;
     }
     /* JOSE names are case-sensitive: "hs256" is not HS256 (RFC 7515 4.1.1). */
-    const cJSON *alg = cJSON_GetObjectItemCaseSensitive(head, "alg");
-    int alg_ok = cJSON_IsString(alg) && strcmp(alg->valuestring, "HS256") == 0;
+    const char *alg = json_string_value(json_object_get(head, "alg"));
+    int alg_ok = alg != NULL && strcmp(alg, "HS256") == 0;
     /* No extension is understood here, so any "crit" must be refused
      * (RFC 7515 4.1.11). */
-    int crit = cJSON_GetObjectItemCaseSensitive(head, "crit") != NULL;
-    cJSON_Delete(head);
+    int crit = json_object_get(head, "crit") != NULL;
+    /* libjwt's rule: a string "typ" of a signed token says JWT, in any case. */
+    const char *typ = json_string_value(json_object_get(head, "typ"));
+    int typ_ok = typ == NULL || strcasecmp(typ, "JWT") == 0;
+    json_decref(head);
     if (!alg_ok) {
         *why = "only HS256 tokens are accepted";
         return CS_ERR;
@@ -139,70 +143,161 @@ int auth_token_front(const char *authorization, const char **token, size_t *len,
         *why = "token has a crit header";
         return CS_ERR;
     }
+    if (!typ_ok) {
+        *why = "token typ is not JWT";
+        return CS_ERR;
+    }
 
-    cJSON *claims = segment_object(d1 + 1, (size_t)(d2 - d1 - 1));
-    if (claims == NULL) {
+    tk->claims = segment_object(d1 + 1, (size_t)(d2 - d1 - 1));
+    if (tk->claims == NULL) {
         *why = "token claims are not a JSON object";
         return CS_ERR;
     }
-    cJSON_Delete(claims);
-    *token = t;
-    *len = tl;
+    tk->text = t;
+    tk->len = tl;
+    tk->signed_len = (size_t)(d2 - t);
     return CS_OK;
 }
 
-/* Reads a NumericDate claim as libjwt parsed it (RFC 7519 section 2: seconds,
- * fractions allowed). Returns CS_OK with *v, or CS_ERR when absent (*present
- * 0) or not a number (*present 1). */
-static int numeric_date(jwt_t *jwt, const char *name, double *v, int *present)
+int auth_token_front(const char *authorization, const char **token, size_t *len,
+                     const char **why)
 {
-    char *text = jwt_get_grants_json(jwt, name);
-    int rc = CS_ERR;
-
-    *present = text != NULL;
-    if (text != NULL && (text[0] == '-' || (text[0] >= '0' && text[0] <= '9'))) {
-        char *end;
-        errno = 0;
-        double d = strtod(text, &end);
-        if (*end == '\0' && errno == 0 && isfinite(d)) {
-            *v = d;
-            rc = CS_OK;
-        }
-    }
-    free(text);
-    return rc;
+    struct token tk;
+    if (token_parse(authorization, &tk, why) != CS_OK)
+        return CS_ERR;
+    json_decref(tk.claims);
+    *token = tk.text;
+    *len = tk.len;
+    return CS_OK;
 }
 
-/* True when "aud" is the audience or an array holding it (RFC 7519 4.1.3). */
-static int audience_matches(jwt_t *jwt, const char *audience)
-{
-    char *text = jwt_get_grants_json(jwt, "aud");
-    int ok = 0;
+/* ---- the signature ------------------------------------------------------------------ */
 
-    if (text == NULL)
-        return 0;
-    cJSON *aud = cJSON_Parse(text);
-    free(text);
-    if (cJSON_IsString(aud)) {
-        ok = strcmp(aud->valuestring, audience) == 0;
-    } else if (cJSON_IsArray(aud)) {
-        const cJSON *e;
-        cJSON_ArrayForEach(e, aud)
-            if (cJSON_IsString(e) && strcmp(e->valuestring, audience) == 0)
-                ok = 1;
+struct auth_mac {
+    EVP_MAC *mac;
+    EVP_MAC_CTX *ctx;          /* keyed once; each token re-initialises it */
+};
+
+int auth_init(struct auth_cfg *cfg)
+{
+    cfg->mac = NULL;
+    if (cfg->mode != AUTH_MODE_JWT || cfg->verifier != AUTH_VERIFY_OPENSSL)
+        return CS_OK;
+
+    struct auth_mac *m = xcalloc(1, sizeof(*m));
+    OSSL_PARAM params[] = {
+        OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, (char *)"SHA256", 0),
+        OSSL_PARAM_construct_end(),
+    };
+    m->mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+    m->ctx = m->mac != NULL ? EVP_MAC_CTX_new(m->mac) : NULL;
+    if (m->ctx == NULL || EVP_MAC_init(m->ctx, cfg->secret, cfg->secret_len, params) != 1) {
+        EVP_MAC_CTX_free(m->ctx);
+        EVP_MAC_free(m->mac);
+        free(m);
+        return CS_ERR;
     }
-    cJSON_Delete(aud);
+    cfg->mac = m;
+    return CS_OK;
+}
+
+void auth_fini(struct auth_cfg *cfg)
+{
+    struct auth_mac *m = cfg->mac;
+    if (m == NULL)
+        return;
+    EVP_MAC_CTX_free(m->ctx);
+    EVP_MAC_free(m->mac);
+    free(m);
+    cfg->mac = NULL;
+}
+
+/* HMAC-SHA-256 of the signed part with the configured key, compared in
+ * constant time with the token's signature. */
+static int signature_ok(const struct auth_cfg *cfg, const struct token *tk)
+{
+    unsigned char mac[EVP_MAX_MD_SIZE];
+    size_t ml = 0;
+
+    if (cfg->mac != NULL) {
+        EVP_MAC_CTX *ctx = cfg->mac->ctx;
+        /* A NULL key re-initialises with the key set by auth_init(). */
+        if (EVP_MAC_init(ctx, NULL, 0, NULL) != 1
+            || EVP_MAC_update(ctx, (const unsigned char *)tk->text, tk->signed_len) != 1
+            || EVP_MAC_final(ctx, mac, &ml, sizeof(mac)) != 1)
+            return 0;
+    } else {
+        unsigned len = 0;
+        if (HMAC(EVP_sha256(), cfg->secret, (int)cfg->secret_len,
+                 (const unsigned char *)tk->text, tk->signed_len, mac, &len) == NULL)
+            return 0;
+        ml = len;
+    }
+    return ml == 32 && CRYPTO_memcmp(mac, tk->sig, 32) == 0;
+}
+
+/* libjwt's verdict on the same token: its own decoding and HMAC. */
+static int libjwt_ok(const struct auth_cfg *cfg, const struct token *tk)
+{
+    /* A copy because libjwt wants a NUL-terminated token it may scribble on. */
+    char buf[AUTH_MAX_TOKEN + 1];
+    jwt_t *jwt = NULL;
+    int ok;
+
+    memcpy(buf, tk->text, tk->len);
+    buf[tk->len] = '\0';
+    ok = jwt_decode(&jwt, buf, cfg->secret, (int)cfg->secret_len) == 0 && jwt != NULL;
+    if (ok) {
+        /* libjwt's own reading of the header must agree with the front end's. */
+        const char *alg = jwt_get_header(jwt, "alg");
+        char *crit = jwt_get_headers_json(jwt, "crit");
+        ok = jwt_get_alg(jwt) == JWT_ALG_HS256 && alg != NULL && strcmp(alg, "HS256") == 0
+             && crit == NULL;
+        free(crit);
+    }
+    if (jwt != NULL)
+        jwt_free(jwt);
     return ok;
 }
 
-/* The registered claims of a verified token, as libjwt read them. */
-static enum auth_result check_claims(const struct auth_cfg *cfg, jwt_t *jwt, int64_t now_s,
-                                     struct auth_identity *id, const char **why)
+/* ---- the claims --------------------------------------------------------------------- */
+
+/* Reads a NumericDate claim (RFC 7519 section 2: seconds, fractions allowed).
+ * Returns CS_OK with *v, or CS_ERR when absent (*present 0) or not a
+ * number (*present 1). */
+static int numeric_date(const json_t *claims, const char *name, double *v, int *present)
+{
+    const json_t *n = json_object_get(claims, name);
+
+    *present = n != NULL;
+    if (!json_is_number(n))
+        return CS_ERR;
+    *v = json_number_value(n);
+    return isfinite(*v) ? CS_OK : CS_ERR;
+}
+
+/* True when "aud" is the audience or an array holding it (RFC 7519 4.1.3). */
+static int audience_matches(const json_t *claims, const char *audience)
+{
+    const json_t *aud = json_object_get(claims, "aud"), *e;
+    size_t i;
+
+    if (json_is_string(aud))
+        return strcmp(json_string_value(aud), audience) == 0;
+    json_array_foreach(aud, i, e)
+        if (json_is_string(e) && strcmp(json_string_value(e), audience) == 0)
+            return 1;
+    return 0;
+}
+
+/* The registered claims of a verified token. */
+static enum auth_result check_claims(const struct auth_cfg *cfg, const json_t *claims,
+                                     int64_t now_s, struct auth_identity *id, const char **why)
 {
     double exp, nbf;
     int present;
 
-    if (numeric_date(jwt, "exp", &exp, &present) != CS_OK) {
+    if (numeric_date(claims, "exp", &exp, &present) != CS_OK) {
         *why = present ? "token exp must be a NumericDate" : "token has no exp";
         return AUTH_INVALID;
     }
@@ -210,7 +305,7 @@ static enum auth_result check_claims(const struct auth_cfg *cfg, jwt_t *jwt, int
         *why = "token expired";
         return AUTH_INVALID;
     }
-    if (numeric_date(jwt, "nbf", &nbf, &present) != CS_OK) {
+    if (numeric_date(claims, "nbf", &nbf, &present) != CS_OK) {
         if (present) {
             *why = "token nbf must be a NumericDate";
             return AUTH_INVALID;
@@ -220,35 +315,32 @@ static enum auth_result check_claims(const struct auth_cfg *cfg, jwt_t *jwt, int
         return AUTH_INVALID;
     }
     if (cfg->issuer != NULL && cfg->issuer[0] != '\0') {
-        const char *iss = jwt_get_grant(jwt, "iss");
+        const char *iss = json_string_value(json_object_get(claims, "iss"));
         if (iss == NULL || strcmp(iss, cfg->issuer) != 0) {
             *why = "token iss is not the configured issuer";
             return AUTH_INVALID;
         }
     }
     if (cfg->audience != NULL && cfg->audience[0] != '\0'
-        && !audience_matches(jwt, cfg->audience)) {
+        && !audience_matches(claims, cfg->audience)) {
         *why = "token aud does not name this service";
         return AUTH_INVALID;
     }
 
-    const char *sub = jwt_get_grant(jwt, "sub");
-    if (sub != NULL) {
-        if (cs_parse_id(sub, strlen(sub), &id->user_id) != CS_OK) {
+    const json_t *sub = json_object_get(claims, "sub");
+    if (json_is_string(sub)) {
+        if (cs_parse_id(json_string_value(sub), json_string_length(sub), &id->user_id) != CS_OK) {
             *why = "token sub must be a decimal user id";
             return AUTH_INVALID;
         }
+    } else if (json_is_integer(sub) && json_integer_value(sub) > 0) {
+        /* "sub": 42 as a JSON integer is accepted as well (not 42.0). */
+        id->user_id = (int64_t)json_integer_value(sub);
     } else {
-        /* "sub": 42 as a JSON number is accepted as well. */
-        errno = 0;
-        long s = jwt_get_grant_int(jwt, "sub");
-        if (errno != 0 || s <= 0) {
-            *why = "token sub must be a decimal user id";
-            return AUTH_INVALID;
-        }
-        id->user_id = s;
+        *why = "token sub must be a decimal user id";
+        return AUTH_INVALID;
     }
-    const char *role = jwt_get_grant(jwt, "role");
+    const char *role = json_string_value(json_object_get(claims, "role"));
     id->is_admin = role != NULL && strcmp(role, "admin") == 0;
     return AUTH_OK;
 }
@@ -276,37 +368,18 @@ enum auth_result auth_check(const struct auth_cfg *cfg, const char *authorizatio
         *why = "Authorization header missing";
         return AUTH_MISSING;
     }
-    const char *token;
-    size_t tl;
-    if (auth_token_front(authorization, &token, &tl, why) != CS_OK)
+    struct token tk;
+    if (token_parse(authorization, &tk, why) != CS_OK)
         return AUTH_INVALID;
 
-    jwt_t *jwt = NULL;
     enum auth_result res = AUTH_INVALID;
-    /* A copy because libjwt wants a NUL-terminated token it may scribble on. */
-    char buf[AUTH_MAX_TOKEN + 1];
-    memcpy(buf, token, tl + 1);
-    if (jwt_decode(&jwt, buf, cfg->secret, (int)cfg->secret_len) != 0 || jwt == NULL) {
+    int ok = cfg->verifier == AUTH_VERIFY_LIBJWT ? libjwt_ok(cfg, &tk) : signature_ok(cfg, &tk);
+    if (!ok)
         *why = "token signature or format invalid";
-        goto out;
-    }
-    /* libjwt's own reading of the header must agree with the front end's. */
-    const char *alg = jwt_get_header(jwt, "alg");
-    if (jwt_get_alg(jwt) != JWT_ALG_HS256 || alg == NULL || strcmp(alg, "HS256") != 0) {
-        *why = "only HS256 tokens are accepted";
-        goto out;
-    }
-    char *crit = jwt_get_headers_json(jwt, "crit");
-    if (crit != NULL) {
-        free(crit);
-        *why = "token has a crit header";
-        goto out;
-    }
-    res = check_claims(cfg, jwt, now_s, id, why);
+    else
+        res = check_claims(cfg, tk.claims, now_s, id, why);
     if (res != AUTH_OK)
         memset(id, 0, sizeof(*id));
-out:
-    if (jwt != NULL)
-        jwt_free(jwt);
+    json_decref(tk.claims);
     return res;
 }

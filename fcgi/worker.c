@@ -209,11 +209,18 @@ static int worker_init(struct worker *w, const struct cs_conf *conf, struct shm_
     w->auth.leeway_s = conf->auth_leeway_s;
     w->auth.audience = conf->auth_audience;
     w->auth.issuer = conf->auth_issuer;
+    w->auth.verifier = strcmp(conf->auth_verifier, "libjwt") == 0 ? AUTH_VERIFY_LIBJWT
+                                                                  : AUTH_VERIFY_OPENSSL;
+    if (auth_init(&w->auth) != CS_OK) {
+        log_error("auth: OpenSSL has no HMAC-SHA-256");
+        return CS_ERR;
+    }
     return CS_OK;
 }
 
 static void worker_fini(struct worker *w)
 {
+    auth_fini(&w->auth);
     meta_free(w->meta);
     mconn_free(w->mc);
     rconn_free(w->rc);

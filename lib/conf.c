@@ -26,6 +26,7 @@ struct conf_key {
 static const char *const levels[] = {"debug", "info", "notice", "warning", "error", NULL};
 static const char *const targets[] = {"stderr", "syslog", NULL};
 static const char *const modes[] = {"jwt", "trusted-header", NULL};
+static const char *const verifiers[] = {"openssl", "libjwt", NULL};
 
 #define I(n, f, lo, hi, d) {n, CT_INT, offsetof(struct cs_conf, f), lo, hi, d, NULL, NULL}
 #define S(n, f, req, d, ch) {n, CT_STR, offsetof(struct cs_conf, f), req, 0, 0, d, ch}
@@ -65,6 +66,7 @@ static const struct conf_key conf_keys[] = {
 
     S("auth.mode", auth_mode, 1, "jwt", modes),
     S("auth.jwt_secret", auth_jwt_secret, 0, "", NULL),
+    S("auth.verifier", auth_verifier, 1, "openssl", verifiers),
     I("auth.leeway_s", auth_leeway_s, 0, 3600, 0),
     S("auth.audience", auth_audience, 0, "", NULL),
     S("auth.issuer", auth_issuer, 0, "", NULL),

@@ -50,6 +50,7 @@ struct cs_conf {
     /* auth */
     char *auth_mode;
     char *auth_jwt_secret;
+    char *auth_verifier;
     int auth_leeway_s;
     char *auth_audience;
     char *auth_issuer;

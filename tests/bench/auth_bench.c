@@ -2,13 +2,15 @@
 
 /*
  * Mints N distinct HS256 tokens (libjwt), then times auth_check() over all of
- * them, R times, in this one process. CPU time (CLOCK_PROCESS_CPUTIME_ID), so
+ * them, R times, in this one process: with auth.verifier "openssl", then
+ * "libjwt". CPU time (CLOCK_PROCESS_CPUTIME_ID), so
  * a busy machine moves it little. Compare with a worker's CPU per request
  * (make bench, "CPU microseconds per request") to see verification's share.
  *
  *   auth_bench [-n TOKENS] [-r REPEATS] [-j]
  */
 #include "auth.h"
+#include "cs.h"
 
 #include <jwt.h>
 #include <stdio.h>
@@ -61,21 +63,30 @@ int main(int argc, char **argv)
         fprintf(stderr, "auth_bench: -n and -r want >= 1\n");
         return 2;
     }
-    struct auth_cfg cfg = {.mode = AUTH_MODE_JWT, .secret = (const unsigned char *)SECRET,
-                           .secret_len = strlen(SECRET)};
     long now = (long)time(NULL);
     char **tok = malloc(sizeof(*tok) * (size_t)n);
     for (int i = 0; i < n; i++)
         tok[i] = mint(1000 + i, now + 3600);
-    struct auth_identity id;
-    const char *why;
     long bad = 0;
+    double verify[2];
 
-    double t0 = cpu_us();
-    for (int r = 0; r < reps; r++)
-        for (int i = 0; i < n; i++)
-            bad += auth_check(&cfg, tok[i], NULL, NULL, now, &id, &why) != AUTH_OK;
-    double verify = (cpu_us() - t0) / ((double)n * reps);
+    /* The two verifiers, one after the other, over the same tokens. */
+    for (int v = 0; v < 2; v++) {
+        struct auth_cfg cfg = {.mode = AUTH_MODE_JWT,
+                               .verifier = v == 0 ? AUTH_VERIFY_OPENSSL : AUTH_VERIFY_LIBJWT,
+                               .secret = (const unsigned char *)SECRET,
+                               .secret_len = strlen(SECRET)};
+        struct auth_identity id;
+        const char *why;
+        if (auth_init(&cfg) != CS_OK)
+            return 1;
+        double t0 = cpu_us();
+        for (int r = 0; r < reps; r++)
+            for (int i = 0; i < n; i++)
+                bad += auth_check(&cfg, tok[i], NULL, NULL, now, &id, &why) != AUTH_OK;
+        verify[v] = (cpu_us() - t0) / ((double)n * reps);
+        auth_fini(&cfg);
+    }
 
     for (int i = 0; i < n; i++)
         free(tok[i]);
@@ -85,8 +96,10 @@ int main(int argc, char **argv)
         return 1;
     }
     if (json)
-        printf("{\"verify_us\":%.3f,\"tokens\":%d,\"repeats\":%d}\n", verify, n, reps);
+        printf("{\"verify_us\":%.3f,\"libjwt_us\":%.3f,\"tokens\":%d,\"repeats\":%d}\n",
+               verify[0], verify[1], n, reps);
     else
-        printf("auth_check %.2f us of CPU per token (%d tokens x %d)\n", verify, n, reps);
+        printf("auth_check %.2f us of CPU per token with OpenSSL, %.2f us with libjwt "
+               "(%d tokens x %d)\n", verify[0], verify[1], n, reps);
     return 0;
 }

@@ -1,10 +1,12 @@
 /* fuzz_token.c - libFuzzer harness: the Authorization header, through the
- * token front end and on to libjwt and the claim checks.
+ * token front end and on to both signature verifiers and the claim checks.
  *
  * Input: the first byte picks the mode. Even: the rest is the header value
  * as sent. Odd: the rest is "HEADER-JSON\nCLAIMS-JSON", which the harness
  * encodes and signs with the right key (HMAC-SHA-256 from OpenSSL), so the
- * JSON that only a correctly signed token can bring reaches every check. */
+ * JSON that only a correctly signed token can bring reaches every check.
+ * Every input goes through both verifiers; any disagreement (answer, user,
+ * role or reason) aborts. */
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <stdint.h>
@@ -82,14 +84,32 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     }
 
-    struct auth_cfg cfg = {AUTH_MODE_JWT, (const unsigned char *)SECRET, sizeof(SECRET) - 1, 30,
-                           (data[0] & 2) ? "coupons" : NULL, (data[0] & 4) ? "idp" : NULL};
-    struct auth_identity id;
+    /* Both verifiers, which must agree: OpenSSL's keyed HMAC (the default)
+     * and libjwt's jwt_decode(). */
+    static struct auth_cfg fast = {.mode = AUTH_MODE_JWT, .verifier = AUTH_VERIFY_OPENSSL};
+    if (fast.mac == NULL) {
+        fast.secret = (const unsigned char *)SECRET;
+        fast.secret_len = sizeof(SECRET) - 1;
+        if (auth_init(&fast) != CS_OK)
+            abort();
+    }
+    struct auth_cfg cfg = fast;
+    cfg.leeway_s = 30;
+    cfg.audience = (data[0] & 2) ? "coupons" : NULL;
+    cfg.issuer = (data[0] & 4) ? "idp" : NULL;
+    struct auth_identity id, lid;
+    const char *lwhy = NULL;
     why = NULL;
     enum auth_result r = auth_check(&cfg, hdr, NULL, NULL, 1700000000, &id, &why);
     if (r == AUTH_OK && id.user_id < 1)
         abort();
     if (r != AUTH_OK && (why == NULL || id.user_id != 0 || id.is_admin))
+        abort();
+    cfg.verifier = AUTH_VERIFY_LIBJWT;
+    cfg.mac = NULL;
+    enum auth_result l = auth_check(&cfg, hdr, NULL, NULL, 1700000000, &lid, &lwhy);
+    if (l != r || lid.user_id != id.user_id || lid.is_admin != id.is_admin
+        || (r != AUTH_OK && strcmp(why, lwhy) != 0))
         abort();
     /* The same bytes as a trusted gateway's header. */
     cfg.mode = AUTH_MODE_TRUSTED_HEADER;

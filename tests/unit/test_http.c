@@ -1,6 +1,8 @@
 /* test_http.c - request parsing, token checks and outcome mapping of coupon-fcgi. */
 #include <check.h>
 #include <jwt.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -181,12 +183,41 @@ static char *mint(jwt_alg_t alg, const char *key, const char *sub, long exp, con
     return hdr;
 }
 
+/* auth_check() with both verifiers (OpenSSL with a keyed context, and
+ * libjwt), which must give the same answer, the same identity and the same
+ * reason; returns that answer. */
+static enum auth_result check_both(const char *audience, const char *issuer, int leeway,
+                                   const char *hdr, struct auth_identity *id, const char **why)
+{
+    struct auth_cfg cfg = {.mode = AUTH_MODE_JWT, .verifier = AUTH_VERIFY_OPENSSL,
+                           .secret = (const unsigned char *)SECRET, .secret_len = strlen(SECRET),
+                           .leeway_s = leeway, .audience = audience, .issuer = issuer};
+    struct auth_identity lid;
+    const char *lwhy = NULL;
+    int64_t now = time(NULL);
+
+    ck_assert_int_eq(auth_init(&cfg), CS_OK);
+    ck_assert_ptr_nonnull(cfg.mac);
+    *why = NULL;
+    enum auth_result r = auth_check(&cfg, hdr, NULL, NULL, now, id, why);
+    auth_fini(&cfg);
+    ck_assert_ptr_null(cfg.mac);
+
+    cfg.verifier = AUTH_VERIFY_LIBJWT;
+    ck_assert_int_eq(auth_init(&cfg), CS_OK);
+    enum auth_result l = auth_check(&cfg, hdr, NULL, NULL, now, &lid, &lwhy);
+    auth_fini(&cfg);
+    ck_assert_int_eq(r, l);
+    ck_assert_int_eq(id->user_id, lid.user_id);
+    ck_assert_int_eq(id->is_admin, lid.is_admin);
+    ck_assert_str_eq(*why ? *why : "", lwhy ? lwhy : "");
+    return r;
+}
+
 static enum auth_result check(const char *hdr, struct auth_identity *id)
 {
-    struct auth_cfg cfg = {AUTH_MODE_JWT, (const unsigned char *)SECRET, strlen(SECRET), 0, NULL,
-                           NULL};
-    const char *why = NULL;
-    return auth_check(&cfg, hdr, NULL, NULL, time(NULL), id, &why);
+    const char *why;
+    return check_both(NULL, NULL, 0, hdr, id, &why);
 }
 
 /* Mints an HS256 token from JSON texts: extra header members (or NULL) and
@@ -209,14 +240,49 @@ static char *mint_json(const char *headers, const char *claims)
     return hdr;
 }
 
+/* Base64url without padding of n bytes, for tokens libjwt would not write. */
+static void b64url(const char *in, size_t n, char *out)
+{
+    static const char al[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    const unsigned char *u = (const unsigned char *)in;
+    size_t o = 0;
+    for (size_t i = 0; i < n; i += 3) {
+        unsigned v = (unsigned)u[i] << 16 | (i + 1 < n ? (unsigned)u[i + 1] << 8 : 0)
+                     | (i + 2 < n ? u[i + 2] : 0);
+        out[o++] = al[(v >> 18) & 63];
+        out[o++] = al[(v >> 12) & 63];
+        if (i + 1 < n)
+            out[o++] = al[(v >> 6) & 63];
+        if (i + 2 < n)
+            out[o++] = al[v & 63];
+    }
+    out[o] = '\0';
+}
+
+/* "Bearer " + a token of exactly these header and claims texts, signed with
+ * SECRET (OpenSSL's HMAC), for headers libjwt's encoder would rewrite. */
+static char *mint_raw(const char *header, const char *claims)
+{
+    char *hdr = xmalloc(7 + (strlen(header) + strlen(claims)) * 2 + 64);
+    unsigned char mac[EVP_MAX_MD_SIZE];
+    unsigned ml = 0;
+
+    strcpy(hdr, "Bearer ");
+    b64url(header, strlen(header), hdr + 7);
+    strcat(hdr, ".");
+    b64url(claims, strlen(claims), hdr + strlen(hdr));
+    HMAC(EVP_sha256(), SECRET, (int)strlen(SECRET), (const unsigned char *)hdr + 7,
+         strlen(hdr) - 7, mac, &ml);
+    strcat(hdr, ".");
+    b64url((const char *)mac, ml, hdr + strlen(hdr));
+    return hdr;
+}
+
 static enum auth_result check_cfg(const char *audience, const char *issuer, int leeway,
                                   const char *hdr, const char **why)
 {
-    struct auth_cfg cfg = {AUTH_MODE_JWT, (const unsigned char *)SECRET, strlen(SECRET), leeway,
-                           audience, issuer};
     struct auth_identity id;
-    *why = NULL;
-    enum auth_result r = auth_check(&cfg, hdr, NULL, NULL, time(NULL), &id, why);
+    enum auth_result r = check_both(audience, issuer, leeway, hdr, &id, why);
     if (r == AUTH_OK)
         ck_assert_int_eq(id.user_id, 5);
     return r;
@@ -276,6 +342,39 @@ START_TEST(jwt_claims_by_the_rfcs)
     t = mint_json("{\"kid\":\"k1\"}", claims);
     ck_assert_int_eq(check_cfg(NULL, NULL, 0, t, &why), AUTH_OK);
     free(t);
+    /* typ, when a string, says JWT in any case (libjwt's rule). */
+    t = mint_raw("{\"alg\":\"HS256\",\"typ\":\"jwt\"}", claims);
+    ck_assert_int_eq(check_cfg(NULL, NULL, 0, t, &why), AUTH_OK);
+    free(t);
+    t = mint_raw("{\"alg\":\"HS256\",\"typ\":1}", claims);
+    ck_assert_int_eq(check_cfg(NULL, NULL, 0, t, &why), AUTH_OK);
+    free(t);
+    t = mint_raw("{\"alg\":\"HS256\",\"typ\":\"JOSE\"}", claims);
+    ck_assert_int_eq(check_cfg(NULL, NULL, 0, t, &why), AUTH_INVALID);
+    ck_assert_str_eq(why, "token typ is not JWT");
+    free(t);
+    /* A raw token the same signer accepts, so the refusals above are the rules'. */
+    t = mint_raw("{\"alg\":\"HS256\"}", claims);
+    ck_assert_int_eq(check_cfg(NULL, NULL, 0, t, &why), AUTH_OK);
+    free(t);
+
+    /* sub: a string or a JSON integer, never 5.0; a name twice at any depth
+     * is refused. */
+    snprintf(claims, sizeof(claims), "{\"sub\":5.0,\"exp\":%ld}", now + 600);
+    t = mint_json(NULL, claims);
+    ck_assert_int_eq(check_cfg(NULL, NULL, 0, t, &why), AUTH_INVALID);
+    ck_assert_str_eq(why, "token sub must be a decimal user id");
+    free(t);
+    snprintf(claims, sizeof(claims), "{\"sub\":-5,\"exp\":%ld}", now + 600);
+    t = mint_json(NULL, claims);
+    ck_assert_int_eq(check_cfg(NULL, NULL, 0, t, &why), AUTH_INVALID);
+    free(t);
+    snprintf(claims, sizeof(claims), "{\"sub\":\"5\",\"exp\":%ld,\"x\":{\"a\":1,\"a\":2}}",
+             now + 600);
+    t = mint_raw("{\"alg\":\"HS256\"}", claims);
+    ck_assert_int_eq(check_cfg(NULL, NULL, 0, t, &why), AUTH_INVALID);
+    ck_assert_str_eq(why, "token claims are not a JSON object");
+    free(t);
 
     /* Audience: a string or an array holding it; issuer: equal. */
     snprintf(claims, sizeof(claims),
@@ -305,34 +404,13 @@ START_TEST(jwt_claims_by_the_rfcs)
 }
 END_TEST
 
-/* Base64url of a JSON text, for headers libjwt would not write. */
-static void b64url(const char *in, char *out)
-{
-    static const char al[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-    size_t n = strlen(in), o = 0;
-    for (size_t i = 0; i < n; i += 3) {
-        unsigned v = (unsigned char)in[i] << 16;
-        if (i + 1 < n)
-            v |= (unsigned char)in[i + 1] << 8;
-        if (i + 2 < n)
-            v |= (unsigned char)in[i + 2];
-        out[o++] = al[(v >> 18) & 63];
-        out[o++] = al[(v >> 12) & 63];
-        if (i + 1 < n)
-            out[o++] = al[(v >> 6) & 63];
-        if (i + 2 < n)
-            out[o++] = al[v & 63];
-    }
-    out[o] = '\0';
-}
-
 static int front(const char *header, const char *claims, const char *sig)
 {
     char h[512], c[512], tok[1200];
     const char *t, *why = NULL;
     size_t len;
-    b64url(header, h);
-    b64url(claims, c);
+    b64url(header, strlen(header), h);
+    b64url(claims, strlen(claims), c);
     snprintf(tok, sizeof(tok), "Bearer %s.%s.%s", h, c, sig);
     int rc = auth_token_front(tok, &t, &len, &why);
     if (rc != CS_OK)
@@ -436,7 +514,7 @@ END_TEST
 
 START_TEST(trusted_header_mode)
 {
-    struct auth_cfg cfg = {AUTH_MODE_TRUSTED_HEADER, NULL, 0, 0, NULL, NULL};
+    struct auth_cfg cfg = {.mode = AUTH_MODE_TRUSTED_HEADER};
     struct auth_identity id;
     const char *why;
     ck_assert_int_eq(auth_check(&cfg, NULL, "123", NULL, 0, &id, &why), AUTH_OK);
