@@ -327,8 +327,9 @@ int main(int argc, char **argv)
      * threads taking shards in turn, RSS crept up tick after tick (see
      * make soak). Two arenas shared by all threads keep it flat; the pool
      * threads hardly contend for them (a batch waits on MySQL and Redis,
-     * not on malloc). */
-    mallopt(M_ARENA_MAX, 2);
+     * not on malloc). MALLOC_ARENA_MAX in the environment still wins. */
+    if (getenv("MALLOC_ARENA_MAX") == NULL)
+        mallopt(M_ARENA_MAX, 2);
 
     while ((opt = getopt_long(argc, argv, "c:tfh", longopts, NULL)) != -1) {
         switch (opt) {
