@@ -658,10 +658,8 @@ static int act_append_hset(struct rconn *rc, const char *key, const struct act_v
     return ret;
 }
 
-/* Entries of queue shard SHARD per activity of ids[0..n) (sorted), into
- * queued[] (parallel to ids). */
-static int act_count_queued(struct rconn *rc, int shard, const int64_t *ids, size_t n,
-                            int64_t *queued, char *err, size_t errlen)
+int activity_count_queued(struct rconn *rc, int shard, const int64_t *ids, size_t n,
+                          int64_t *queued, char *err, size_t errlen)
 {
     char qkey[KEYS_MAX], cursor[24] = "0";
 
@@ -835,7 +833,7 @@ static int act_publish_shard(struct mconn *mc, struct rconn *rc, int shard,
         int64_t *qsorted = xmalloc(nmissing * sizeof(*qsorted));
         memcpy(sorted, mids, nmissing * sizeof(*sorted));
         qsort(sorted, nmissing, sizeof(*sorted), cmp_id);
-        int qrc = act_count_queued(rc, shard, sorted, nmissing, qsorted, err, errlen);
+        int qrc = activity_count_queued(rc, shard, sorted, nmissing, qsorted, err, errlen);
         for (size_t k = 0; qrc == CS_OK && k < nmissing; k++) {
             const int64_t *hit = bsearch(&mids[k], sorted, nmissing, sizeof(int64_t), cmp_id);
             queued[k] = qsorted[hit - sorted];

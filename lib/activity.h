@@ -99,6 +99,14 @@ char *activity_to_text(const struct activity *a);
 int activity_revoke(struct mconn *mc, struct rconn *rc, int64_t id, int horizon_days,
                     int *found, char *err, size_t errlen);
 
+/* Counts the entries of queue shard SHARD ("<activity>:<user>" fields) of
+ * each activity of ids[0..n), which MUST be sorted ascending: queued[i] gets
+ * those of ids[i] (queued is parallel to ids, n long). One HSCAN pass over the
+ * shard; an entry HSCAN returns twice is counted twice. CS_ERR with a message
+ * in err when Redis fails. */
+int activity_count_queued(struct rconn *rc, int shard, const int64_t *ids, size_t n,
+                          int64_t *queued, char *err, size_t errlen);
+
 /* Status job: moves activity.status 1 -> 2 -> 3 by the clock. *changed gets
  * the rows updated. */
 int activity_advance_status(struct mconn *mc, uint64_t *changed, char *err, size_t errlen);
