@@ -343,15 +343,10 @@ static int act_write_list(struct rconn *rc, const struct act_vec *vec, char *err
     }
     r = rconn_command(rc, KEY_ACTIVITY_LIST, "SET %s %b", KEY_ACTIVITY_LIST, b.p, b.len);
     free(b.p);
-    if (r == NULL) {
-        snprintf(err, errlen, "SET %s: %s", KEY_ACTIVITY_LIST, rc->errstr);
+    if (rconn_expect(rc, r, 0, "SET", KEY_ACTIVITY_LIST, err, errlen) != CS_OK)
         return CS_ERR;
-    }
-    int ok = r->type != REDIS_REPLY_ERROR;
-    if (!ok)
-        snprintf(err, errlen, "SET %s: %s", KEY_ACTIVITY_LIST, r->str);
     freeReplyObject(r);
-    return ok ? CS_OK : CS_ERR;
+    return CS_OK;
 }
 
 /* ---- restore: seize list and stock after Redis lost its data -------------- */
@@ -392,11 +387,9 @@ static void act_hset_flush(struct act_hset *h)
     h->argv[1] = h->key;
     h->argvlen[1] = strlen(h->key);
     redisReply *r = rconn_commandv(h->rc, h->key, 2 + 2 * h->npairs, h->argv, h->argvlen);
-    if (r == NULL || r->type == REDIS_REPLY_ERROR) {
-        snprintf(h->err, h->errlen, "HSET %s: %s", h->key, r ? r->str : h->rc->errstr);
+    if (rconn_expect(h->rc, r, 0, "HSET", h->key, h->err, h->errlen) != CS_OK)
         h->failed = 1;
-    }
-    if (r != NULL)
+    else
         freeReplyObject(r);
     h->npairs = 0;
 }
@@ -449,17 +442,9 @@ static int act_scan_queue(struct rconn *rc, const struct activity *a, struct act
     keys_queue(qkey, keys_shard(a->id));
     *queued = 0;
     do {
-        redisReply *r = rconn_command(rc, qkey, "HSCAN %s %s MATCH %s COUNT 1000", qkey,
-                                      cursor, match);
-        if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
-            snprintf(err, errlen, "HSCAN %s: %s", qkey,
-                     r == NULL ? rc->errstr : r->type == REDIS_REPLY_ERROR ? r->str
-                                                                          : "unexpected reply");
-            if (r != NULL)
-                freeReplyObject(r);
+        redisReply *r = rconn_hscan(rc, qkey, cursor, sizeof(cursor), match, 1000, err, errlen);
+        if (r == NULL)
             return CS_ERR;
-        }
-        snprintf(cursor, sizeof(cursor), "%s", r->element[0]->str);
         redisReply *kv = r->element[1];
         for (size_t i = 0; i + 1 < kv->elements; i += 2) {
             const redisReply *f = kv->element[i], *v = kv->element[i + 1];
@@ -493,12 +478,8 @@ static int act_ensure_stock(struct mconn *mc, struct rconn *rc, const struct act
     snprintf(field, sizeof(field), "%" PRId64, a->id);
 
     redisReply *r = rconn_command(rc, skey, "HEXISTS %s %s", skey, field);
-    if (r == NULL || r->type != REDIS_REPLY_INTEGER) {
-        snprintf(err, errlen, "HEXISTS %s: %s", skey, r ? "unexpected reply" : rc->errstr);
-        if (r != NULL)
-            freeReplyObject(r);
+    if (rconn_expect(rc, r, REDIS_REPLY_INTEGER, "HEXISTS", skey, err, errlen) != CS_OK)
         return CS_ERR;
-    }
     int exists = r->integer == 1;
     freeReplyObject(r);
     if (exists)
@@ -531,12 +512,8 @@ static int act_ensure_stock(struct mconn *mc, struct rconn *rc, const struct act
     if (stock < 0)
         stock = 0;
     r = rconn_command(rc, skey, "HSETNX %s %s %" PRId64, skey, field, stock);
-    if (r == NULL || r->type != REDIS_REPLY_INTEGER) {
-        snprintf(err, errlen, "HSETNX %s: %s", skey, r ? "unexpected reply" : rc->errstr);
-        if (r != NULL)
-            freeReplyObject(r);
+    if (rconn_expect(rc, r, REDIS_REPLY_INTEGER, "HSETNX", skey, err, errlen) != CS_OK)
         goto out;
-    }
     *created = r->integer == 1;
     freeReplyObject(r);
     if (*created && in_mysql + queued > 0) {
@@ -567,14 +544,9 @@ static int cmp_id(const void *x, const void *y)
 static int act_voided_ids(struct rconn *rc, int64_t **ids, size_t *n, char *err, size_t errlen)
 {
     redisReply *r = rconn_command(rc, KEY_ACTIVITY_VOIDED, "SMEMBERS %s", KEY_ACTIVITY_VOIDED);
-    if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
-        snprintf(err, errlen, "SMEMBERS %s: %s", KEY_ACTIVITY_VOIDED,
-                 r == NULL ? rc->errstr : r->type == REDIS_REPLY_ERROR ? r->str
-                                                                      : "unexpected reply");
-        if (r != NULL)
-            freeReplyObject(r);
+    if (rconn_expect(rc, r, REDIS_REPLY_ARRAY, "SMEMBERS", KEY_ACTIVITY_VOIDED, err, errlen)
+        != CS_OK)
         return CS_ERR;
-    }
     *ids = xmalloc(sizeof(int64_t) * (r->elements + 1));
     *n = 0;
     for (size_t i = 0; i < r->elements; i++) {
@@ -666,16 +638,9 @@ int activity_count_queued(struct rconn *rc, int shard, const int64_t *ids, size_
     keys_queue(qkey, shard);
     memset(queued, 0, n * sizeof(*queued));
     do {
-        redisReply *r = rconn_command(rc, qkey, "HSCAN %s %s COUNT 1000", qkey, cursor);
-        if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
-            snprintf(err, errlen, "HSCAN %s: %s", qkey,
-                     r == NULL ? rc->errstr : r->type == REDIS_REPLY_ERROR ? r->str
-                                                                          : "unexpected reply");
-            if (r != NULL)
-                freeReplyObject(r);
+        redisReply *r = rconn_hscan(rc, qkey, cursor, sizeof(cursor), NULL, 1000, err, errlen);
+        if (r == NULL)
             return CS_ERR;
-        }
-        snprintf(cursor, sizeof(cursor), "%s", r->element[0]->str);
         const redisReply *kv = r->element[1];
         for (size_t i = 0; i + 1 < kv->elements; i += 2) {
             int64_t aid, uid;
@@ -927,21 +892,13 @@ static int act_apply_void(struct rconn *rc, int64_t id, char *err, size_t errlen
     char skey[KEYS_MAX];
     redisReply *r = rconn_command(rc, KEY_ACTIVITY_VOIDED, "SADD %s %" PRId64,
                                   KEY_ACTIVITY_VOIDED, id);
-    if (r == NULL || r->type == REDIS_REPLY_ERROR) {
-        snprintf(err, errlen, "SADD %s: %s", KEY_ACTIVITY_VOIDED, r ? r->str : rc->errstr);
-        if (r != NULL)
-            freeReplyObject(r);
+    if (rconn_expect(rc, r, 0, "SADD", KEY_ACTIVITY_VOIDED, err, errlen) != CS_OK)
         return CS_ERR;
-    }
     freeReplyObject(r);
     keys_stock(skey, keys_shard(id));
     r = rconn_command(rc, skey, "HSET %s %" PRId64 " %d", skey, id, ACTIVITY_STOCK_VOIDED);
-    if (r == NULL || r->type == REDIS_REPLY_ERROR) {
-        snprintf(err, errlen, "HSET %s: %s", skey, r ? r->str : rc->errstr);
-        if (r != NULL)
-            freeReplyObject(r);
+    if (rconn_expect(rc, r, 0, "HSET", skey, err, errlen) != CS_OK)
         return CS_ERR;
-    }
     freeReplyObject(r);
     return CS_OK;
 }
