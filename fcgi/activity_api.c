@@ -8,6 +8,7 @@
 #include "log.h"
 #include "mconn.h"
 #include "meta.h"
+#include "preheat.h"
 #include "route.h"
 #include "shm.h"
 #include "worker.h"

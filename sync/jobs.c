@@ -6,6 +6,7 @@
 #include "keys.h"
 #include "log.h"
 #include "mconn.h"
+#include "preheat.h"
 #include "rconn.h"
 #include "smetrics.h"
 
@@ -148,12 +149,6 @@ static int exp_candidates(struct rconn *rc, int shard, int64_t cutoff_ms, int64_
     return CS_OK;
 }
 
-static int exp_cmp(const void *x, const void *y)
-{
-    int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
-    return (a > b) - (a < b);
-}
-
 /*
  * Removes from Redis what activity ID left behind, in one pipeline, stock
  * field first: with it gone the script grants nothing (-3), so deleting the
@@ -204,7 +199,7 @@ int jobs_expire(struct rconn *rc, int grace_s, int *removed)
             goto fail;
         if (n == 0)
             continue;
-        qsort(ids, n, sizeof(*ids), exp_cmp);
+        qsort(ids, n, sizeof(*ids), cs_cmp_int64);
         int64_t *queued = xmalloc(n * sizeof(*queued));
         int ok = activity_count_queued(rc, shard, ids, n, queued, err, sizeof(err)) == CS_OK;
         for (size_t i = 0; ok && i < n; i++) {
