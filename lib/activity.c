@@ -1,6 +1,6 @@
 /* activity.c - activities: the JSON form, status by the clock, what Redis holds
- * of them live (queued entries), the status job. Preheat and revoke are in
- * preheat.c. */
+ * of them live (stock fields, queued entries), the status job. Preheat and
+ * revoke are in preheat.c. */
 #include "activity.h"
 #include "cs.h"
 #include "keys.h"
@@ -187,6 +187,39 @@ char *activity_to_text(const struct activity *a)
 }
 
 /* ---- live state in Redis ------------------------------------------------- */
+
+int activity_stock_read(struct rconn *rc, struct activity_stock *s, size_t n)
+{
+    char key[KEYS_MAX], field[24];
+    int ret = CS_OK;
+
+    for (size_t i = 0; i < n; i++) {
+        s[i].state = ACT_STOCK_UNKNOWN;
+        s[i].value = 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        keys_stock(key, keys_shard(s[i].id));
+        snprintf(field, sizeof(field), "%" PRId64, s[i].id);
+        /* A failed append drops the connection: no reply is left to read. */
+        if (rconn_append(rc, key, "HGET %s %s", key, field) != CS_OK)
+            return CS_ERR;
+    }
+    for (size_t i = 0; i < n; i++) {
+        redisReply *r;
+        if (rconn_get_reply(rc, &r) != CS_OK)
+            return CS_ERR;
+        if (r->type == REDIS_REPLY_NIL) {
+            s[i].state = ACT_STOCK_ABSENT;
+        } else if (r->type == REDIS_REPLY_STRING) {
+            s[i].state = ACT_STOCK_SET;
+            s[i].value = strtoll(r->str, NULL, 10);
+        } else {
+            ret = CS_ERR;
+        }
+        freeReplyObject(r);
+    }
+    return ret;
+}
 
 int activity_count_queued(struct rconn *rc, int shard, const int64_t *ids, size_t n,
                           int64_t *queued, char *err, size_t errlen)

@@ -64,6 +64,28 @@ char *activity_to_text(const struct activity *a);
  * never grants from it, and present, so preheat never recreates it. */
 #define ACTIVITY_STOCK_VOIDED -1
 
+/* What a read of an activity's stock field found. */
+enum activity_stock_state {
+    ACT_STOCK_UNKNOWN,         /* not read: Redis failed, or answered an error */
+    ACT_STOCK_ABSENT,          /* no field: not preheated, or expired */
+    ACT_STOCK_SET,             /* present; below 0 after a revoke (ACTIVITY_STOCK_VOIDED) */
+};
+
+/* One stock field to read: id in, the rest out. */
+struct activity_stock {
+    int64_t id;
+    enum activity_stock_state state;
+    int64_t value;             /* the field when ACT_STOCK_SET, else 0 */
+};
+
+/* Reads the stock fields of s[0..n) (HGET, pipelined: one round trip) into
+ * their state and value. CS_OK when every one was read (present or absent).
+ * CS_ERR when the connection failed (those not read yet stay
+ * ACT_STOCK_UNKNOWN) or Redis answered one with an error (LOADING, BUSY ...:
+ * that one stays ACT_STOCK_UNKNOWN, the others are read, so the connection
+ * stays in step). */
+int activity_stock_read(struct rconn *rc, struct activity_stock *s, size_t n);
+
 /* Counts the entries of queue shard SHARD ("<activity>:<user>" fields) of
  * each activity of ids[0..n), which MUST be sorted ascending: queued[i] gets
  * those of ids[i] (queued is parallel to ids, n long). One HSCAN pass over the
