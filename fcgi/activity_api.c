@@ -8,6 +8,7 @@
 #include "log.h"
 #include "mconn.h"
 #include "meta.h"
+#include "preheat.h"
 #include "route.h"
 #include "shm.h"
 #include "worker.h"
@@ -140,42 +141,22 @@ enum act_stock { STOCK_UNKNOWN, STOCK_ABSENT, STOCK_VOIDED, STOCK_PRESENT };
 static int act_redis_stock(struct worker *w, const struct act_row *rows, size_t n,
                            enum act_stock *kind, int64_t *val)
 {
-    char key[KEYS_MAX], field[24];
-    size_t sent = 0;
-    int ok = 1;
+    struct activity_stock *s = xmalloc(n * sizeof(*s));
 
+    for (size_t i = 0; i < n; i++)
+        s[i] = (struct activity_stock){.id = rows[i].a.id};
+    int ret = activity_stock_read(w->rc, s, n);
     for (size_t i = 0; i < n; i++) {
-        kind[i] = STOCK_UNKNOWN;
-        val[i] = 0;
-    }
-    for (; sent < n; sent++) {
-        keys_stock(key, keys_shard(rows[sent].a.id));
-        snprintf(field, sizeof(field), "%" PRId64, rows[sent].a.id);
-        if (rconn_append(w->rc, key, "HGET %s %s", key, field) != CS_OK) {
-            ok = 0;
-            break;
-        }
-    }
-    for (size_t i = 0; ok && i < sent; i++) {
-        redisReply *rep;
-        if (rconn_get_reply(w->rc, &rep) != CS_OK) {
-            ok = 0;
-            break;
-        }
-        if (rep->type == REDIS_REPLY_NIL) {
-            kind[i] = STOCK_ABSENT;
-        } else if (rep->type == REDIS_REPLY_STRING) {
-            val[i] = strtoll(rep->str, NULL, 10);
-            kind[i] = val[i] < 0 ? STOCK_VOIDED : STOCK_PRESENT;
-        } else {
-            ok = 0;
-        }
-        freeReplyObject(rep);
-    }
-    if (!ok)
-        for (size_t i = 0; i < n; i++)
+        val[i] = s[i].value;
+        if (ret != CS_OK)
             kind[i] = STOCK_UNKNOWN;
-    return ok ? CS_OK : CS_ERR;
+        else if (s[i].state == ACT_STOCK_ABSENT)
+            kind[i] = STOCK_ABSENT;
+        else
+            kind[i] = s[i].value < 0 ? STOCK_VOIDED : STOCK_PRESENT;
+    }
+    free(s);
+    return ret;
 }
 
 /* Entries waiting in each shard's sync queue (HLEN, pipelined); -1 each when

@@ -1,5 +1,4 @@
 /* admin.c - preheat, revoke and health routes. */
-#include "activity.h"
 #include "conf.h"
 #include "cs.h"
 #include "keys.h"
@@ -7,6 +6,7 @@
 #include "log.h"
 #include "mconn.h"
 #include "meta.h"
+#include "preheat.h"
 #include "route.h"
 #include "shm.h"
 #include "worker.h"

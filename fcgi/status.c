@@ -31,15 +31,12 @@ static cJSON *status_activity_json(const struct activity *a, int64_t now, int64_
     return o;
 }
 
-/* Reads the live stock of n activities in one pipelined round trip. On
- * failure the last known values are used and *stale is set. */
+/* Reads the live stock of n activities in one pipelined round trip. Where
+ * it cannot be read (Redis away, LOADING, BUSY ...) the last known value
+ * stands and *stale is set. */
 static void status_stock(struct worker *w, const struct activity *acts, size_t n,
                          int64_t *out, int *stale)
 {
-    char key[KEYS_MAX], field[24];
-    size_t sent = 0;
-    int ok = 1;
-
     for (size_t i = 0; i < n; i++)
         out[i] = meta_last_remaining(w->meta, acts[i].id);
     if (n == 0)
@@ -48,30 +45,18 @@ static void status_stock(struct worker *w, const struct activity *acts, size_t n
         *stale = 1;
         return;
     }
-    for (size_t i = 0; i < n; i++, sent++) {
-        keys_stock(key, keys_shard(acts[i].id));
-        snprintf(field, sizeof(field), "%" PRId64, acts[i].id);
-        if (rconn_append(w->rc, key, "HGET %s %s", key, field) != CS_OK) {
-            ok = 0;
-            break;
-        }
-    }
-    for (size_t i = 0; ok && i < sent; i++) {
-        redisReply *rep;
-        if (rconn_get_reply(w->rc, &rep) != CS_OK) {
-            ok = 0;
-            break;
-        }
-        if (rep->type == REDIS_REPLY_STRING) {
-            out[i] = strtoll(rep->str, NULL, 10);
-            meta_set_remaining(w->meta, acts[i].id, out[i]);
-        } else if (rep->type == REDIS_REPLY_ERROR) {
-            *stale = 1; /* LOADING, BUSY ...: the last known value stands */
-        }
-        freeReplyObject(rep);
-    }
-    if (!ok)
+    struct activity_stock *s = xmalloc(n * sizeof(*s));
+    for (size_t i = 0; i < n; i++)
+        s[i] = (struct activity_stock){.id = acts[i].id};
+    if (activity_stock_read(w->rc, s, n) != CS_OK)
         *stale = 1;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i].state != ACT_STOCK_SET)
+            continue;
+        out[i] = s[i].value;
+        meta_set_remaining(w->meta, acts[i].id, out[i]);
+    }
+    free(s);
 }
 
 /* mine: seized = in the seize list; persisted = seized, no longer queued

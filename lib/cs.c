@@ -89,3 +89,9 @@ int cs_parse_id(const char *s, size_t len, int64_t *out)
     *out = (int64_t)v;
     return CS_OK;
 }
+
+int cs_cmp_int64(const void *x, const void *y)
+{
+    int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+    return (a > b) - (a < b);
+}

@@ -33,6 +33,9 @@ int64_t cs_mono_us(void);
  * or CS_ERR for anything else (including overflow). */
 int cs_parse_id(const char *s, size_t len, int64_t *out);
 
+/* qsort() / bsearch() comparator of int64_t, ascending. */
+int cs_cmp_int64(const void *x, const void *y);
+
 #define CS_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 #endif

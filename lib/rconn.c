@@ -298,6 +298,45 @@ int rconn_get_reply(struct rconn *rc, redisReply **reply)
     return CS_OK;
 }
 
+int rconn_expect(struct rconn *rc, redisReply *r, int type, const char *cmd, const char *key,
+                 char *err, size_t errlen)
+{
+    const char *why;
+
+    if (r == NULL)
+        why = rc->errstr;
+    else if (r->type == REDIS_REPLY_ERROR)
+        why = r->str;
+    else if (type == 0 || r->type == type)
+        return CS_OK;
+    else
+        why = "unexpected reply";
+    snprintf(err, errlen, "%s %s: %s", cmd, key, why);
+    if (r != NULL)
+        freeReplyObject(r);
+    return CS_ERR;
+}
+
+redisReply *rconn_hscan(struct rconn *rc, const char *key, char *cursor, size_t size,
+                        const char *match, int count, char *err, size_t errlen)
+{
+    redisReply *r;
+
+    if (match != NULL)
+        r = rconn_command(rc, key, "HSCAN %s %s MATCH %s COUNT %d", key, cursor, match, count);
+    else
+        r = rconn_command(rc, key, "HSCAN %s %s COUNT %d", key, cursor, count);
+    if (rconn_expect(rc, r, REDIS_REPLY_ARRAY, "HSCAN", key, err, errlen) != CS_OK)
+        return NULL;
+    if (r->elements != 2) {
+        snprintf(err, errlen, "HSCAN %s: unexpected reply", key);
+        freeReplyObject(r);
+        return NULL;
+    }
+    snprintf(cursor, size, "%s", r->element[0]->str);
+    return r;
+}
+
 enum rconn_fault rconn_reply_fault(const redisReply *r)
 {
     static const struct {

@@ -119,6 +119,20 @@ int rconn_appendv(struct rconn *rc, const char *key, int argc, const char **argv
                   const size_t *argvlen);
 int rconn_get_reply(struct rconn *rc, redisReply **reply);
 
+/* Checks reply R of command CMD on KEY, as rconn_command() returned it: CS_OK
+ * when R is of type TYPE (0: of any type but an error), and the caller frees
+ * it. Otherwise frees R and returns CS_ERR with "CMD KEY: why" in err, why
+ * being rc->errstr (R is NULL), Redis' error reply or "unexpected reply". */
+int rconn_expect(struct rconn *rc, redisReply *r, int type, const char *cmd, const char *key,
+                 char *err, size_t errlen);
+
+/* One step of HSCAN KEY from cursor[size] with COUNT count, and MATCH
+ * pattern unless match is NULL: moves cursor on ("0" when the scan is done)
+ * and returns the [cursor, fields] reply (caller frees), or NULL with
+ * "HSCAN KEY: why" in err as rconn_expect(). */
+redisReply *rconn_hscan(struct rconn *rc, const char *key, char *cursor, size_t size,
+                        const char *match, int count, char *err, size_t errlen);
+
 /* The fault an error reply (REDIS_REPLY_ERROR) names, RCONN_FAULT_ERROR for
  * one it does not know; RCONN_FAULT_NONE for any other reply. */
 enum rconn_fault rconn_reply_fault(const redisReply *r);

@@ -6,6 +6,7 @@
 #include "keys.h"
 #include "log.h"
 #include "mconn.h"
+#include "preheat.h"
 #include "rconn.h"
 #include "smetrics.h"
 
@@ -148,45 +149,6 @@ static int exp_candidates(struct rconn *rc, int shard, int64_t cutoff_ms, int64_
     return CS_OK;
 }
 
-static int exp_cmp(const void *x, const void *y)
-{
-    int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
-    return (a > b) - (a < b);
-}
-
-/* Clears busy[i] for every ids[i] (sorted) with an entry in queue shard SHARD. */
-static int exp_mark_queued(struct rconn *rc, int shard, const int64_t *ids, size_t n,
-                           unsigned char *busy, char *err, size_t errlen)
-{
-    char key[KEYS_MAX], cursor[24] = "0";
-
-    keys_queue(key, shard);
-    do {
-        redisReply *r = rconn_command(rc, key, "HSCAN %s %s COUNT 1000", key, cursor);
-        if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
-            snprintf(err, errlen, "HSCAN %s: %s", key,
-                     r == NULL ? rc->errstr : r->type == REDIS_REPLY_ERROR ? r->str
-                                                                          : "unexpected reply");
-            if (r != NULL)
-                freeReplyObject(r);
-            return CS_ERR;
-        }
-        snprintf(cursor, sizeof(cursor), "%s", r->element[0]->str);
-        const redisReply *kv = r->element[1];
-        for (size_t i = 0; i + 1 < kv->elements; i += 2) {
-            int64_t aid, uid;
-            const redisReply *f = kv->element[i];
-            if (keys_parse_queue_field(f->str, f->len, &aid, &uid) != CS_OK)
-                continue;
-            const int64_t *hit = bsearch(&aid, ids, n, sizeof(*ids), exp_cmp);
-            if (hit != NULL)
-                busy[hit - ids] = 1;
-        }
-        freeReplyObject(r);
-    } while (strcmp(cursor, "0") != 0);
-    return CS_OK;
-}
-
 /*
  * Removes from Redis what activity ID left behind, in one pipeline, stock
  * field first: with it gone the script grants nothing (-3), so deleting the
@@ -237,11 +199,11 @@ int jobs_expire(struct rconn *rc, int grace_s, int *removed)
             goto fail;
         if (n == 0)
             continue;
-        qsort(ids, n, sizeof(*ids), exp_cmp);
-        unsigned char *busy = xcalloc(n, 1);
-        int ok = exp_mark_queued(rc, shard, ids, n, busy, err, sizeof(err)) == CS_OK;
+        qsort(ids, n, sizeof(*ids), cs_cmp_int64);
+        int64_t *queued = xmalloc(n * sizeof(*queued));
+        int ok = activity_count_queued(rc, shard, ids, n, queued, err, sizeof(err)) == CS_OK;
         for (size_t i = 0; ok && i < n; i++) {
-            if (busy[i]) /* coupon-sync has not written all of it yet */
+            if (queued[i] > 0) /* coupon-sync has not written all of it yet */
                 continue;
             ok = exp_remove(rc, shard, ids[i], err, sizeof(err)) == CS_OK;
             if (ok) {
@@ -250,7 +212,7 @@ int jobs_expire(struct rconn *rc, int grace_s, int *removed)
                          grace_s);
             }
         }
-        free(busy);
+        free(queued);
         free(ids);
         if (!ok)
             goto fail;

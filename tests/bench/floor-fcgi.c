@@ -16,22 +16,17 @@
  * believes any token.
  */
 #include "keys.h"
+#include "prefork.h"
 
 #include <fcgiapp.h>
 #include <hiredis/hiredis.h>
 
-#include <errno.h>
 #include <inttypes.h>
-#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/types.h>
-#include <sys/wait.h>
 #include <unistd.h>
-
-#define FLOOR_MAX_WORKERS 1024
 
 /* The same keys and answers as lua/seize.lua, minus the window parse: the
  * window field must exist, the stock must be positive. */
@@ -52,14 +47,6 @@ static const char *floor_script = floor_minimal_script;
 static char floor_sha[41];
 static const char *floor_host = "127.0.0.1";
 static int floor_port = 6379;
-static volatile sig_atomic_t floor_stop;
-
-static void floor_on_signal(int sig)
-{
-    (void)sig;
-    floor_stop = 1;
-}
-
 static void floor_usage(FILE *out)
 {
     fprintf(out, "usage: floor-fcgi -s PATH|:PORT -r HOST:PORT [-n WORKERS] [-b BACKLOG] "
@@ -214,17 +201,6 @@ static int floor_serve(int listen_fd)
     return 0;
 }
 
-static int floor_parse_int(const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi)
-        return -1;
-    *out = v;
-    return 0;
-}
-
 static char *floor_read_file(const char *path)
 {
     FILE *f = fopen(path, "r");
@@ -247,13 +223,13 @@ int main(int argc, char **argv)
         switch (opt) {
         case 's': path = optarg; break;
         case 'n':
-            if (floor_parse_int(optarg, 1, FLOOR_MAX_WORKERS, &workers) != 0) {
-                fprintf(stderr, "floor-fcgi: -n wants 1..%d\n", FLOOR_MAX_WORKERS);
+            if (prefork_parse_long(optarg, 1, PREFORK_MAX_WORKERS, &workers) != 0) {
+                fprintf(stderr, "floor-fcgi: -n wants 1..%d\n", PREFORK_MAX_WORKERS);
                 return 2;
             }
             break;
         case 'b':
-            if (floor_parse_int(optarg, 1, 65535, &backlog) != 0) {
+            if (prefork_parse_long(optarg, 1, 65535, &backlog) != 0) {
                 fprintf(stderr, "floor-fcgi: -b wants 1..65535\n");
                 return 2;
             }
@@ -263,7 +239,7 @@ int main(int argc, char **argv)
             const char *colon = strrchr(optarg, ':');
             long port;
             if (colon == NULL || (size_t)(colon - optarg) >= sizeof(host)
-                || floor_parse_int(colon + 1, 1, 65535, &port) != 0) {
+                || prefork_parse_long(colon + 1, 1, 65535, &port) != 0) {
                 fprintf(stderr, "floor-fcgi: -r wants HOST:PORT\n");
                 return 2;
             }
@@ -292,48 +268,5 @@ int main(int argc, char **argv)
         fprintf(stderr, "floor-fcgi: FCGX_Init() failed\n");
         return 1;
     }
-    if (path[0] != ':')
-        unlink(path);
-    int fd = FCGX_OpenSocket(path, (int)backlog);
-    if (fd < 0) {
-        fprintf(stderr, "floor-fcgi: FCGX_OpenSocket(%s) failed: %s\n", path, strerror(errno));
-        return 1;
-    }
-
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = floor_on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    pid_t pids[FLOOR_MAX_WORKERS];
-    long started = 0;
-    for (; started < workers; started++) {
-        pid_t pid = fork();
-        if (pid < 0) {
-            perror("floor-fcgi: fork()");
-            break;
-        }
-        if (pid == 0) {
-            signal(SIGTERM, SIG_DFL);
-            signal(SIGINT, SIG_DFL);
-            _exit(floor_serve(fd));
-        }
-        pids[started] = pid;
-    }
-    long alive = started;
-    while (alive > 0 && !floor_stop) {
-        if (waitpid(-1, NULL, 0) > 0)
-            alive--;
-        else if (errno == ECHILD)
-            break;
-    }
-    for (long i = 0; i < started; i++)
-        kill(pids[i], SIGTERM);
-    while (waitpid(-1, NULL, 0) > 0 || errno == EINTR)
-        ;
-    close(fd);
-    if (path[0] != ':')
-        unlink(path);
-    return started == workers ? 0 : 1;
+    return prefork_run("floor-fcgi", path, backlog, workers, floor_serve);
 }

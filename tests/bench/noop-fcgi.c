@@ -14,18 +14,12 @@
  * In -s mode the parent only supervises: SIGTERM or SIGINT stops the workers
  * and removes the socket.
  */
+#include "prefork.h"
+
 #include <fcgiapp.h>
 
-#include <errno.h>
-#include <signal.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/types.h>
-#include <sys/wait.h>
 #include <unistd.h>
-
-#define NOOP_MAX_WORKERS 1024
 
 #define NOOP_BODY "{\"code\":\"OK\",\"msg\":\"ok\"}"
 
@@ -38,14 +32,6 @@ static const char noop_reply_fmt[] =
     "%s";
 static char noop_out[256];
 static int noop_out_len;
-
-static volatile sig_atomic_t noop_stop;
-
-static void noop_on_signal(int sig)
-{
-    (void)sig;
-    noop_stop = 1;
-}
 
 static void noop_usage(FILE *out)
 {
@@ -74,59 +60,6 @@ static int noop_serve(int listen_fd)
     return 0;
 }
 
-static int noop_parse_int(const char *s, long lo, long hi, long *out)
-{
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi)
-        return -1;
-    *out = v;
-    return 0;
-}
-
-/* Forks n workers on listen_fd and waits. Returns the exit status. */
-static int noop_prefork(int listen_fd, long n)
-{
-    pid_t pids[NOOP_MAX_WORKERS];
-    long started = 0;
-    struct sigaction sa;
-
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = noop_on_signal;
-    sigemptyset(&sa.sa_mask);
-    /* No SA_RESTART: waitpid() must return when we are told to stop. */
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-
-    for (; started < n; started++) {
-        pid_t pid = fork();
-        if (pid < 0) {
-            perror("noop-fcgi: fork()");
-            break;
-        }
-        if (pid == 0) {
-            signal(SIGTERM, SIG_DFL);
-            signal(SIGINT, SIG_DFL);
-            _exit(noop_serve(listen_fd));
-        }
-        pids[started] = pid;
-    }
-
-    long alive = started;
-    while (alive > 0 && !noop_stop) {
-        if (waitpid(-1, NULL, 0) > 0)
-            alive--;
-        else if (errno == ECHILD)
-            break;
-    }
-    for (long i = 0; i < started; i++)
-        kill(pids[i], SIGTERM);
-    while (waitpid(-1, NULL, 0) > 0 || errno == EINTR)
-        ;
-    return started == n ? 0 : 1;
-}
-
 int main(int argc, char **argv)
 {
     const char *path = NULL;
@@ -139,13 +72,13 @@ int main(int argc, char **argv)
             path = optarg;
             break;
         case 'n':
-            if (noop_parse_int(optarg, 1, NOOP_MAX_WORKERS, &workers) != 0) {
-                fprintf(stderr, "noop-fcgi: -n wants 1..%d\n", NOOP_MAX_WORKERS);
+            if (prefork_parse_long(optarg, 1, PREFORK_MAX_WORKERS, &workers) != 0) {
+                fprintf(stderr, "noop-fcgi: -n wants 1..%d\n", PREFORK_MAX_WORKERS);
                 return 2;
             }
             break;
         case 'b':
-            if (noop_parse_int(optarg, 1, 65535, &backlog) != 0) {
+            if (prefork_parse_long(optarg, 1, 65535, &backlog) != 0) {
                 fprintf(stderr, "noop-fcgi: -b wants 1..65535\n");
                 return 2;
             }
@@ -177,17 +110,5 @@ int main(int argc, char **argv)
         }
         return noop_serve(0);
     }
-
-    if (path[0] != ':')
-        unlink(path); /* a stale socket from a killed run would make bind() fail */
-    int fd = FCGX_OpenSocket(path, (int)backlog);
-    if (fd < 0) {
-        fprintf(stderr, "noop-fcgi: FCGX_OpenSocket(%s) failed: %s\n", path, strerror(errno));
-        return 1;
-    }
-    int rc = noop_prefork(fd, workers);
-    close(fd);
-    if (path[0] != ':')
-        unlink(path);
-    return rc;
+    return prefork_run("noop-fcgi", path, backlog, workers, noop_serve);
 }

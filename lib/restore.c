@@ -1,0 +1,193 @@
+/* restore.c - an activity's stock field, rebuilt with its seize list from MySQL
+ * and the queue when Redis lost its data. */
+#include "restore.h"
+#include "activity.h"
+#include "cs.h"
+#include "keys.h"
+#include "log.h"
+#include "mconn.h"
+#include "rconn.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Pairs per HSET when rebuilding a seize list, so no single command gets huge. */
+#define ACT_HSET_CHUNK 1000
+
+static const char SQL_COUPON_USERS[] =
+    "SELECT user_id, CAST(UNIX_TIMESTAMP(seized_at)*1000 AS SIGNED) FROM coupon "
+    "WHERE activity_id = ?";
+
+/* Pending HSET of seize-list pairs, flushed every ACT_HSET_CHUNK pairs. */
+struct act_hset {
+    struct rconn *rc;
+    char key[KEYS_MAX];
+    const char **argv;
+    size_t *argvlen;
+    char (*bufs)[2][24];
+    int npairs;
+    int64_t total;             /* pairs added so far */
+    int failed;
+    char *err;
+    size_t errlen;
+};
+
+static void act_hset_init(struct act_hset *h, struct rconn *rc, int64_t id, char *err,
+                          size_t errlen)
+{
+    memset(h, 0, sizeof(*h));
+    h->rc = rc;
+    keys_seize_list(h->key, id);
+    h->argv = xmalloc((2 + 2 * ACT_HSET_CHUNK) * sizeof(*h->argv));
+    h->argvlen = xmalloc((2 + 2 * ACT_HSET_CHUNK) * sizeof(*h->argvlen));
+    h->bufs = xmalloc(ACT_HSET_CHUNK * sizeof(*h->bufs));
+    h->err = err;
+    h->errlen = errlen;
+}
+
+static void act_hset_flush(struct act_hset *h)
+{
+    if (h->npairs == 0 || h->failed)
+        return;
+    h->argv[0] = "HSET";
+    h->argvlen[0] = 4;
+    h->argv[1] = h->key;
+    h->argvlen[1] = strlen(h->key);
+    redisReply *r = rconn_commandv(h->rc, h->key, 2 + 2 * h->npairs, h->argv, h->argvlen);
+    if (rconn_expect(h->rc, r, 0, "HSET", h->key, h->err, h->errlen) != CS_OK)
+        h->failed = 1;
+    else
+        freeReplyObject(r);
+    h->npairs = 0;
+}
+
+static void act_hset_add(struct act_hset *h, const char *user, size_t ulen, const char *ms,
+                         size_t mslen)
+{
+    if (h->failed)
+        return;
+    char *ub = h->bufs[h->npairs][0], *mb = h->bufs[h->npairs][1];
+    ulen = ulen < 23 ? ulen : 23;
+    mslen = mslen < 23 ? mslen : 23;
+    memcpy(ub, user, ulen);
+    memcpy(mb, ms, mslen);
+    h->argv[2 + 2 * h->npairs] = ub;
+    h->argvlen[2 + 2 * h->npairs] = ulen;
+    h->argv[3 + 2 * h->npairs] = mb;
+    h->argvlen[3 + 2 * h->npairs] = mslen;
+    h->total++;
+    if (++h->npairs == ACT_HSET_CHUNK)
+        act_hset_flush(h);
+}
+
+static void act_hset_done(struct act_hset *h)
+{
+    free(h->argv);
+    free(h->argvlen);
+    free(h->bufs);
+}
+
+/* Row of SQL_COUPON_USERS: one coupon, added to the seize list. */
+static int act_coupon_row(void *arg, int ncols, char **cols)
+{
+    struct act_hset *h = arg;
+    if (ncols != 2 || cols[0] == NULL)
+        return CS_ERR;
+    const char *ms = cols[1] ? cols[1] : "0";
+    act_hset_add(h, cols[0], strlen(cols[0]), ms, strlen(ms));
+    return CS_OK;
+}
+
+/* Adds to h every queued entry of activity a ("<id>:<user>" in its shard's
+ * queue) and counts them in *queued. */
+static int act_scan_queue(struct rconn *rc, const struct activity *a, struct act_hset *h,
+                          int64_t *queued, char *err, size_t errlen)
+{
+    char qkey[KEYS_MAX], match[32], cursor[24] = "0";
+    size_t plen = (size_t)snprintf(match, sizeof(match), "%" PRId64 ":*", a->id) - 1;
+
+    keys_queue(qkey, keys_shard(a->id));
+    *queued = 0;
+    do {
+        redisReply *r = rconn_hscan(rc, qkey, cursor, sizeof(cursor), match, 1000, err, errlen);
+        if (r == NULL)
+            return CS_ERR;
+        redisReply *kv = r->element[1];
+        for (size_t i = 0; i + 1 < kv->elements; i += 2) {
+            const redisReply *f = kv->element[i], *v = kv->element[i + 1];
+            int64_t aid, uid;
+            /* A malformed entry never becomes a coupon (coupon-sync dead-letters it). */
+            if (keys_parse_queue_field(f->str, f->len, &aid, &uid) != CS_OK || aid != a->id)
+                continue;
+            act_hset_add(h, f->str + plen, f->len - plen, v->str, v->len);
+            (*queued)++;
+        }
+        freeReplyObject(r);
+    } while (strcmp(cursor, "0") != 0);
+    return h->failed ? CS_ERR : CS_OK;
+}
+
+int restore_stock(struct mconn *mc, struct rconn *rc, const struct activity *a, int *created,
+                  int *restored, char *err, size_t errlen)
+{
+    char skey[KEYS_MAX], field[24];
+    int ret = CS_ERR;
+    struct act_hset h;
+
+    *created = *restored = 0;
+    keys_stock(skey, keys_shard(a->id));
+    snprintf(field, sizeof(field), "%" PRId64, a->id);
+
+    redisReply *r = rconn_command(rc, skey, "HEXISTS %s %s", skey, field);
+    if (rconn_expect(rc, r, REDIS_REPLY_INTEGER, "HEXISTS", skey, err, errlen) != CS_OK)
+        return CS_ERR;
+    int exists = r->integer == 1;
+    freeReplyObject(r);
+    if (exists)
+        return CS_OK; /* a live sale is never reset */
+
+    /*
+     * Read the queue BEFORE MySQL. With the stock field absent no seize can
+     * add entries, but coupon-sync may move one from the queue into MySQL
+     * between the two reads. In this order such an entry is counted twice
+     * (the stock comes out one low: undersell); the other order would miss it
+     * (one coupon too many: oversell). Undersell is the safe side.
+     */
+    int64_t queued = 0;
+    act_hset_init(&h, rc, a->id, err, errlen);
+    if (act_scan_queue(rc, a, &h, &queued, err, errlen) != CS_OK)
+        goto out;
+    struct mval p[] = {MV_INT(a->id)};
+    if (mconn_query(mc, SQL_COUPON_USERS, p, 1, act_coupon_row, &h) != CS_OK) {
+        snprintf(err, errlen, "selecting coupons of activity %" PRId64 ": %s", a->id,
+                 mc->errstr);
+        goto out;
+    }
+    int64_t in_mysql = h.total - queued;
+    /* The seize list is complete before the stock field lets anyone seize. */
+    act_hset_flush(&h);
+    if (h.failed)
+        goto out;
+
+    int64_t stock = a->total_num - in_mysql - queued;
+    if (stock < 0)
+        stock = 0;
+    r = rconn_command(rc, skey, "HSETNX %s %s %" PRId64, skey, field, stock);
+    if (rconn_expect(rc, r, REDIS_REPLY_INTEGER, "HSETNX", skey, err, errlen) != CS_OK)
+        goto out;
+    *created = r->integer == 1;
+    freeReplyObject(r);
+    if (*created && in_mysql + queued > 0) {
+        *restored = 1;
+        log_notice("activity %" PRId64 ": stock restored to %" PRId64 " (total %" PRId64
+                   ", %" PRId64 " coupons in MySQL, %" PRId64 " queued)",
+                   a->id, stock, a->total_num, in_mysql, queued);
+    }
+    ret = CS_OK;
+out:
+    act_hset_done(&h);
+    return ret;
+}
+
