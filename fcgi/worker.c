@@ -182,6 +182,23 @@ static void req_account(struct worker *w, struct req *r)
     meta_push_stats(w->meta, w->shm);
 }
 
+/*
+ * Ends the request. libfcgi closes a connection by shutting down its write
+ * side and then waiting (poll, up to 2 s) until the web server has closed
+ * its end, so that input still unread cannot turn the close into a reset
+ * that loses the answer. When the input has been read to its end, the web
+ * server has sent all it will and there is nothing to lose: the connection
+ * is closed at once (libfcgi's "detached" close), which saves shutdown,
+ * poll and read per request and the wait for the web server in between.
+ */
+static void req_finish(FCGX_Request *fr)
+{
+    if (!fr->keepConnection && fr->in != NULL && FCGX_GetChar(fr->in) == EOF
+        && FCGX_GetError(fr->in) == 0)
+        fr->detached = 1;
+    FCGX_Finish_r(fr);
+}
+
 static int worker_init(struct worker *w, const struct cs_conf *conf, struct shm_node *shm,
                        int index)
 {
@@ -279,7 +296,7 @@ int worker_main(const struct cs_conf *conf, int listen_fd, struct shm_node *shm,
         req_init(&r, &fr, body);
         route_dispatch(&w, &r);
         req_account(&w, &r);
-        FCGX_Finish_r(&fr);
+        req_finish(&fr);
         if (worker_stop)
             break;
     }
