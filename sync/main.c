@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Longest sleep of the main loop, so signals are acted on promptly. */
 #define SYNCD_POLL_MS 100
@@ -240,6 +241,37 @@ static int syncd_jobs(struct syncd *d, int64_t now)
     return ret;
 }
 
+/*
+ * glibc keeps, per thread, a cache of freed chunks of each small size
+ * (tcache, up to 7 per size) for the thread to reuse. The ten pool threads
+ * meet ever new sizes (hiredis replies, MariaDB packets) for tens of
+ * minutes, so their caches fill slowly and RSS crept by about 1 MB over a
+ * 20-minute make soak while the live heap stayed flat (valgrind massif);
+ * with the cache off it stayed flat. The cache can only be switched off
+ * before the process starts (a glibc tunable), so the daemon sets it and
+ * executes itself once more, keeping its PID (systemd is not confused).
+ * An administrator's own glibc.malloc.tcache_count wins. Best effort: if
+ * the exec fails, the daemon runs as it is.
+ */
+static void syncd_tcache_off(char **argv)
+{
+    static const char knob[] = "glibc.malloc.tcache_count";
+    const char *t = getenv("GLIBC_TUNABLES");
+    char buf[1024];
+
+    if (t != NULL && strstr(t, knob) != NULL)
+        return;
+    if (snprintf(buf, sizeof(buf), "%s%s%s=0", t ? t : "", t ? ":" : "", knob)
+        >= (int)sizeof(buf))
+        return;
+    if (setenv("GLIBC_TUNABLES", buf, 1) != 0)
+        return;
+    execv("/proc/self/exe", argv);
+    unsetenv("GLIBC_TUNABLES");
+    if (t != NULL)
+        setenv("GLIBC_TUNABLES", t, 1);
+}
+
 /* --once: everything one tick does, each shard drained until empty (and then
  * reconciled by its task). */
 static int syncd_once(struct syncd *d)
@@ -358,6 +390,8 @@ int main(int argc, char **argv)
         return EXIT_FAILURE;
     }
 
+    if (!test && !once)
+        syncd_tcache_off(argv);
     if (conf_load(&d.conf, path, err, sizeof(err)) != CS_OK) {
         fprintf(stderr, "coupon-sync: %s\n", err);
         if (test)
