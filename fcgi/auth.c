@@ -14,53 +14,6 @@
 #include <string.h>
 #include <strings.h>
 
-/* Value of a base64url character, or -1. */
-static int b64url_val(unsigned char c)
-{
-    if (c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if (c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if (c >= '0' && c <= '9')
-        return c - '0' + 52;
-    if (c == '-')
-        return 62;
-    if (c == '_')
-        return 63;
-    return -1;
-}
-
-/* Decodes unpadded base64url (RFC 7515 section 2) of n characters into out
- * (at least n * 3 / 4 + 1 bytes) and NUL-terminates it. Returns the decoded
- * length, or -1 when a character is outside the alphabet, the length cannot
- * be one of base64, or the unused low bits of the last character are set. */
-static long b64url_decode(const char *in, size_t n, unsigned char *out)
-{
-    size_t o = 0;
-    unsigned acc = 0;
-    int bits = 0;
-
-    if (n % 4 == 1)
-        return -1;
-    for (size_t i = 0; i < n; i++) {
-        int v = b64url_val((unsigned char)in[i]);
-        if (v < 0)
-            return -1;
-        acc = (acc << 6) | (unsigned)v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            out[o++] = (unsigned char)(acc >> bits);
-            acc &= (1u << bits) - 1;
-        }
-    }
-    /* Canonical encoding only: one token, one spelling. */
-    if (acc != 0)
-        return -1;
-    out[o] = '\0';
-    return (long)o;
-}
-
 /* Decodes one segment of n characters and parses it with libjwt's own JSON
  * parser (jansson), refusing a member name that occurs twice anywhere (RFC
  * 7515 section 4 lets a reader refuse such a header; readers disagree on
@@ -69,7 +22,7 @@ static json_t *segment_object(const char *seg, size_t n)
 {
     unsigned char raw[AUTH_MAX_TOKEN * 3 / 4 + 2]; /* n <= AUTH_MAX_TOKEN */
     json_t *obj = NULL;
-    long len = b64url_decode(seg, n, raw);
+    long len = cs_b64url_decode(seg, n, raw);
 
     /* A NUL inside the JSON would end it early for a reader of C strings. */
     if (len > 0 && memchr(raw, '\0', (size_t)len) == NULL)
@@ -115,7 +68,7 @@ static int token_parse(const char *authorization, struct token *tk, const char *
     }
     /* HMAC-SHA-256 is 32 bytes: 43 characters. */
     size_t sl = tl - (size_t)(d2 + 1 - t);
-    if (sl != 43 || b64url_decode(d2 + 1, sl, tk->sig) != 32) {
+    if (sl != 43 || cs_b64url_decode(d2 + 1, sl, tk->sig) != 32) {
         *why = "malformed token";
         return CS_ERR;
     }

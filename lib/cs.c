@@ -95,3 +95,50 @@ int cs_cmp_int64(const void *x, const void *y)
     int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
     return (a > b) - (a < b);
 }
+
+/* Value of a base64url character, or -1. */
+static int cs_b64url_val(unsigned char c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    if (c == '-')
+        return 62;
+    if (c == '_')
+        return 63;
+    return -1;
+}
+
+/* Decodes unpadded base64url (RFC 7515 section 2) of n characters into out
+ * (at least n * 3 / 4 + 1 bytes) and NUL-terminates it. Returns the decoded
+ * length, or -1 when a character is outside the alphabet, the length cannot
+ * be one of base64, or the unused low bits of the last character are set. */
+long cs_b64url_decode(const char *in, size_t n, unsigned char *out)
+{
+    size_t o = 0;
+    unsigned acc = 0;
+    int bits = 0;
+
+    if (n % 4 == 1)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        int v = cs_b64url_val((unsigned char)in[i]);
+        if (v < 0)
+            return -1;
+        acc = (acc << 6) | (unsigned)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            out[o++] = (unsigned char)(acc >> bits);
+            acc &= (1u << bits) - 1;
+        }
+    }
+    /* Canonical encoding only: one token, one spelling. */
+    if (acc != 0)
+        return -1;
+    out[o] = '\0';
+    return (long)o;
+}

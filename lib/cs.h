@@ -36,6 +36,13 @@ int cs_parse_id(const char *s, size_t len, int64_t *out);
 /* qsort() / bsearch() comparator of int64_t, ascending. */
 int cs_cmp_int64(const void *x, const void *y);
 
+/* Decodes unpadded base64url (RFC 7515 section 2) of n characters into out
+ * (at least n * 3 / 4 + 1 bytes) and NUL-terminates it. Returns the decoded
+ * length, or -1 when a character is outside the alphabet, the length cannot
+ * be one of base64, or the unused low bits of the last character are set
+ * (one value, one spelling). */
+long cs_b64url_decode(const char *in, size_t n, unsigned char *out);
+
 #define CS_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 #endif

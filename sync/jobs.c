@@ -113,18 +113,12 @@ static int exp_candidates(struct rconn *rc, int shard, int64_t cutoff_ms, int64_
     *ids = NULL;
     *n = 0;
     do {
-        redisReply *r = rconn_command(rc, key, "HSCAN %s %s COUNT 500", key, cursor);
-        if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
-            snprintf(err, errlen, "HSCAN %s: %s", key,
-                     r == NULL ? rc->errstr : r->type == REDIS_REPLY_ERROR ? r->str
-                                                                          : "unexpected reply");
-            if (r != NULL)
-                freeReplyObject(r);
+        redisReply *r = rconn_hscan(rc, key, cursor, sizeof(cursor), NULL, 500, err, errlen);
+        if (r == NULL) {
             free(*ids);
             *ids = NULL;
             return CS_ERR;
         }
-        snprintf(cursor, sizeof(cursor), "%s", r->element[0]->str);
         const redisReply *kv = r->element[1];
         for (size_t i = 0; i + 1 < kv->elements; i += 2) {
             const redisReply *f = kv->element[i], *v = kv->element[i + 1];
@@ -293,17 +287,11 @@ static int rec_scan_shard(struct rconn *rc, int shard, struct rec_item *items, s
 
     keys_queue(key, shard);
     do {
-        redisReply *r = rconn_command(rc, key, "HSCAN %s %s COUNT 1000", key, cursor);
-        if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
-            snprintf(err, errlen, "HSCAN %s: %s", key,
-                     r == NULL ? rc->errstr : r->type == REDIS_REPLY_ERROR ? r->str
-                                                                          : "unexpected reply");
-            if (r != NULL)
-                freeReplyObject(r);
+        redisReply *r = rconn_hscan(rc, key, cursor, sizeof(cursor), NULL, 1000, err, errlen);
+        if (r == NULL) {
             free(pairs);
             return CS_ERR;
         }
-        snprintf(cursor, sizeof(cursor), "%s", r->element[0]->str);
         const redisReply *kv = r->element[1];
         for (size_t i = 0; i + 1 < kv->elements; i += 2) {
             struct rec_pair p;

@@ -15,6 +15,7 @@
  * or SIGINT stops the workers and removes the socket. Not for production: it
  * believes any token.
  */
+#include "cs.h"
 #include "keys.h"
 #include "prefork.h"
 
@@ -66,47 +67,19 @@ static void floor_reply(FCGX_Stream *out, const char *status, const char *code, 
     FCGX_PutStr(body, n, out);
 }
 
-static int b64url_val(int c)
-{
-    if (c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if (c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if (c >= '0' && c <= '9')
-        return c - '0' + 52;
-    if (c == '-')
-        return 62;
-    if (c == '_')
-        return 63;
-    return -1;
-}
-
 /* The "sub" of "Bearer h.p.s" read from p without any check; 0 when absent. */
 static int64_t floor_token_sub(const char *auth)
 {
-    char json[1024];
-    size_t n = 0;
-    unsigned acc = 0;
-    int bits = 0;
+    unsigned char json[1024];
 
     if (auth == NULL || strncmp(auth, "Bearer ", 7) != 0)
         return 0;
     const char *p = strchr(auth + 7, '.');
-    if (p == NULL)
+    const char *end = p != NULL ? strchr(p + 1, '.') : NULL;
+    if (end == NULL || (size_t)(end - p - 1) * 3 / 4 + 1 > sizeof(json)
+        || cs_b64url_decode(p + 1, (size_t)(end - p - 1), json) < 0)
         return 0;
-    for (p++; *p != '\0' && *p != '.' && n < sizeof(json) - 1; p++) {
-        int v = b64url_val((unsigned char)*p);
-        if (v < 0)
-            return 0;
-        acc = (acc << 6) | (unsigned)v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            json[n++] = (char)((acc >> bits) & 0xff);
-        }
-    }
-    json[n] = '\0';
-    const char *s = strstr(json, "\"sub\":");
+    const char *s = strstr((const char *)json, "\"sub\":");
     if (s == NULL)
         return 0;
     s += 6;
