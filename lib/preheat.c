@@ -231,32 +231,35 @@ static const char *act_window_value(const struct act_vec *vec, size_t i)
     return vec->win[i];
 }
 
-/* Appends HSET KEY id value ... for the activities idx[0..cnt) of vec, in
- * commands of ACT_PIPE_FIELDS fields. *cmds counts the commands appended. */
-static int act_append_hset(struct rconn *rc, const char *key, const struct act_vec *vec,
-                           const size_t *idx, size_t cnt,
-                           const char *(*value)(const struct act_vec *, size_t), size_t *cmds)
+/* Appends CMD KEY id [value] ... for idx[0..cnt), ACT_PIPE_FIELDS ids a
+ * command: HSET with value(vec, i) after each id, or HMGET (value NULL)
+ * with ids only. *cmds counts the commands. */
+static int act_append_fields(struct rconn *rc, const char *cmd, const char *key,
+                             const struct act_vec *vec, const size_t *idx, size_t cnt,
+                             const char *(*value)(const struct act_vec *, size_t), size_t *cmds)
 {
-    const char **argv = xmalloc((2 + 2 * ACT_PIPE_FIELDS) * sizeof(*argv));
-    size_t *argl = xmalloc((2 + 2 * ACT_PIPE_FIELDS) * sizeof(*argl));
+    size_t per = value != NULL ? 2 : 1;
+    const char **argv = xmalloc((2 + per * ACT_PIPE_FIELDS) * sizeof(*argv));
+    size_t *argl = xmalloc((2 + per * ACT_PIPE_FIELDS) * sizeof(*argl));
     char (*ids)[24] = xmalloc(ACT_PIPE_FIELDS * sizeof(*ids));
     int ret = CS_OK;
 
-    argv[0] = "HSET";
-    argl[0] = 4;
+    argv[0] = cmd;
+    argl[0] = strlen(cmd);
     argv[1] = key;
     argl[1] = strlen(key);
     for (size_t off = 0; off < cnt && ret == CS_OK; off += ACT_PIPE_FIELDS) {
         size_t m = cnt - off < ACT_PIPE_FIELDS ? cnt - off : ACT_PIPE_FIELDS;
         for (size_t k = 0; k < m; k++) {
-            size_t i = idx[off + k];
-            argv[2 + 2 * k] = ids[k];
-            argl[2 + 2 * k] = (size_t)snprintf(ids[k], sizeof(ids[k]), "%" PRId64,
-                                               vec->v[i].id);
-            argv[3 + 2 * k] = value(vec, i);
-            argl[3 + 2 * k] = strlen(argv[3 + 2 * k]);
+            size_t i = idx[off + k], a = 2 + per * k;
+            argv[a] = ids[k];
+            argl[a] = (size_t)snprintf(ids[k], sizeof(ids[k]), "%" PRId64, vec->v[i].id);
+            if (value != NULL) {
+                argv[a + 1] = value(vec, i);
+                argl[a + 1] = strlen(argv[a + 1]);
+            }
         }
-        ret = rconn_appendv(rc, key, (int)(2 + 2 * m), argv, argl);
+        ret = rconn_appendv(rc, key, (int)(2 + per * m), argv, argl);
         if (ret == CS_OK)
             (*cmds)++;
     }
@@ -266,38 +269,7 @@ static int act_append_hset(struct rconn *rc, const char *key, const struct act_v
     return ret;
 }
 
-/* Appends HMGET KEY id ... for idx[0..cnt), ACT_PIPE_FIELDS ids a command;
- * *cmds counts the commands. */
-static int act_append_hmget(struct rconn *rc, const char *key, const struct act_vec *vec,
-                            const size_t *idx, size_t cnt, size_t *cmds)
-{
-    const char **argv = xmalloc((2 + ACT_PIPE_FIELDS) * sizeof(*argv));
-    size_t *argl = xmalloc((2 + ACT_PIPE_FIELDS) * sizeof(*argl));
-    char (*ids)[24] = xmalloc(ACT_PIPE_FIELDS * sizeof(*ids));
-    int ret = CS_OK;
-
-    argv[0] = "HMGET";
-    argl[0] = 5;
-    argv[1] = key;
-    argl[1] = strlen(key);
-    for (size_t off = 0; off < cnt && ret == CS_OK; off += ACT_PIPE_FIELDS) {
-        size_t m = cnt - off < ACT_PIPE_FIELDS ? cnt - off : ACT_PIPE_FIELDS;
-        for (size_t k = 0; k < m; k++) {
-            argv[2 + k] = ids[k];
-            argl[2 + k] = (size_t)snprintf(ids[k], sizeof(ids[k]), "%" PRId64,
-                                           vec->v[idx[off + k]].id);
-        }
-        ret = rconn_appendv(rc, key, (int)(2 + m), argv, argl);
-        if (ret == CS_OK)
-            (*cmds)++;
-    }
-    free(ids);
-    free(argl);
-    free(argv);
-    return ret;
-}
-
-/* Reads the replies of act_append_hmget: for each of the cnt fields, calls
+/* Reads the replies of act_append_fields(HMGET): for each of the cnt fields, calls
  * fn(arg, k, reply element). */
 static int act_read_hmget(struct rconn *rc, size_t cnt, const char *what,
                           void (*fn)(void *arg, size_t k, const redisReply *v), void *arg,
@@ -384,9 +356,9 @@ static int act_publish_shard(struct mconn *mc, struct rconn *rc, int shard,
     keys_meta(mkey, shard);
     keys_window(wkey, shard);
     keys_stock(skey, shard);
-    if (act_append_hmget(rc, mkey, vec, idx, cnt, &cmds) != CS_OK
-        || act_append_hmget(rc, wkey, vec, idx, cnt, &cmds) != CS_OK
-        || act_append_hmget(rc, skey, vec, idx, cnt, &cmds) != CS_OK)
+    if (act_append_fields(rc, "HMGET", mkey, vec, idx, cnt, NULL, &cmds) != CS_OK
+        || act_append_fields(rc, "HMGET", wkey, vec, idx, cnt, NULL, &cmds) != CS_OK
+        || act_append_fields(rc, "HMGET", skey, vec, idx, cnt, NULL, &cmds) != CS_OK)
         goto io;
     if (act_read_hmget(rc, cnt, "HMGET META", act_field_differs, &cm, err, errlen) != CS_OK
         || act_read_hmget(rc, cnt, "HMGET WINDOW", act_field_differs, &cw, err, errlen) != CS_OK
@@ -424,8 +396,9 @@ static int act_publish_shard(struct mconn *mc, struct rconn *rc, int shard,
      * stock field never opens a sale by itself. HSET, not HSETNX: an admin
      * may have moved the end. */
     cmds = 0;
-    if (act_append_hset(rc, mkey, vec, changed, nchanged, act_meta_value, &cmds) != CS_OK
-        || act_append_hset(rc, wkey, vec, wchanged, nwchanged, act_window_value, &cmds) != CS_OK)
+    if (act_append_fields(rc, "HSET", mkey, vec, changed, nchanged, act_meta_value, &cmds) != CS_OK
+        || act_append_fields(rc, "HSET", wkey, vec, wchanged, nwchanged, act_window_value,
+                             &cmds) != CS_OK)
         goto io;
     for (size_t k = 0; k < nmissing; k++) {
         const struct activity *a = &vec->v[missing[k]];
