@@ -129,6 +129,10 @@ check_eq "total_num = stock_num + coupons for every activity" 0 "$(bad_invariant
 check_eq "every activity sold out in MySQL" 0 \
     "$(q1 "SELECT SUM(stock_num) FROM activity WHERE id BETWEEN 200 AND 209")"
 
+# The daemon re-executes itself once with glibc's per-thread malloc cache off.
+tcache_off() { tr '\0' '\n' <"/proc/$DPID/environ" | grep -q '^GLIBC_TUNABLES=.*glibc.malloc.tcache_count=0'; }
+check "the daemon runs with glibc's per-thread malloc cache off (same PID)" tcache_off
+
 # --- SIGHUP and SIGTERM --------------------------------------------------------------------------
 
 kill -HUP "$DPID"

@@ -162,6 +162,18 @@ START_TEST(outcome_mapping)
 }
 END_TEST
 
+/* "Bearer " + the encoding of j, which it frees. */
+static char *bearer_of(jwt_t *j)
+{
+    char *tok = jwt_encode_str(j);
+    jwt_free(j);
+    ck_assert_ptr_nonnull(tok);
+    char *hdr = xmalloc(strlen(tok) + 8);
+    sprintf(hdr, "Bearer %s", tok);
+    free(tok);
+    return hdr;
+}
+
 /* Mints a token with libjwt; sub NULL leaves it out, exp 0 leaves it out. */
 static char *mint(jwt_alg_t alg, const char *key, const char *sub, long exp, const char *role)
 {
@@ -174,13 +186,7 @@ static char *mint(jwt_alg_t alg, const char *key, const char *sub, long exp, con
     if (role)
         jwt_add_grant(j, "role", role);
     ck_assert_int_eq(jwt_set_alg(j, alg, (const unsigned char *)key, key ? (int)strlen(key) : 0), 0);
-    char *tok = jwt_encode_str(j);
-    jwt_free(j);
-    ck_assert_ptr_nonnull(tok);
-    char *hdr = xmalloc(strlen(tok) + 8);
-    sprintf(hdr, "Bearer %s", tok);
-    free(tok);
-    return hdr;
+    return bearer_of(j);
 }
 
 /* auth_check() with both verifiers (OpenSSL with a keyed context, and
@@ -231,13 +237,7 @@ static char *mint_json(const char *headers, const char *claims)
     ck_assert_int_eq(jwt_add_grants_json(j, claims), 0);
     ck_assert_int_eq(jwt_set_alg(j, JWT_ALG_HS256, (const unsigned char *)SECRET,
                                  (int)strlen(SECRET)), 0);
-    char *tok = jwt_encode_str(j);
-    jwt_free(j);
-    ck_assert_ptr_nonnull(tok);
-    char *hdr = xmalloc(strlen(tok) + 8);
-    sprintf(hdr, "Bearer %s", tok);
-    free(tok);
-    return hdr;
+    return bearer_of(j);
 }
 
 /* Base64url without padding of n bytes, for tokens libjwt would not write. */
