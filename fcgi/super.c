@@ -167,7 +167,12 @@ int super_run(struct cs_conf *conf, const char *conf_path, int listen_fd, int ow
 
     int n = conf->fcgi_workers;
     struct slot *slots = xcalloc((size_t)n, sizeof(*slots));
-    pid_t retiring[SUPER_MAX_RETIRING];
+    /* Workers replaced by a reload, finishing their last request; killed if
+     * they have not gone SUPER_STOP_GRACE_MS after being told to. */
+    struct retiree {
+        pid_t pid;
+        int64_t kill_at_ms;
+    } retiring[SUPER_MAX_RETIRING];
     int nretiring = 0;
     int64_t now = cs_mono_ms();
 
@@ -200,7 +205,7 @@ int super_run(struct cs_conf *conf, const char *conf_path, int listen_fd, int ow
                     if (slots[i].pid > 0)
                         kill(slots[i].pid, SIGTERM);
                 for (int i = 0; i < nretiring; i++)
-                    kill(retiring[i], SIGTERM);
+                    kill(retiring[i].pid, SIGTERM);
             }
         } else if (sig == SIGHUP && !stopping) {
             struct cs_conf fresh;
@@ -238,7 +243,8 @@ int super_run(struct cs_conf *conf, const char *conf_path, int listen_fd, int ow
                     if (old > 0) {
                         kill(old, SIGTERM);
                         if (nretiring < SUPER_MAX_RETIRING)
-                            retiring[nretiring++] = old;
+                            retiring[nretiring++] = (struct retiree){
+                                .pid = old, .kill_at_ms = now + SUPER_STOP_GRACE_MS};
                     }
                 }
                 log_notice("configuration reloaded from %s; workers replaced", conf_path);
@@ -252,7 +258,7 @@ int super_run(struct cs_conf *conf, const char *conf_path, int listen_fd, int ow
         while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
             int found = 0;
             for (int i = 0; i < nretiring; i++)
-                if (retiring[i] == pid) {
+                if (retiring[i].pid == pid) {
                     retiring[i] = retiring[--nretiring];
                     found = 1;
                     break;
@@ -293,10 +299,18 @@ int super_run(struct cs_conf *conf, const char *conf_path, int listen_fd, int ow
                     if (slots[i].pid > 0)
                         kill(slots[i].pid, SIGKILL);
                 for (int i = 0; i < nretiring; i++)
-                    kill(retiring[i], SIGKILL);
+                    kill(retiring[i].pid, SIGKILL);
                 stop_deadline = now + 5000;
             }
             continue;
+        }
+        for (int i = 0; i < nretiring; i++) {
+            if (retiring[i].kill_at_ms <= now) {
+                log_warn("replaced worker %d did not stop in %d ms; killing it",
+                         (int)retiring[i].pid, SUPER_STOP_GRACE_MS);
+                kill(retiring[i].pid, SIGKILL);
+                retiring[i].kill_at_ms = now + 5000;
+            }
         }
         for (int i = 0; i < n; i++) {
             if (slots[i].pid == 0 && slots[i].restart_at_ms <= now) {

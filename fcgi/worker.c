@@ -21,20 +21,25 @@
 volatile sig_atomic_t worker_stop;
 
 /* Set only around FCGX_Accept_r(): a stop signal must end a wait for the next
- * connection, and nothing else. */
+ * request, and nothing else. */
 static volatile sig_atomic_t worker_accepting;
-static int worker_listen_fd = -1;
-static int worker_dud_fd = -1; /* a socket that never listens */
+static volatile sig_atomic_t worker_listen_fd = -1;
+static volatile sig_atomic_t worker_kept_fd = -1; /* a kept connection being read */
+static volatile sig_atomic_t worker_dud_fd = -1;  /* a socket that never listens */
 
 /*
  * SIGTERM and SIGINT run with SA_RESTART, so inside a request an interrupted
- * read or write of libfcgi resumes instead of losing the answer. A blocked
- * accept() resumes too; so while accepting, the handler puts a socket that
- * does not listen under the listening descriptor's number, and the resumed
- * accept() fails at once (EINVAL), which ends FCGX_Accept_r(). Descriptor
- * tables are per process: the supervisor and the other workers keep
- * listening. This costs no system call per request, where masking the
- * signals outside accept() cost two.
+ * read or write of libfcgi resumes instead of losing the answer (a poll or a
+ * Redis connect still ends early: see the README). A blocked accept() resumes
+ * too; so while waiting for the next request, the handler puts a socket that
+ * does not listen under the listening descriptor's number (and under a kept
+ * connection's, should the web server keep connections), and the resumed
+ * call fails at once (EINVAL, ENOTCONN), which ends FCGX_Accept_r().
+ * Descriptor tables are per process: the supervisor and the other workers
+ * keep listening. This costs no system call per request, where masking the
+ * signals outside accept() cost two. libfcgi's own FCGX_ShutdownPending() is
+ * not used: after a connection it had to drop, it makes libfcgi retry a
+ * closed descriptor forever.
  */
 static void worker_on_term(int sig)
 {
@@ -42,9 +47,11 @@ static void worker_on_term(int sig)
 
     (void)sig;
     worker_stop = 1;
-    FCGX_ShutdownPending(); /* libfcgi's accept loop gives up on an error */
-    if (worker_accepting && worker_dud_fd >= 0)
+    if (worker_accepting && worker_dud_fd >= 0) {
         dup2(worker_dud_fd, worker_listen_fd);
+        if (worker_kept_fd >= 0)
+            dup2(worker_dud_fd, worker_kept_fd);
+    }
     errno = saved;
 }
 
@@ -280,6 +287,9 @@ int worker_main(const struct cs_conf *conf, int listen_fd, struct shm_node *shm,
     sigaction(SIGINT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
     signal(SIGHUP, SIG_IGN);
+    /* Otherwise FCGX_Init() installs libfcgi's SIGUSR1 handler, which would
+     * fail the reads and writes of a request in flight. */
+    signal(SIGUSR1, SIG_IGN);
 
     if (worker_init(&w, conf, shm, index) != CS_OK)
         return 1;
@@ -303,6 +313,7 @@ int worker_main(const struct cs_conf *conf, int listen_fd, struct shm_node *shm,
     log_debug("worker %d ready on fd %d", index, listen_fd);
 
     for (;;) {
+        worker_kept_fd = fr.ipcFd; /* >= 0 only when the web server keeps it */
         worker_accepting = 1;
         /* A signal from here on either is seen now or ends the accept. */
         int rc = worker_stop ? -1 : FCGX_Accept_r(&fr);

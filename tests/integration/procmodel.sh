@@ -72,6 +72,23 @@ check_eq "... the workers keep running" "$workers" "$(pgrep -P "$sup" | sort | t
 check_eq "... and serving" 200 "$(seized 400000)"
 cp "$COUPON_DIR/conf.good" "$COUPON_CONF"
 
+# --- A stop while a worker waits for a silent connection's first bytes --------------------
+# libfcgi gives a new connection 2 s to send; a stop signal in that wait must
+# end the worker, not leave it retrying a closed descriptor.
+python3 -c 'import socket, sys, time
+s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); time.sleep(20)' "$COUPON_FCGI_SOCK" &
+silent=$!
+cs_defer kill "$silent"
+sleep 0.5
+workers=$(pgrep -P "$sup" | tr '\n' ' ')
+kill -TERM $workers
+all_gone() { local p; for p in $workers; do pid_alive "$p" && return 1; done; return 0; }
+wait_for 5 all_gone
+check "SIGTERM ends every worker, the one holding a silent connection too" all_gone
+kill "$silent" 2>/dev/null; wait "$silent" 2>/dev/null
+wait_for 10 bash -c "[[ \$(pgrep -P $sup | wc -l) -eq ${COUPON_WORKERS:-4} ]]"
+check_eq "... and the supervisor's new workers serve" 200 "$(seized 500000)"
+
 # --- SIGTERM: graceful stop, no worker left -----------------------------------------------
 workers=$(pgrep -P "$sup" | tr '\n' ' ')
 kill -TERM "$sup"
