@@ -25,7 +25,6 @@ volatile sig_atomic_t worker_stop;
 static volatile sig_atomic_t worker_accepting;
 static volatile sig_atomic_t worker_listen_fd = -1;
 static volatile sig_atomic_t worker_kept_fd = -1; /* a kept connection being read */
-static volatile sig_atomic_t worker_dud_fd = -1;  /* a socket that never listens */
 
 /*
  * SIGTERM and SIGINT run with SA_RESTART, so inside a request an interrupted
@@ -47,10 +46,16 @@ static void worker_on_term(int sig)
 
     (void)sig;
     worker_stop = 1;
-    if (worker_accepting && worker_dud_fd >= 0) {
-        dup2(worker_dud_fd, worker_listen_fd);
-        if (worker_kept_fd >= 0)
-            dup2(worker_dud_fd, worker_kept_fd);
+    if (worker_accepting) {
+        /* socket(), dup2() and close() are async-signal-safe. Should socket()
+         * fail, the worker stops after the next request instead. */
+        int dud = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (dud >= 0) {
+            dup2(dud, worker_listen_fd);
+            if (worker_kept_fd >= 0)
+                dup2(dud, worker_kept_fd);
+            close(dud);
+        }
     }
     errno = saved;
 }
@@ -302,14 +307,6 @@ int worker_main(const struct cs_conf *conf, int listen_fd, struct shm_node *shm,
         return 1;
     }
     worker_listen_fd = listen_fd;
-    worker_dud_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (worker_dud_fd < 0) {
-        log_error("socket(): %s", strerror(errno));
-        FCGX_Free(&fr, 0);
-        free(body);
-        worker_fini(&w);
-        return 1;
-    }
     log_debug("worker %d ready on fd %d", index, listen_fd);
 
     for (;;) {
@@ -337,7 +334,6 @@ int worker_main(const struct cs_conf *conf, int listen_fd, struct shm_node *shm,
     FCGX_Free(&fr, 0);
     free(body);
     worker_fini(&w);
-    close(worker_dud_fd);
     log_debug("worker %d stopped", index);
     return 0;
 }

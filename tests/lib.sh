@@ -312,10 +312,30 @@ stock_of() { rcli HGET "COUPON:RESOURCE:STOCK:{$(($1 % 10))}" "$1"; }
 # activity ID by users USERBASE.. over CONC connections through $COUPON_URL;
 # prints loadgen's JSON summary.
 seize_load() {
+    local LOAD_ARGV
+    load_argv "$@"
+    "${LOAD_ARGV[@]}"
+}
+
+# seize_load_bg OUTFILE ID CONC TOTAL USERBASE [loadgen flags...]: seize_load
+# in the background, its summary to OUTFILE. LOAD_PID is loadgen itself, so a
+# TERM to it stops the load (a function put in the background with & is a
+# subshell, and killing that would leave loadgen running).
+seize_load_bg() {
+    local out=$1
+    shift
+    load_argv "$@"
+    "${LOAD_ARGV[@]}" >"$out" &
+    LOAD_PID=$!
+}
+
+# load_argv ID CONC TOTAL USERBASE [loadgen flags...]: seize_load's loadgen
+# command line, into LOAD_ARGV.
+load_argv() {
     local id=$1 conc=$2 total=$3 base=$4
     shift 4
-    "$LOADGEN" -p "${COUPON_URL##*:}" -s "$COUPON_JWT_SECRET" -a "$id" -c "$conc" -n "$total" \
-        -b "$base" -j "$@"
+    LOAD_ARGV=("$LOADGEN" -p "${COUPON_URL##*:}" -s "$COUPON_JWT_SECRET" -a "$id" -c "$conc"
+        -n "$total" -b "$base" -j "$@")
 }
 
 # code_count JSON CODE: how many answers of a seize_load summary had CODE.

@@ -48,8 +48,8 @@ check_eq "seizes through the activated socket" 200 "$(seized 200000)"
 
 # --- SIGHUP: workers replaced one by one while a load runs ------------------------------
 before=$(pgrep -P "$sup" | sort | tr '\n' ' ')
-seize_load 501 16 20000 300000 >"$COUPON_DIR/hup.json" &
-lpid=$!
+seize_load_bg "$COUPON_DIR/hup.json" 501 16 20000 300000
+lpid=$LOAD_PID
 sleep 0.3
 kill -HUP "$sup"
 wait "$lpid"

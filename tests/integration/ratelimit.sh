@@ -29,12 +29,9 @@ check "SEIZED ($ok_n in ${secs}s) stays within rate x time + burst ($max)" test 
 check_eq "the stock went down only for the SEIZED" "$((1000000 - ok_n))" "$(stock_of 601)"
 # One client seizing back to back while a load keeps the bucket drained (a
 # slow machine must not let it refill between two requests of this test).
-# The subshell execs loadgen so that $! is loadgen itself and the TERM below
-# stops the load, not only a shell that would leave it running.
 tok=$(mint_jwt 9)
-(exec "$LOADGEN" -p "${COUPON_URL##*:}" -s "$COUPON_JWT_SECRET" -a 601 -c 8 -n 100000 -b 8 -j \
-    -U -D 4 >"$COUPON_DIR/drain.json") &
-dpid=$!
+seize_load_bg "$COUPON_DIR/drain.json" 601 8 100000 8 -U -D 4
+dpid=$LOAD_PID
 for _ in $(seq 60); do
     http POST /market/consumer/coupon/seize '{"id":601}' "$tok"
     [[ $HTTP_CODE == 429 ]] && break

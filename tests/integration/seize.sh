@@ -88,8 +88,8 @@ expect "a good request still works" 200 SEIZED "${A[@]}" "${J[@]}" --data-binary
 
 # --- kill -9 of a worker under load -------------------------------------------------
 workers_before=$(pgrep -P "$COUPON_FCGI_PID" | sort)
-seize_load 104 64 6000 900000 >"$COUPON_DIR/kill.json" &
-lpid=$!
+seize_load_bg "$COUPON_DIR/kill.json" 104 64 6000 900000
+lpid=$LOAD_PID
 sleep 0.3
 victim=$(pgrep -P "$COUPON_FCGI_PID" | head -n 1)
 kill -9 "$victim"
