@@ -29,7 +29,7 @@ static volatile sig_atomic_t worker_kept_fd = -1; /* a kept connection being rea
 /*
  * SIGTERM and SIGINT run with SA_RESTART, so inside a request an interrupted
  * read or write of libfcgi resumes instead of losing the answer (a poll or a
- * Redis connect still ends early: see the README). A blocked accept() resumes
+ * Redis connect still ends early: see doc/tuning.md). A blocked accept() resumes
  * too; so while waiting for the next request, the handler puts a socket that
  * does not listen under the listening descriptor's number (and under a kept
  * connection's, should the web server keep connections), and the resumed
