@@ -265,11 +265,16 @@ static int worker_init(struct worker *w, const struct cs_conf *conf, struct shm_
         log_error("auth: OpenSSL has no HMAC-SHA-256");
         return CS_ERR;
     }
+    /* Counted by the metrics route; a full registry only hides this worker there. */
+    if (shm_worker_register(shm, (int32_t)getpid()) < 0)
+        log_warn("worker %d: no free slot in the worker registry (metrics omit it)", index);
     return CS_OK;
 }
 
 static void worker_fini(struct worker *w)
 {
+    if (w->shm != NULL)
+        shm_worker_unregister(w->shm, (int32_t)getpid());
     auth_fini(&w->auth);
     meta_free(w->meta);
     mconn_free(w->mc);
