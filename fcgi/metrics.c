@@ -259,13 +259,18 @@ static void metrics_activities(struct worker *w, struct out *o)
         struct alist_page pg;
         if (alist_page(w, page, METRICS_LIST_PAGE, &pg) != CS_OK)
             break;
+        int last = pg.n < METRICS_LIST_PAGE || page * METRICS_LIST_PAGE >= pg.total;
         for (size_t i = 0; i < pg.n && n < METRICS_MAX_ACTIVITIES; i++) {
+            /* The list is in start-time order: the rest start later still. */
+            if (pg.acts[i].start_ms > now) {
+                last = 1;
+                break;
+            }
             if (activity_status_at(&pg.acts[i], now) != ACT_IN_PROGRESS)
                 continue;
             st[n] = (struct activity_stock){.id = pg.acts[i].id};
             total[n++] = pg.acts[i].total_num;
         }
-        int last = pg.n < METRICS_LIST_PAGE || page * METRICS_LIST_PAGE >= pg.total;
         alist_page_free(&pg);
         if (last)
             break;
