@@ -290,11 +290,11 @@ static void metrics_activities(struct worker *w, struct out *o)
         if (st[i].state == ACT_STOCK_SET && st[i].value >= 0)
             emit(o, "couponseize_activity_sold_out{activity=\"%lld\"} %d\n",
                  (long long)st[i].id, st[i].value == 0);
-    emit(o, "# HELP couponseize_activity_total Coupons an activity on sale now offers in "
-            "all (totalNum).\n# TYPE couponseize_activity_total gauge\n");
+    emit(o, "# HELP couponseize_activity_coupons Coupons an activity on sale now offers in "
+            "all (totalNum).\n# TYPE couponseize_activity_coupons gauge\n");
     for (size_t i = 0; i < n; i++)
         if (st[i].state == ACT_STOCK_SET && st[i].value >= 0)
-            emit(o, "couponseize_activity_total{activity=\"%lld\"} %lld\n",
+            emit(o, "couponseize_activity_coupons{activity=\"%lld\"} %lld\n",
                  (long long)st[i].id, (long long)total[i]);
 }
 

@@ -215,5 +215,10 @@ check_eq "panel Workers: ${COUPON_WORKERS:-4} alive" "${COUPON_WORKERS:-4}" \
     "$(promq 'sum(couponseize_workers)' | awk '{print $NF}')"
 rss=$(promq 'min(couponseize_worker_rss_bytes)' | awk '{print int($NF)}')
 check "panel Worker RSS: every worker above 1 MB ($rss bytes)" test "${rss:-0}" -gt 1048576
+# The new series (workers, per-activity stock) pass Prometheus' own lint.
+if command -v promtool >/dev/null 2>&1; then
+    out=$(curl -s --max-time 10 "$COUPON_URL/market/admin/metrics" | promtool check metrics 2>&1)
+    check_eq "promtool check metrics accepts a scrape with sales on ($out)" 0 "$?"
+fi
 diag "checks done after ${SECONDS} s"
 finish
