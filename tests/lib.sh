@@ -301,6 +301,21 @@ wait_for() {
     done
 }
 
+# wait_past_ms EPOCH_MS: returns once this machine's clock is past EPOCH_MS. A
+# wait for a moment (a sale's end, an expiry), judged by the clock rather than
+# by how long a sleep happened to take.
+wait_past_ms() {
+    local left
+    while left=$(($1 - $(date +%s%3N) + 1)); ((left > 0)); do
+        sleep "$(printf '%d.%03d' $((left / 1000)) $((left % 1000)))"
+    done
+}
+
+# end_ms ID: activity ID's distribute_end_time in epoch ms (as MySQL reads it).
+end_ms() {
+    mysql_q "SELECT ROUND(UNIX_TIMESTAMP(distribute_end_time) * 1000) FROM activity WHERE id = $1"
+}
+
 # --- load -----------------------------------------------------------------------
 
 LOADGEN=$top_builddir/tests/bench/loadgen

@@ -12,7 +12,12 @@ set -u
 # A long sold-out hint, so a second node surely still holds one when the
 # sale is topped up (see "on every node" below).
 RECHECK=3000
-export COUPON_CONF_OVERRIDES="limits.soldout_recheck_ms=$RECHECK"
+# coupon-sync's periodic preheat an hour apart: every change below must show
+# because the admin call published it, never because a preheat (5 s on the
+# test stack) happened to run in between - nor may one run between the HDEL
+# and the top-up of "top-up before preheat".
+export COUPON_CONF_OVERRIDES="limits.soldout_recheck_ms=$RECHECK
+preheat.interval_s=3600"
 cs_stack_up
 
 ACT=/market/admin/coupon/activity
