@@ -96,8 +96,16 @@ int req_read_body(struct worker *w, struct req *r)
 int req_auth(struct worker *w, struct req *r, int need, struct auth_identity *id)
 {
     const char *why = "";
-    enum auth_result res = auth_check(&w->auth, r->authorization, r->x_user_id,
-                                      r->x_user_role, cs_now_ms() / 1000, id, &why);
+    enum auth_result res;
+    if (w->auth.mode == AUTH_MODE_TRUSTED_HEADER && r->identity_twice) {
+        /* Two copies of the identity: which one the server meant is unknown. */
+        memset(id, 0, sizeof(*id));
+        why = "identity param " PARAMS_USER_ID " or " PARAMS_USER_ROLE " given twice";
+        res = AUTH_INVALID;
+    } else {
+        res = auth_check(&w->auth, r->authorization, r->x_user_id, r->x_user_role,
+                         cs_now_ms() / 1000, id, &why);
+    }
     if (res == AUTH_MISSING && need == 0) {
         id->user_id = 0;
         return CS_OK;

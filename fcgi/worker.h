@@ -38,6 +38,7 @@ struct req {
     const char *authorization;
     const char *x_user_id;
     const char *x_user_role;
+    int identity_twice;        /* a trusted identity param came more than once */
     long content_length;       /* -1 when absent */
     char *body;                /* NUL-terminated, owned by the worker */
     size_t body_len;
