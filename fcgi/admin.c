@@ -21,7 +21,9 @@ void admin_preheat(struct worker *w, struct req *r)
     struct preheat_result res;
     char err[256], extra[192];
 
-    if (req_auth(w, r, 2, &who) != CS_OK)
+    /* Checked here, not only by nginx's snippet: behind lighttpd or Apache a
+     * cross-site form (text/plain, urlencoded, multipart) reaches the app. */
+    if (req_auth(w, r, 2, &who) != CS_OK || req_read_optional_json(w, r) != CS_OK)
         return;
     /* Its own connection, with coupon-sync's longer timeout: writing
      * thousands of activities takes longer than one seize may wait. */
@@ -64,6 +66,7 @@ void admin_revoke(struct worker *w, struct req *r)
         req_reply(r, CODE_BAD_REQUEST, why, NULL, 0);
         return;
     }
+    r->audit_id = id;
     if (activity_revoke(w->mc, w->rc, id, w->conf->preheat_horizon_days, &found, err,
                         sizeof(err)) != CS_OK) {
         log_error("revoke of activity %" PRId64 " failed: %s", id, err);

@@ -9,6 +9,7 @@
 #include "route.h"
 #include "shm.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -90,6 +91,30 @@ int req_read_body(struct worker *w, struct req *r)
     }
     r->body[n] = '\0';
     r->body_len = (size_t)n;
+    return CS_OK;
+}
+
+int req_read_optional_json(struct worker *w, struct req *r)
+{
+    int typed = r->content_type != NULL && *r->content_type != '\0';
+    if (typed && !http_is_json_type(r->content_type)) {
+        req_reply(r, CODE_UNSUPPORTED_MEDIA_TYPE, NULL, NULL, 0);
+        return CS_ERR;
+    }
+    if (r->content_length <= 0) {
+        r->body[0] = '\0';
+        r->body_len = 0;
+        return CS_OK;
+    }
+    if (req_read_body(w, r) != CS_OK)
+        return CS_ERR;
+    cJSON *doc = cJSON_ParseWithLengthOpts(r->body, r->body_len + 1, NULL, 1);
+    int is_object = cJSON_IsObject(doc);
+    cJSON_Delete(doc);
+    if (!is_object) {
+        req_reply(r, CODE_BAD_REQUEST, "body must be a JSON object", NULL, 0);
+        return CS_ERR;
+    }
     return CS_OK;
 }
 

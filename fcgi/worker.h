@@ -65,6 +65,13 @@ void req_reply(struct req *r, enum cs_code code, const char *msg, const char *ex
  * answering 415 / 413 / 400. */
 int req_read_body(struct worker *w, struct req *r);
 
+/* For a POST whose body is optional (preheat): an empty body is fine when
+ * no Content-Type or a JSON one was sent; any other Content-Type (a
+ * cross-site form's text/plain, urlencoded or multipart) is 415, and a body
+ * must be a JSON object sent as application/json (415 / 400). CS_OK with
+ * the body read (possibly empty), else CS_ERR after answering. */
+int req_read_optional_json(struct worker *w, struct req *r);
+
 /* Authenticates the caller. need: 0 optional (returns CS_OK with
  * id->user_id 0 when no credential), 1 user, 2 admin. CS_ERR after answering
  * 401 / 403. */
