@@ -84,6 +84,20 @@ int req_read_body(struct worker *w, struct req *r)
         req_reply(r, CODE_UNSUPPORTED_MEDIA_TYPE, NULL, NULL, 0);
         return CS_ERR;
     }
+    if (r->body_read)
+        return CS_OK;
+    return req_read_raw(w, r);
+}
+
+int req_read_raw(struct worker *w, struct req *r)
+{
+    if (r->body_read)
+        return CS_OK;
+    if (r->content_length <= 0 || r->content_length > w->conf->fcgi_max_body) {
+        r->body[0] = '\0';
+        r->body_len = 0;
+        return CS_OK;
+    }
     int n = FCGX_GetStr(r->body, (int)r->content_length, r->fr->in);
     if (n != r->content_length) {
         req_reply(r, CODE_BAD_REQUEST, "request body shorter than Content-Length", NULL, 0);
@@ -91,6 +105,7 @@ int req_read_body(struct worker *w, struct req *r)
     }
     r->body[n] = '\0';
     r->body_len = (size_t)n;
+    r->body_read = 1;
     return CS_OK;
 }
 

@@ -257,6 +257,71 @@ expect "update of a voided sale" 409 VOIDED
 http POST /market/admin/coupon/preheat '' "$ADMIN"
 expect "preheat" 200 OK
 
+# --- Idempotency-Key on admin writes ------------------------------------------------------------
+# keyed KEY METHOD PATH [BODY]: like http, with an Idempotency-Key header.
+keyed() {
+    local out
+    local -a args=(-s -X "$2" --max-time 30 -D - -H "Authorization: Bearer $ADMIN" -H "Idempotency-Key: $1")
+    if [[ -n ${4:-} ]]; then
+        args+=(-H 'Content-Type: application/json' --data-binary "$4")
+    else
+        args+=(-H 'Content-Length: 0')
+    fi
+    out=$(curl "${args[@]}" -w '\n%{http_code}' "$COUPON_URL$3") || true
+    HTTP_CODE=${out##*$'\n'}
+    out=${out%$'\n'*}
+    HTTP_HEADERS=${out%%$'\r\n\r\n'*}
+    HTTP_BODY=${out#*$'\r\n\r\n'}
+}
+body_sans_now() { sed 's/"now":[0-9]*//' <<<"$1"; }
+k1=topup-$RANDOM$RANDOM
+create "Keyed" 10 -60 3600
+expect "create an activity for the keyed top-ups" 201 OK
+C=$(jat "$HTTP_BODY" idStr)
+keyed "$k1" PUT "$ACT" "{\"id\":$C,\"addStock\":3}"
+expect "top-up with a key" 200 OK
+first=$HTTP_BODY
+check_eq "the top-up counted once: MySQL total, stock; Redis stock" "13 13 13" \
+    "$(mysql_q "SELECT CONCAT(total_num, ' ', stock_num) FROM activity WHERE id = $C") $(stock_of "$C")"
+for i in 1 2; do
+    keyed "$k1" PUT "$ACT" "{\"id\":$C,\"addStock\":3}"
+    expect "the same key again ($i): the same answer" 200 OK
+    check_eq "the same key again ($i): the body the first request got" "$first" "$HTTP_BODY"
+    check_match "the same key again ($i): marked as a replay" $'\n[Ii]dempotent-[Rr]eplayed: true' "$HTTP_HEADERS"
+done
+check_eq "a repeated key changed nothing: MySQL total, stock; Redis stock" "13 13 13" \
+    "$(mysql_q "SELECT CONCAT(total_num, ' ', stock_num) FROM activity WHERE id = $C") $(stock_of "$C")"
+check_eq "one audit row for the keyed top-up" 1 \
+    "$(mysql_q "SELECT COUNT(*) FROM admin_audit WHERE action = 'topup' AND activity_id = $C")"
+keyed "$k1" PUT "$ACT" "{\"id\":$C,\"addStock\":4}"
+expect "the key with another body" 422 IDEMPOTENCY_KEY_REUSED
+keyed "\"sf-$k1\"" PUT "$ACT" "{\"id\":$C,\"addStock\":3}"
+expect "a new key, written as an sf-string (quoted)" 200 OK
+keyed "sf-$k1" PUT "$ACT" "{\"id\":$C,\"addStock\":3}"
+check_eq "the quoted and the bare key are one key" "200 true" \
+    "$HTTP_CODE $(grep -ci '^idempotent-replayed: true' <<<"$HTTP_HEADERS" | sed 's/^1$/true/')"
+check_eq "two top-ups of 3 in all" "16 16" \
+    "$(mysql_q "SELECT total_num FROM activity WHERE id = $C") $(stock_of "$C")"
+keyed "bad key" PUT "$ACT" "{\"id\":$C,\"addStock\":3}"
+expect "a key with a space" 400 BAD_REQUEST
+mysql_q "INSERT INTO admin_idempotency (admin_sub, idem_key, request_method, request_path, request_body)
+    VALUES ('77', 'pending-$k1', 'PUT', '$ACT', '{\"id\":$C,\"addStock\":3}')"
+keyed "pending-$k1" PUT "$ACT" "{\"id\":$C,\"addStock\":3}"
+expect "a key whose first request is unanswered" 409 IDEMPOTENCY_KEY_IN_USE
+check_eq "... and nothing was added" 16 "$(mysql_q "SELECT total_num FROM activity WHERE id = $C")"
+keyed "create-$k1" POST "$ACT" "{\"name\":\"Keyed create\",\"totalNum\":5,\"distributeStartTime\":\"$(iso 600)\",\"distributeEndTime\":\"$(iso 3600)\"}"
+expect "create with a key" 201 OK
+cid=$(jat "$HTTP_BODY" idStr)
+keyed "create-$k1" POST "$ACT" "{\"name\":\"Keyed create\",\"totalNum\":5,\"distributeStartTime\":\"$(iso 600)\",\"distributeEndTime\":\"$(iso 3600)\"}"
+check_eq "a retried create answers the same id" "201 $cid" "$HTTP_CODE $(jat "$HTTP_BODY" idStr)"
+check_eq "... and created one activity" 1 "$(mysql_q "SELECT COUNT(*) FROM activity WHERE name = 'Keyed create'")"
+USER2=$(mint_jwt 6)
+out=$(curl -s -o /dev/null -w '%{http_code}' -X PUT -H "Authorization: Bearer $USER2" \
+    -H "Idempotency-Key: user-$k1" -H 'Content-Type: application/json' \
+    --data-binary "{\"id\":$C,\"addStock\":3}" "$COUPON_URL$ACT")
+check_eq "a user's keyed write: 403, no key remembered" "403 0" \
+    "$out $(mysql_q "SELECT COUNT(*) FROM admin_idempotency WHERE idem_key = 'user-$k1'")"
+
 # --- exact ids up to 2^63-1 -------------------------------------------------------------------
 mk_activity 9223372036854775806 10 -60 3600
 http GET "$ACT?id=9223372036854775806" '' "$ADMIN"
@@ -269,7 +334,7 @@ check_match "the next id is 2^63-1, exact" '"id":9223372036854775807,"idStr":"92
 check_eq "no audit row for 401/403 answers" 0 \
     "$(mysql_q "SELECT COUNT(*) FROM admin_audit WHERE admin_sub <> '77'")"
 check_eq "audit rows by action (create, preheat, revoke, topup, update)" \
-    "create 21,preheat 1,revoke 1,topup 8,update 8," \
+    "create 23,preheat 1,revoke 1,topup 10,update 8," \
     "$(mysql_q "SELECT action, COUNT(*) FROM admin_audit GROUP BY action ORDER BY action" | tr '\t\n' ' ,')"
 check_eq "the top-up's row: who, what, result" \
     "77	topup	$A	{\"id\":$A,\"addStock\":$K}	200	OK" \
