@@ -309,10 +309,11 @@ mysql_q "INSERT INTO admin_idempotency (admin_sub, idem_key, request_method, req
 keyed "pending-$k1" PUT "$ACT" "{\"id\":$C,\"addStock\":3}"
 expect "a key whose first request is unanswered" 409 IDEMPOTENCY_KEY_IN_USE
 check_eq "... and nothing was added" 16 "$(mysql_q "SELECT total_num FROM activity WHERE id = $C")"
-keyed "create-$k1" POST "$ACT" "{\"name\":\"Keyed create\",\"totalNum\":5,\"distributeStartTime\":\"$(iso 600)\",\"distributeEndTime\":\"$(iso 3600)\"}"
+cbody="{\"name\":\"Keyed create\",\"totalNum\":5,\"distributeStartTime\":\"$(iso 600)\",\"distributeEndTime\":\"$(iso 3600)\"}"
+keyed "create-$k1" POST "$ACT" "$cbody"
 expect "create with a key" 201 OK
 cid=$(jat "$HTTP_BODY" idStr)
-keyed "create-$k1" POST "$ACT" "{\"name\":\"Keyed create\",\"totalNum\":5,\"distributeStartTime\":\"$(iso 600)\",\"distributeEndTime\":\"$(iso 3600)\"}"
+keyed "create-$k1" POST "$ACT" "$cbody"
 check_eq "a retried create answers the same id" "201 $cid" "$HTTP_CODE $(jat "$HTTP_BODY" idStr)"
 check_eq "... and created one activity" 1 "$(mysql_q "SELECT COUNT(*) FROM activity WHERE name = 'Keyed create'")"
 USER2=$(mint_jwt 6)
