@@ -1,4 +1,5 @@
 /* admin.c - preheat, revoke, reconcile and health routes. */
+#include "alist.h"
 #include "conf.h"
 #include "cs.h"
 #include "keys.h"
@@ -42,7 +43,8 @@ void admin_preheat(struct worker *w, struct req *r)
         req_reply(r, CODE_UNAVAILABLE, "preheat failed: MySQL or Redis unavailable", NULL, 5);
         return;
     }
-    meta_invalidate(w->meta);
+    meta_invalidate_node(w);
+    alist_invalidate(w);
     log_notice("preheat by admin %" PRId64 ": %d loaded, %d created, %d restored "
                "(MySQL %" PRId64 " ms, Redis %" PRId64 " ms)",
                who.user_id, res.loaded, res.created, res.restored, res.select_ms, res.write_ms);
@@ -68,8 +70,13 @@ void admin_revoke(struct worker *w, struct req *r)
         return;
     }
     r->audit_id = id;
-    if (activity_revoke(w->mc, w->rc, id, w->conf->preheat_horizon_days, &found, err,
-                        sizeof(err)) != CS_OK) {
+    struct rconn_opts ro;
+    rconn_opts_from_conf(&ro, w->conf, w->conf->sync_redis_timeout_ms);
+    struct rconn *rc = rconn_new(&ro);
+    int ok = activity_revoke(w->mc, rc, id, w->conf->preheat_horizon_days, &found, err,
+                             sizeof(err));
+    rconn_free(rc);
+    if (ok != CS_OK) {
         log_error("revoke of activity %" PRId64 " failed: %s", id, err);
         req_reply(r, CODE_UNAVAILABLE, "revoke failed: MySQL or Redis unavailable", NULL, 5);
         return;
@@ -80,7 +87,8 @@ void admin_revoke(struct worker *w, struct req *r)
     }
     /* Every worker of this node answers VOIDED from now on. */
     shm_flag_set(w->shm->voided, id, INT64_MAX);
-    meta_invalidate(w->meta);
+    meta_invalidate_node(w);
+    alist_invalidate(w);
     log_notice("activity %" PRId64 " revoked by admin %" PRId64, id, who.user_id);
     snprintf(extra, sizeof(extra), "\"activityId\":%" PRId64, id);
     req_reply(r, CODE_OK, "activity revoked", extra, 0);
@@ -132,7 +140,7 @@ void admin_reconcile(struct worker *w, struct req *r)
     }
     if (res.after > 0)
         shm_flag_clear(w->shm->soldout, id);
-    meta_invalidate(w->meta);
+    meta_invalidate_node(w);
     if (res.after != res.before)
         log_notice("activity %" PRId64 " reconciled by admin %" PRId64 ": Redis stock %" PRId64
                    " -> %" PRId64 " (MySQL total %" PRId64 ", %" PRId64 " seized)",
