@@ -38,9 +38,12 @@ struct req {
     const char *authorization;
     const char *x_user_id;
     const char *x_user_role;
+    int identity_twice;        /* a trusted identity param came more than once */
     long content_length;       /* -1 when absent */
     char *body;                /* NUL-terminated, owned by the worker */
     size_t body_len;
+    int body_read;             /* the body is in body/body_len already */
+    const char *idem_key;      /* Idempotency-Key header, or NULL */
     int route;
     enum cs_code code;         /* what was answered, for metrics */
     int64_t start_us;
@@ -63,6 +66,18 @@ void req_reply(struct req *r, enum cs_code code, const char *msg, const char *ex
 /* Reads the JSON body within the configured cap. CS_OK, or CS_ERR after
  * answering 415 / 413 / 400. */
 int req_read_body(struct worker *w, struct req *r);
+
+/* Reads the body as it is, without judging it (none when absent or over
+ * the cap: left to req_read_body); later req_read_body calls use what was
+ * read. CS_OK, or CS_ERR after answering 400 (shorter than announced). */
+int req_read_raw(struct worker *w, struct req *r);
+
+/* For a POST whose body is optional (preheat): an empty body is fine when
+ * no Content-Type or a JSON one was sent; any other Content-Type (a
+ * cross-site form's text/plain, urlencoded or multipart) is 415, and a body
+ * must be a JSON object sent as application/json (415 / 400). CS_OK with
+ * the body read (possibly empty), else CS_ERR after answering. */
+int req_read_optional_json(struct worker *w, struct req *r);
 
 /* Authenticates the caller. need: 0 optional (returns CS_OK with
  * id->user_id 0 when no credential), 1 user, 2 admin. CS_ERR after answering
