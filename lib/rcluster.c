@@ -15,14 +15,24 @@
 #define RC_NO_NODE 0xff
 #define RC_BACKOFF_MIN_MS 5
 #define RC_BACKOFF_MAX_MS 100
+/* A reply that would end within this much of the deadline keeps the
+ * command timeout: no setsockopt() per command for a few milliseconds. */
+#define RC_ARM_SLACK_MS 10
 
 struct rc_node {
     char host[64];
     int port;
     redisContext *ctx;
+    uint64_t conn_id;          /* rc->conn_seq when ctx was opened */
+    int armed_ms;              /* receive timeout set on ctx */
     int64_t retry_at_ms;       /* monotonic; no reconnect before this */
     int backoff_ms;
     int seed;
+    /* The durability rule (rc_node_copies()). */
+    int safe_alone;            /* 0 not checked on this connection, 1 its
+                                  settings let it stand alone, -1 they do not */
+    int copies;                /* replicas that could take over; -1 unknown */
+    int64_t copies_ms;         /* when copies was read; 0 never */
 };
 
 /* One command of a pipeline. */
@@ -50,6 +60,7 @@ struct rcluster {
     struct rc_pipe *pipe;
     size_t npipe, cap, next;
     int reading;               /* replies of the pipeline have been collected */
+    int64_t pipe_deadline;     /* of the pipeline's first append: resends keep it */
 };
 
 /* The process' own shared block when the caller gives none (coupon-sync). */
@@ -128,9 +139,9 @@ static void rc_add_range(struct rcluster_range **v, size_t *n, size_t *cap, long
     g->port = port;
 }
 
-/* The master of one CLUSTER SHARDS entry: its address, or CS_ERR. The
- * "endpoint" is the address clients are meant to use; "ip" when it is
- * unknown ("?" or empty). */
+/* The master of one CLUSTER SHARDS entry whose health is "online" (or not
+ * given): its address, or CS_ERR. The "endpoint" is the address clients
+ * are meant to use; "ip" when it is unknown ("?" or empty). */
 static int rc_shard_master(const redisReply *nodes, const char *self_host, const char **host,
                            size_t *hostlen, int *port)
 {
@@ -139,7 +150,7 @@ static int rc_shard_master(const redisReply *nodes, const char *self_host, const
         const char *ip = NULL, *ep = NULL;
         size_t iplen = 0, eplen = 0;
         long long p = 0;
-        int master = 0;
+        int master = 0, failed = 0;
         if (nd->type != REDIS_REPLY_ARRAY)
             return CS_ERR;
         for (size_t j = 0; j + 1 < nd->elements; j += 2) {
@@ -154,8 +165,12 @@ static int rc_shard_master(const redisReply *nodes, const char *self_host, const
                 ep = v->str, eplen = v->len;
             else if (strcmp(k->str, "role") == 0 && rc_is_str(v))
                 master = strcmp(v->str, "master") == 0;
+            else if (strcmp(k->str, "health") == 0 && rc_is_str(v))
+                failed = strcmp(v->str, "online") != 0;
         }
-        if (!master)
+        /* Redis 7.2 groups by shard id: a failed old master may be listed
+         * beside the promoted one. Only a healthy master serves. */
+        if (!master || failed)
             continue;
         if (ep != NULL && eplen > 0 && strcmp(ep, "?") != 0)
             *host = ep, *hostlen = eplen;
@@ -286,6 +301,8 @@ static int rc_node_find(struct rcluster *cl, const char *host, int port)
     return -1;
 }
 
+static void rc_node_close(struct rcluster *cl, int i);
+
 /* The node of host:port, added when new; -1 when the table is full of
  * nodes still in use. */
 static int rc_node_get(struct rcluster *cl, const char *host, int port)
@@ -304,8 +321,7 @@ static int rc_node_get(struct rcluster *cl, const char *host, int port)
                 break;
         if (i == cl->nnodes)
             return -1;
-        if (cl->nodes[i].ctx != NULL)
-            redisFree(cl->nodes[i].ctx);
+        rc_node_close(cl, i); /* rc->ctx may point at it */
     } else {
         i = cl->nnodes++;
     }
@@ -313,6 +329,7 @@ static int rc_node_get(struct rcluster *cl, const char *host, int port)
     memset(nd, 0, sizeof(*nd));
     snprintf(nd->host, sizeof(nd->host), "%s", host);
     nd->port = port;
+    nd->copies = -1;
     return i;
 }
 
@@ -355,9 +372,47 @@ static redisContext *rc_node_ctx(struct rcluster *cl, int i)
         rc_node_fail(cl, i);
         return NULL;
     }
+    nd->conn_id = ++cl->rc->conn_seq;
+    nd->armed_ms = cl->rc->opts.command_timeout_ms;
+    nd->safe_alone = 0; /* settings are read again on a new connection */
     nd->backoff_ms = 0;
     nd->retry_at_ms = 0;
     return nd->ctx;
+}
+
+static struct timeval rc_tv(int ms)
+{
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    return tv;
+}
+
+/* The deadline of a command started now: command_timeout_ms, or the
+ * request deadline when nearer. */
+static int64_t rc_deadline(const struct rconn *rc)
+{
+    int64_t d = cs_mono_ms() + rc->opts.command_timeout_ms;
+    return rc->deadline_ms != 0 && rc->deadline_ms < d ? rc->deadline_ms : d;
+}
+
+/* Bounds the next reply on node i (connected) by deadline. CS_ERR, with
+ * rc->err RCONN_ERR_DEADLINE, when it has passed: send nothing. */
+static int rc_arm(struct rcluster *cl, int i, int64_t deadline)
+{
+    struct rc_node *nd = &cl->nodes[i];
+    int64_t left = deadline - cs_mono_ms();
+    int ms = cl->rc->opts.command_timeout_ms;
+    if (left <= 0) {
+        rconn_set_err(cl->rc, RCONN_ERR_DEADLINE, "redis cluster",
+                      "the request deadline passed before the command was sent");
+        return CS_ERR;
+    }
+    if (left + RC_ARM_SLACK_MS < ms)
+        ms = (int)left;
+    if (ms != nd->armed_ms) {
+        redisSetTimeout(nd->ctx, rc_tv(ms));
+        nd->armed_ms = ms;
+    }
+    return CS_OK;
 }
 
 struct rcluster *rcluster_new(struct rconn *rc)
@@ -415,10 +470,11 @@ void rcluster_free(struct rcluster *cl)
 /* ---- the slot map -------------------------------------------------------------------- */
 
 /* Asks node i for the map: CLUSTER SHARDS, or CLUSTER SLOTS on Redis < 7. */
-static int rc_fetch_map(struct rcluster *cl, int i, struct rcluster_range **v, size_t *n)
+static int rc_fetch_map(struct rcluster *cl, int i, struct rcluster_range **v, size_t *n,
+                        int64_t deadline)
 {
     redisContext *c = rc_node_ctx(cl, i);
-    if (c == NULL)
+    if (c == NULL || rc_arm(cl, i, deadline) != CS_OK)
         return CS_ERR;
     for (int shards = 1; shards >= 0; shards--) {
         redisReply *r = redisCommand(c, shards ? "CLUSTER SHARDS" : "CLUSTER SLOTS");
@@ -466,8 +522,9 @@ static int rc_install_map(struct rcluster *cl, const struct rcluster_range *v, s
 }
 
 /* Refreshes the map from the first node that answers, starting after the
- * last one that failed so a dead master is not asked first. */
-static int rc_refresh(struct rcluster *cl)
+ * last one that failed so a dead master is not asked first; gives up at
+ * deadline. */
+static int rc_refresh(struct rcluster *cl, int64_t deadline)
 {
     int64_t now = cs_mono_ms();
     uint64_t epoch = atomic_load(&cl->sh->epoch);
@@ -479,9 +536,11 @@ static int rc_refresh(struct rcluster *cl)
         /* A node in its reconnect backoff is skipped, not waited for. */
         if (cl->nodes[i].ctx == NULL && cl->nodes[i].retry_at_ms > now)
             continue;
+        if (cs_mono_ms() >= deadline)
+            break;
         struct rcluster_range *v = NULL;
         size_t n = 0;
-        if (rc_fetch_map(cl, i, &v, &n) != CS_OK)
+        if (rc_fetch_map(cl, i, &v, &n, deadline) != CS_OK)
             continue;
         int first = !cl->have_map;
         int changed = rc_install_map(cl, v, n);
@@ -505,7 +564,7 @@ static int rc_refresh(struct rcluster *cl)
 /* Refreshes when due: no map yet, a redirection or failure asked for one,
  * or another process of the node found the map changed. Throttled to one
  * refresh a second per process and one every 100 ms per node. */
-static void rc_maybe_refresh(struct rcluster *cl)
+static void rc_maybe_refresh(struct rcluster *cl, int64_t deadline)
 {
     int64_t now = cs_mono_ms();
     if (cl->have_map && !cl->need_refresh && cl->seen_epoch == atomic_load(&cl->sh->epoch))
@@ -519,7 +578,7 @@ static void rc_maybe_refresh(struct rcluster *cl)
         if (!atomic_compare_exchange_strong(&cl->sh->refresh_ms, &last, now))
             return;
     }
-    rc_refresh(cl);
+    rc_refresh(cl, deadline);
 }
 
 static int rc_any_master(struct rcluster *cl)
@@ -631,16 +690,32 @@ io:
     return NULL;
 }
 
-/* rcluster_exec() for a slot (RCLUSTER_SLOTS: any master). */
+static void rc_site_set(struct rcluster *cl, struct rconn_site *site, int i)
+{
+    if (site == NULL)
+        return;
+    site->node = i;
+    site->conn_id = i >= 0 && cl->nodes[i].ctx != NULL ? cl->nodes[i].conn_id : 0;
+}
+
+/* rcluster_exec() for a slot (RCLUSTER_SLOTS: any master), until deadline. */
 static redisReply *rc_exec_slot(struct rconn *rc, unsigned slot, const char *cmd, size_t len,
-                                struct rscript *s)
+                                struct rscript *s, int64_t deadline, struct rconn_site *site)
 {
     struct rcluster *cl = rc->cl;
-    int64_t deadline = cs_mono_ms() + rc->opts.command_timeout_ms;
-    int ask = -1, redirects = 0, waits = 0, loaded = 0;
+    int ask = -1, redirects = 0, waits = 0;
+    uint64_t loaded = 0;       /* nodes this call loaded the script on */
 
+    rc_site_set(cl, site, -1);
     for (;;) {
-        rc_maybe_refresh(cl);
+        /* Every hop, reload and refresh is inside the deadline; what has
+         * been sent so far was redirected or refused, so nothing ran. */
+        if (cs_mono_ms() >= deadline) {
+            rconn_set_err(rc, RCONN_ERR_DEADLINE, "redis cluster",
+                          "the request deadline passed before the command was sent");
+            return NULL;
+        }
+        rc_maybe_refresh(cl, deadline);
         int i = ask >= 0 ? ask : rc_slot_node(cl, slot);
         if (i < 0) {
             cl->need_refresh = 1;
@@ -655,9 +730,14 @@ static redisReply *rc_exec_slot(struct rconn *rc, unsigned slot, const char *cmd
                 continue;
             return NULL;
         }
+        if (rc_arm(cl, i, deadline) != CS_OK)
+            return NULL;
         redisReply *r = rc_send(cl, i, ask >= 0, cmd, len);
         if (r == NULL)
             return NULL;
+        rc->err = RCONN_OK;
+        rc->errstr[0] = '\0';
+        rc_site_set(cl, site, i);
         if (r->type != REDIS_REPLY_ERROR)
             return r;
 
@@ -693,9 +773,11 @@ static redisReply *rc_exec_slot(struct rconn *rc, unsigned slot, const char *cmd
             freeReplyObject(r);
             continue;
         }
-        if (s != NULL && !loaded && rc_err_is(r, "NOSCRIPT")) {
+        /* Scripts are not replicated on Redis 7.0: a promoted replica, or
+         * the next node after a redirection, may lack it too. */
+        if (s != NULL && !(loaded & (1ull << i)) && rc_err_is(r, "NOSCRIPT")) {
             int io;
-            loaded = 1;
+            loaded |= 1ull << i;
             if (rc_script_load(rc, cl->nodes[i].ctx, ask >= 0, s, &io) != CS_OK) {
                 if (io) {
                     rc_node_fail(cl, i);
@@ -712,9 +794,9 @@ static redisReply *rc_exec_slot(struct rconn *rc, unsigned slot, const char *cmd
 }
 
 redisReply *rcluster_exec(struct rconn *rc, const char *key, const char *cmd, size_t len,
-                          struct rscript *s)
+                          struct rscript *s, struct rconn_site *site)
 {
-    return rc_exec_slot(rc, rc_key_slot(key), cmd, len, s);
+    return rc_exec_slot(rc, rc_key_slot(key), cmd, len, s, rc_deadline(rc), site);
 }
 
 /* ---- pipelines ----------------------------------------------------------------------- */
@@ -737,8 +819,10 @@ int rcluster_append(struct rconn *rc, const char *key, char *cmd, size_t len)
 
     /* Only before the first append: a refresh on a node with commands of
      * this pipeline in flight would read their replies as its own. */
-    if (cl->npipe == 1)
-        rc_maybe_refresh(cl);
+    if (cl->npipe == 1) {
+        cl->pipe_deadline = rc_deadline(rc);
+        rc_maybe_refresh(cl, cl->pipe_deadline);
+    }
     int i = rc_slot_node(cl, p->slot);
     /* Unsent commands are sent on their own once the others are read. */
     if (i < 0 || rc_node_ctx(cl, i) == NULL)
@@ -756,6 +840,7 @@ int rcluster_append(struct rconn *rc, const char *key, char *cmd, size_t len)
 static void rc_pipe_collect(struct rcluster *cl)
 {
     struct rconn *rc = cl->rc;
+    rc->err = RCONN_OK;
     for (size_t k = 0; k < cl->npipe; k++) {
         struct rc_pipe *p = &cl->pipe[k];
         if (p->node < 0)
@@ -787,7 +872,8 @@ static void rc_pipe_collect(struct rcluster *cl)
             freeReplyObject(p->reply);
             p->reply = NULL;
         }
-        p->reply = rc_exec_slot(rc, p->slot, p->cmd, p->len, NULL);
+        /* The pipeline's deadline, not a fresh one per resend. */
+        p->reply = rc_exec_slot(rc, p->slot, p->cmd, p->len, NULL, cl->pipe_deadline, NULL);
         if (p->reply == NULL)
             p->failed = 1;
     }
@@ -819,16 +905,193 @@ int rcluster_get_reply(struct rconn *rc, redisReply **reply)
     return ret;
 }
 
+/* ---- the durability rule ---------------------------------------------------------- */
+
+/* 1 when node i (connected) persists each write before answering
+ * (appendonly yes, appendfsync always), so a master of it may stand on its
+ * own AOF; -1 when it does not or CONFIG GET is refused; 0 when the
+ * connection failed (asked again later). */
+static int rc_node_safe_alone(struct rcluster *cl, int i)
+{
+    static const struct {
+        const char *name, *want;
+    } need[] = {{"appendonly", "yes"}, {"appendfsync", "always"}};
+    struct rc_node *nd = &cl->nodes[i];
+
+    for (size_t k = 0; k < CS_ARRAY_LEN(need); k++) {
+        redisReply *r = redisCommand(nd->ctx, "CONFIG GET %s", need[k].name);
+        if (r == NULL) {
+            rconn_set_err(cl->rc, rconn_ctx_errno(nd->ctx), "CONFIG GET failed", nd->ctx->errstr);
+            rc_node_fail(cl, i);
+            return 0;
+        }
+        int ok = r->type == REDIS_REPLY_ARRAY && r->elements == 2 && rc_is_str(r->element[1]) &&
+                 strcmp(r->element[1]->str, need[k].want) == 0;
+        if (!ok)
+            log_warn("redis cluster: %s:%d: %s is not %s (or CONFIG GET is refused: %s); its "
+                     "grants wait for redis.wait_replicas replicas even when none is left",
+                     nd->host, nd->port, need[k].name, need[k].want,
+                     r->type == REDIS_REPLY_ERROR ? r->str : "no error");
+        freeReplyObject(r);
+        if (!ok)
+            return -1;
+    }
+    return 1;
+}
+
+/* Whether node nd of CLUSTER SHARDS is host:port. */
+static int rc_node_is(const redisReply *nd, const char *host, int port)
+{
+    long long p = 0;
+    int named = 0;
+    for (size_t j = 0; j + 1 < nd->elements; j += 2) {
+        const redisReply *k = nd->element[j], *v = nd->element[j + 1];
+        if (!rc_is_str(k))
+            continue;
+        if (strcmp(k->str, "port") == 0 && v->type == REDIS_REPLY_INTEGER)
+            p = v->integer;
+        else if ((strcmp(k->str, "ip") == 0 || strcmp(k->str, "endpoint") == 0 ||
+                  strcmp(k->str, "hostname") == 0) && rc_is_str(v) && strcmp(v->str, host) == 0)
+            named = 1;
+    }
+    return named && p == port;
+}
+
+/* The string field name of a CLUSTER SHARDS node, or "". */
+static const char *rc_field(const redisReply *nd, const char *name)
+{
+    for (size_t j = 0; j + 1 < nd->elements; j += 2)
+        if (rc_is_str(nd->element[j]) && strcmp(nd->element[j]->str, name) == 0 &&
+            rc_is_str(nd->element[j + 1]))
+            return nd->element[j + 1]->str;
+    return "";
+}
+
+/* A replica the cluster could still promote: not marked failed. */
+static int rc_node_standby(const redisReply *nd)
+{
+    const char *health = rc_field(nd, "health");
+    return strcmp(rc_field(nd, "role"), "replica") == 0 &&
+           (strcmp(health, "online") == 0 || strcmp(health, "loading") == 0);
+}
+
+/*
+ * In a CLUSTER SHARDS reply given by host:port itself: the replicas of its
+ * shard that are not failed. A replica is marked failed only once a majority
+ * of masters agree it is unreachable; then it cannot win an election, so it
+ * can never become a second writer of the shard. A replica the master merely
+ * cannot reach (it is cut off itself, or the replica is) still counts: WAIT
+ * for it fails and the grant is not confirmed. -1 when host:port is not a
+ * master in the reply.
+ */
+int rcluster_count_standbys(const redisReply *r, const char *host, int port)
+{
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY)
+        return -1;
+    for (size_t i = 0; i < r->elements; i++) {
+        const redisReply *sh = r->element[i], *nodes = NULL;
+        if (sh->type != REDIS_REPLY_ARRAY)
+            return -1;
+        for (size_t j = 0; j + 1 < sh->elements; j += 2)
+            if (rc_is_str(sh->element[j]) && strcmp(sh->element[j]->str, "nodes") == 0)
+                nodes = sh->element[j + 1];
+        if (nodes == NULL || nodes->type != REDIS_REPLY_ARRAY)
+            return -1;
+        int found = 0, master = 0, n = 0;
+        for (size_t j = 0; j < nodes->elements; j++) {
+            const redisReply *nd = nodes->element[j];
+            if (nd->type != REDIS_REPLY_ARRAY)
+                return -1;
+            if (rc_node_is(nd, host, port)) {
+                found = 1;
+                master = strcmp(rc_field(nd, "role"), "master") == 0;
+            } else if (rc_node_standby(nd)) {
+                n++;
+            }
+        }
+        if (found)
+            return master ? n : -1;
+    }
+    return -1;
+}
+
+/* The replicas a grant on node i waits for under the durability rule:
+ * min(wanted, its standbys), wanted when they cannot be counted. */
+static int rc_node_copies(struct rcluster *cl, int i, int wanted)
+{
+    struct rc_node *nd = &cl->nodes[i];
+    int64_t now = cs_mono_ms();
+
+    if (wanted <= 0)
+        return 0;
+    if (nd->copies_ms == 0 || now - nd->copies_ms >= RCLUSTER_REPL_CHECK_MS) {
+        if (rc_node_ctx(cl, i) == NULL || rc_arm(cl, i, rc_deadline(cl->rc)) != CS_OK)
+            return wanted;
+        if (nd->safe_alone == 0)
+            nd->safe_alone = rc_node_safe_alone(cl, i);
+        if (nd->ctx == NULL)
+            return wanted;
+        nd->copies = -1;
+        if (nd->safe_alone > 0) {
+            redisReply *r = redisCommand(nd->ctx, "CLUSTER SHARDS");
+            if (r == NULL) {
+                rconn_set_err(cl->rc, rconn_ctx_errno(nd->ctx), "CLUSTER SHARDS failed",
+                              nd->ctx->errstr);
+                rc_node_fail(cl, i);
+                return wanted;
+            }
+            nd->copies = rcluster_count_standbys(r, nd->host, nd->port);
+            freeReplyObject(r);
+        }
+        nd->copies_ms = now;
+    }
+    return nd->copies < 0 || nd->copies > wanted ? wanted : nd->copies;
+}
+
+redisContext *rcluster_site_ctx(struct rcluster *cl, const struct rconn_site *site)
+{
+    if (site == NULL || site->conn_id == 0 || site->node < 0 || site->node >= cl->nnodes)
+        return NULL;
+    const struct rc_node *nd = &cl->nodes[site->node];
+    return nd->ctx != NULL && nd->conn_id == site->conn_id ? nd->ctx : NULL;
+}
+
+void rcluster_site_fail(struct rcluster *cl, const struct rconn_site *site)
+{
+    if (rcluster_site_ctx(cl, site) != NULL)
+        rc_node_fail(cl, site->node);
+}
+
+int rcluster_copies(struct rcluster *cl, const struct rconn_site *site, int wanted)
+{
+    if (wanted <= 0)
+        return 0;
+    if (rcluster_site_ctx(cl, site) == NULL)
+        return wanted;
+    return rc_node_copies(cl, site->node, wanted);
+}
+
+int rcluster_slot_copies(struct rconn *rc, unsigned slot, int wanted)
+{
+    struct rcluster *cl = rc->cl;
+    rc_maybe_refresh(cl, rc_deadline(rc));
+    int i = slot < RCLUSTER_SLOTS ? rc_slot_node(cl, slot) : -1;
+    if (i < 0 || rc_node_ctx(cl, i) == NULL)
+        return -1;
+    return rc_node_copies(cl, i, wanted);
+}
+
 /* ---- masters ------------------------------------------------------------------------- */
 
-int rcluster_each_master(struct rconn *rc, void (*fn)(void *arg, const char *addr, int up),
+int rcluster_each_master(struct rconn *rc, int wanted,
+                         void (*fn)(void *arg, const char *addr, int up, int copies),
                          void *arg)
 {
     struct rcluster *cl = rc->cl;
     uint8_t seen[RCLUSTER_MAX_NODES] = {0};
     int n = 0;
 
-    rc_maybe_refresh(cl);
+    rc_maybe_refresh(cl, rc_deadline(rc));
     for (int s = 0; s < RCLUSTER_SLOTS; s++) {
         int i = cl->slot_node[s];
         if (i == RC_NO_NODE || seen[i])
@@ -837,7 +1100,7 @@ int rcluster_each_master(struct rconn *rc, void (*fn)(void *arg, const char *add
         n++;
         int up = 0;
         redisContext *c = rc_node_ctx(cl, i);
-        if (c != NULL) {
+        if (c != NULL && rc_arm(cl, i, rc_deadline(rc)) == CS_OK) {
             redisReply *r = redisCommand(c, "PING");
             if (r == NULL)
                 rc_node_fail(cl, i);
@@ -848,7 +1111,7 @@ int rcluster_each_master(struct rconn *rc, void (*fn)(void *arg, const char *add
         }
         char addr[80];
         snprintf(addr, sizeof(addr), "%s:%d", cl->nodes[i].host, cl->nodes[i].port);
-        fn(arg, addr, up);
+        fn(arg, addr, up, up ? rc_node_copies(cl, i, wanted) : -1);
     }
     return n;
 }
