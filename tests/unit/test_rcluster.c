@@ -135,6 +135,52 @@ START_TEST(maps_parse)
 }
 END_TEST
 
+/* One CLUSTER SHARDS node of Redis 7.x, appended to buf. */
+static void shard_node(char *buf, size_t cap, const char *ip, int port, const char *role,
+                       const char *health)
+{
+    char p[8];
+    snprintf(p, sizeof(p), "%d", port);
+    size_t n = strlen(buf);
+    snprintf(buf + n, cap - n,
+             "*10\r\n$2\r\nid\r\n$1\r\nx\r\n$4\r\nport\r\n:%d\r\n$2\r\nip\r\n$%zu\r\n%s\r\n"
+             "$4\r\nrole\r\n$%zu\r\n%s\r\n$6\r\nhealth\r\n$%zu\r\n%s\r\n",
+             port, strlen(ip), ip, strlen(role), role, strlen(health), health);
+}
+
+/* Redis 7.2 lists a failed old master beside the promoted one in its shard:
+ * the map takes the healthy one; the durability rule counts the replicas
+ * that are not failed, from the point of view of the master asked. */
+START_TEST(failed_nodes_are_left_out)
+{
+    char buf[2048] = "*1\r\n*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:16383\r\n$5\r\nnodes\r\n*4\r\n";
+    shard_node(buf, sizeof(buf), "10.0.0.1", 7001, "master", "failed");
+    shard_node(buf, sizeof(buf), "10.0.0.2", 7002, "master", "online");
+    shard_node(buf, sizeof(buf), "10.0.0.3", 7003, "replica", "online");
+    shard_node(buf, sizeof(buf), "10.0.0.4", 7004, "replica", "fail");
+    struct rcluster_range *v;
+    size_t n;
+    redisReply *r = resp(buf);
+    ck_assert_int_eq(rcluster_parse_map(r, 1, "seed", &v, &n), CS_OK);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_str_eq(v[0].host, "10.0.0.2");
+    ck_assert_int_eq(v[0].port, 7002);
+    free(v);
+    ck_assert_int_eq(rcluster_count_standbys(r, "10.0.0.2", 7002), 1);
+    ck_assert_int_eq(rcluster_count_standbys(r, "10.0.0.3", 7003), -1); /* a replica */
+    ck_assert_int_eq(rcluster_count_standbys(r, "10.0.0.9", 7009), -1); /* unknown */
+    freeReplyObject(r);
+
+    /* The promoted master alone: its old master failed, no replica left. */
+    char one[1024] = "*1\r\n*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:16383\r\n$5\r\nnodes\r\n*2\r\n";
+    shard_node(one, sizeof(one), "10.0.0.2", 7002, "master", "online");
+    shard_node(one, sizeof(one), "10.0.0.1", 7001, "replica", "failed");
+    r = resp(one);
+    ck_assert_int_eq(rcluster_count_standbys(r, "10.0.0.2", 7002), 0);
+    freeReplyObject(r);
+}
+END_TEST
+
 START_TEST(seed_lists_parse)
 {
     struct rcluster_range s[4];
@@ -487,6 +533,7 @@ int main(void)
     tcase_add_test(tc, redirects_parse);
     tcase_add_test(tc, maps_parse);
     tcase_add_test(tc, seed_lists_parse);
+    tcase_add_test(tc, failed_nodes_are_left_out);
     suite_add_tcase(s, tc);
     TCase *tr = tcase_create("cluster");
     tcase_add_unchecked_fixture(tr, cluster_start, cluster_stop);
