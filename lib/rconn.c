@@ -194,17 +194,6 @@ void rconn_set_deadline(struct rconn *rc, int64_t deadline_ms)
     rc->deadline_ms = deadline_ms;
 }
 
-int rconn_budget_ms(const struct rconn *rc)
-{
-    int ms = rc->opts.command_timeout_ms;
-    if (rc->deadline_ms != 0) {
-        int64_t left = rc->deadline_ms - cs_mono_ms();
-        if (left < ms)
-            ms = left > 0 ? (int)left : 0;
-    }
-    return ms;
-}
-
 redisReply *rconn_command(struct rconn *rc, const char *key, const char *fmt, ...)
 {
     if (rc->cl != NULL) {

@@ -123,10 +123,6 @@ redisContext *rconn_ctx_for_key(struct rconn *rc, const char *key);
  * cluster asks for. Each command is also bounded by command_timeout_ms. */
 void rconn_set_deadline(struct rconn *rc, int64_t deadline_ms);
 
-/* Milliseconds a command started now may take: command_timeout_ms, less
- * when the request deadline is nearer; 0 when it has passed. */
-int rconn_budget_ms(const struct rconn *rc);
-
 /* Runs one command routed by KEY (may be NULL for keyless commands). Returns
  * the reply (caller frees with freeReplyObject) or NULL on I/O error or
  * timeout, with rc->err set and the connection dropped. An error reply
