@@ -208,8 +208,8 @@ diag "(c): replica $R0 of $M0 (shard 0's master) is cut off"
 ALL_PHASES+=" replica"
 start_load replica
 sleep 3
-T_CUT=$(now_ms)
 net_cut "$R0" "$(others "$R0")"
+T_CUT=$(now_ms)
 replica_failed() { ncli "$M0" cluster nodes | grep -q "^[0-9a-f]* $R0@[0-9]* slave,fail "; }
 check "(c): the masters mark the cut replica failed" wait_for 20 replica_failed
 T_FAILED=$(now_ms)
@@ -240,8 +240,8 @@ diag "(b): master $M0 is cut off from the other nodes for $((NODE_TIMEOUT_MS + 3
 ALL_PHASES+=" master"
 start_load master
 sleep 3
-T_CUT=$(now_ms)
 net_cut "$M0" "$(others "$M0")"
+T_CUT=$(now_ms)
 sleep $(((NODE_TIMEOUT_MS + 3000) / 1000))
 net_heal
 T_HEAL=$(now_ms)
