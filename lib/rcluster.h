@@ -115,7 +115,7 @@ void rcluster_site_fail(struct rcluster *cl, const struct rconn_site *site);
 /* In a CLUSTER SHARDS reply given by host:port: the replicas of its shard
  * that the cluster has not marked failed (those that could be promoted in
  * its place), or -1 when host:port is not a master there. */
-int rcluster_count_standbys(const redisReply *r, const char *host, int port);
+int rcluster_parse_standbys(const redisReply *r, const char *host, int port);
 
 /* The durability rule on a cluster (see rconn_copies()): the replicas of
  * site's node that could take over, at most wanted. */

@@ -167,9 +167,9 @@ START_TEST(failed_nodes_are_left_out)
     ck_assert_str_eq(v[0].host, "10.0.0.2");
     ck_assert_int_eq(v[0].port, 7002);
     free(v);
-    ck_assert_int_eq(rcluster_count_standbys(r, "10.0.0.2", 7002), 1);
-    ck_assert_int_eq(rcluster_count_standbys(r, "10.0.0.3", 7003), -1); /* a replica */
-    ck_assert_int_eq(rcluster_count_standbys(r, "10.0.0.9", 7009), -1); /* unknown */
+    ck_assert_int_eq(rcluster_parse_standbys(r, "10.0.0.2", 7002), 1);
+    ck_assert_int_eq(rcluster_parse_standbys(r, "10.0.0.3", 7003), -1); /* a replica */
+    ck_assert_int_eq(rcluster_parse_standbys(r, "10.0.0.9", 7009), -1); /* unknown */
     freeReplyObject(r);
 
     /* The promoted master alone: its old master failed, no replica left. */
@@ -177,7 +177,7 @@ START_TEST(failed_nodes_are_left_out)
     shard_node(one, sizeof(one), "10.0.0.2", 7002, "master", "online");
     shard_node(one, sizeof(one), "10.0.0.1", 7001, "replica", "failed");
     r = resp(one);
-    ck_assert_int_eq(rcluster_count_standbys(r, "10.0.0.2", 7002), 0);
+    ck_assert_int_eq(rcluster_parse_standbys(r, "10.0.0.2", 7002), 0);
     freeReplyObject(r);
 }
 END_TEST
