@@ -183,15 +183,15 @@ redisReply *rconn_commandv_at(struct rconn *rc, const char *key, int argc, const
 /*
  * The durability rule: how many replicas a write that ran at site must reach
  * before it is safe, when `wanted` are asked for. On a single Redis, wanted.
- * On a cluster, the master's healthy replicas (INFO replication: listed, and
- * acknowledged within the lag limit), at most wanted; 0 when it has none:
- * it then stands on its own AOF. The lag limit is derived from the node's
- * cluster-node-timeout, so a master cut off from the majority has stopped
- * taking writes (CLUSTERDOWN) before it stops counting a replica it can no
- * longer reach; when the node's settings do not allow that (repl-timeout
- * too short, CONFIG refused) the rule is not relaxed: wanted. Cached per node
- * for RCLUSTER_REPL_CHECK_MS. Never fails: a node that cannot be asked
- * counts wanted.
+ * On a cluster, the replicas of the master's shard that the cluster could
+ * still promote in its place (its own CLUSTER SHARDS, less those a majority
+ * marked failed), at most wanted; 0 when none is left: it then stands on
+ * its own AOF. A replica the master merely cannot reach still counts, so a
+ * master cut off from the majority never confirms a grant. A node that does
+ * not persist every write (appendonly yes, appendfsync always, read with
+ * CONFIG GET on each new connection), refuses CONFIG, predates CLUSTER
+ * SHARDS, or cannot be asked now counts wanted: the rule never relaxes on a
+ * guess. Cached per node for RCLUSTER_REPL_CHECK_MS. Never fails.
  */
 int rconn_copies(struct rconn *rc, const struct rconn_site *site, int wanted);
 
