@@ -716,6 +716,19 @@ static int rc_node_safe_alone(struct rcluster *cl, int i)
         if (!ok)
             return -1;
     }
+    /* Not a safety matter, but the outage the rule exists to avoid: such a
+     * master refuses every write (NOREPLICAS) once its replicas are gone. */
+    redisReply *r = redisCommand(nd->ctx, "CONFIG GET min-replicas-to-write");
+    if (r == NULL) {
+        rconn_set_err(cl->rc, rconn_ctx_errno(nd->ctx), "CONFIG GET failed", nd->ctx->errstr);
+        rc_node_fail(cl, i);
+        return 0;
+    }
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 && rc_is_str(r->element[1]) &&
+        strcmp(r->element[1]->str, "0") != 0)
+        log_warn("redis cluster: %s:%d has min-replicas-to-write %s: once its replicas are "
+                 "lost it refuses every grant", nd->host, nd->port, r->element[1]->str);
+    freeReplyObject(r);
     return 1;
 }
 
