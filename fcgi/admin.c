@@ -171,8 +171,9 @@ struct health_masters {
     int up, n;
 };
 
-static void health_master(void *arg, const char *addr, int up)
+static void health_master(void *arg, const char *addr, int up, int copies)
 {
+    (void)copies; /* reported per shard, see admin_health_cluster() */
     struct health_masters *h = arg;
     if (h->len < sizeof(h->buf))
         h->len += (size_t)snprintf(h->buf + h->len, sizeof(h->buf) - h->len, "%s\"%s\":\"%s\"",
@@ -185,16 +186,26 @@ static void health_master(void *arg, const char *addr, int up)
 
 /* On a cluster health names each master: "up" when all answer, "degraded"
  * (still 200: the shards on the others sell) when some do, 503 "down" when
- * none does. */
+ * none does. "durability" is "degraded" while a shard's grants are held by
+ * fewer copies than redis.wait_replicas asks (its master has lost its
+ * replicas), with those shards listed; "ok" otherwise. */
 static void admin_health_cluster(struct worker *w, struct req *r)
 {
     struct health_masters h = {.len = 0};
-    char extra[1200];
+    char extra[1400], shards[64] = "";
+    int copies[KEYS_SHARDS];
+    size_t sl = 0;
 
-    rcluster_each_master(w->rc, health_master, &h);
+    rcluster_each_master(w->rc, w->conf->redis_wait_replicas, health_master, &h);
+    int degraded = worker_durability(w, copies);
+    for (int i = 0; i < KEYS_SHARDS && degraded > 0; i++)
+        if (copies[i] >= 0 && copies[i] < w->conf->redis_wait_replicas)
+            sl += (size_t)snprintf(shards + sl, sizeof(shards) - sl, "%s%d", sl ? "," : "", i);
     const char *state = h.n > 0 && h.up == h.n ? "up" : h.up > 0 ? "degraded" : "down";
-    snprintf(extra, sizeof(extra), "\"redis\":\"%s\",\"masters\":{%s},\"worker\":%d", state,
-             h.buf, w->index);
+    snprintf(extra, sizeof(extra),
+             "\"redis\":\"%s\",\"masters\":{%s},\"durability\":\"%s\","
+             "\"degraded_shards\":[%s],\"worker\":%d",
+             state, h.buf, degraded > 0 ? "degraded" : "ok", shards, w->index);
     if (h.up > 0)
         req_reply(r, CODE_OK, NULL, extra, 0);
     else

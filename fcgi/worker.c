@@ -3,8 +3,10 @@
 #include "conf.h"
 #include "cs.h"
 #include "log.h"
+#include "keys.h"
 #include "meta.h"
 #include "mconn.h"
+#include "rcluster.h"
 #include "params.h"
 #include "route.h"
 #include "shm.h"
@@ -234,6 +236,36 @@ void worker_seize_done(struct worker *w, int shard, enum rconn_fault fault)
                           c->redis_breaker_open_ms))
         log_warn("redis breaker of shard %d opened (%s): %s; its seizes answer 503 until a "
                  "probe succeeds", shard, rconn_fault_name(fault), w->rc->errstr);
+}
+
+void worker_note_copies(struct worker *w, int shard, int copies)
+{
+    if (shard < 0 || shard >= RCLUSTER_SHARDS)
+        return;
+    _Atomic int32_t *v = &w->shm->cluster.shard_copies[shard];
+    int32_t stored = copies < 0 ? 0 : copies + 1; /* 0: unknown (a new segment is zeroed) */
+    if (atomic_load_explicit(v, memory_order_relaxed) != stored)
+        atomic_store(v, stored);
+}
+
+int worker_durability(struct worker *w, int copies[])
+{
+    const struct cs_conf *c = w->conf;
+    int degraded = 0;
+
+    for (int i = 0; i < KEYS_SHARDS; i++) {
+        char key[KEYS_MAX];
+        size_t len = keys_stock(key, i);
+        copies[i] = -1;
+        if (!c->redis_cluster || c->redis_wait_replicas <= 0)
+            continue;
+        copies[i] = rcluster_slot_copies(w->rc, keys_slot(key, len), c->redis_wait_replicas);
+        worker_note_copies(w, i, copies[i]);
+        degraded += copies[i] >= 0 && copies[i] < c->redis_wait_replicas;
+    }
+    if (c->redis_cluster)
+        atomic_store(&w->shm->cluster.copies_wanted, c->redis_wait_replicas);
+    return degraded;
 }
 
 int worker_retry_after(const struct worker *w)

@@ -102,6 +102,16 @@ int worker_redis_readable(const struct worker *w);
 int worker_seize_allowed(struct worker *w, int shard);
 void worker_seize_done(struct worker *w, int shard, enum rconn_fault fault);
 
+/* Records for the metrics how many replicas a grant on shard waits for now
+ * (copies; -1 unknown) under the durability rule. */
+void worker_note_copies(struct worker *w, int shard, int copies);
+
+/* On a cluster with redis.wait_replicas > 0: the durability rule for every
+ * shard, read now (cached per master, see rconn_copies()) into copies[]
+ * (-1: its master is unknown or down) and recorded for the metrics. Returns
+ * how many shards run with fewer copies than asked; 0 otherwise. */
+int worker_durability(struct worker *w, int copies[]);
+
 /* Seconds a client should wait while Redis is unavailable. */
 int worker_retry_after(const struct worker *w);
 
