@@ -17,6 +17,7 @@ export COUPON_CONF_OVERRIDES="log.level=\"info\"
 mysql.timeout_s=120
 sync.redis_timeout_ms=60000
 preheat.interval_s=1
+preheat.horizon_days=1
 preheat.full_interval_s=8
 sync.interval_s=1
 sync.status_interval_s=1
@@ -105,6 +106,14 @@ mysql_q "UPDATE activity SET name = 'stamped in the past', updated_at = NOW() - 
     WHERE id = 1999979"
 check "... and a change of it stamped in the past, too" \
     wait_for 60 meta_has 1999979 'stamped in the past'
+# A sale whose start enters the horizon (a day) in 20 seconds, its row
+# unchanged for hours.
+mysql_q "INSERT INTO activity (id, name, total_num, stock_num, distribute_start_time,
+    distribute_end_time, validity_days, status, updated_at)
+    VALUES (1999969, 'entering the horizon', 10, 10, NOW() + INTERVAL 1 DAY + INTERVAL 20 SECOND,
+    NOW() + INTERVAL 2 DAY, 30, 1, NOW() - INTERVAL 2 HOUR)"
+check_eq "a sale beyond the horizon is not preheated" "" "$(meta_of 1999969)"
+check "once its start enters the horizon, it is" wait_for 60 meta_has 1999969 'entering the horizon'
 # A sale ending now: the expiry job finds it by its end time and removes
 # every field of it.
 mk_activity 1999989 10 -60 6
