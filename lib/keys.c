@@ -47,6 +47,16 @@ size_t keys_window(char *buf, int shard)
     return (size_t)snprintf(buf, KEYS_MAX, "COUPON:ACTIVITY:WINDOW:{%d}", shard);
 }
 
+size_t keys_version(char *buf, int shard)
+{
+    return (size_t)snprintf(buf, KEYS_MAX, "COUPON:ACTIVITY:VER:{%d}", shard);
+}
+
+size_t keys_ends(char *buf, int shard)
+{
+    return (size_t)snprintf(buf, KEYS_MAX, "COUPON:ACTIVITY:ENDS:{%d}", shard);
+}
+
 size_t keys_queue_field(char *buf, int64_t activity_id, int64_t user_id)
 {
     return (size_t)snprintf(buf, KEYS_MAX, "%" PRId64 ":%" PRId64, activity_id, user_id);
