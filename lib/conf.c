@@ -82,6 +82,7 @@ static const struct conf_key conf_keys[] = {
 
     I("preheat.horizon_days", preheat_horizon_days, 0, 3650, 30),
     I("preheat.interval_s", preheat_interval_s, 1, 86400, 60),
+    I("preheat.full_interval_s", preheat_full_interval_s, 1, 604800, 600),
 
     I("sync.interval_s", sync_interval_s, 1, 86400, 60),
     I("sync.batch", sync_batch, 1, 10000, 500),
@@ -91,6 +92,7 @@ static const struct conf_key conf_keys[] = {
     S("sync.metrics_file", sync_metrics_file, 0, "", NULL),
     I("sync.status_interval_s", sync_status_interval_s, 1, 86400, 60),
     I("sync.cleanup_grace_s", sync_cleanup_grace_s, 0, 31536000, 86400),
+    I("sync.reconcile_full_s", sync_reconcile_full_s, 1, 604800, 600),
 };
 
 #define FIELD(conf, k, T) ((T *)((char *)(conf) + (k)->off))
