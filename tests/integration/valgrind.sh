@@ -69,9 +69,16 @@ http GET "$ACT?page=1&size=10" '' "$ADMIN"
 check_eq "activity page under valgrind" 200 "$HTTP_CODE"
 http GET "$ACT?id=${NEW:-1}" '' "$ADMIN"
 # A rolling reload replaces the workers (they exit, so their leak checks run).
+old_workers=$(pgrep -P "$COUPON_FCGI_PID" | sort | tr '\n' ' ')
 kill -HUP "$COUPON_FCGI_PID"
-sleep 3
-http GET /market/health
+# Done when none of the old workers is left and as many new ones serve.
+replaced() {
+    local p now
+    for p in $old_workers; do pid_alive "$p" && return 1; done
+    now=$(pgrep -P "$COUPON_FCGI_PID" | wc -l)
+    ((now == COUPON_WORKERS)) && [[ $(http_code GET /market/health) == 200 ]]
+}
+check "the rolling reload under valgrind replaced both workers" wait_for 60 replaced
 
 stack stop-fcgi
 

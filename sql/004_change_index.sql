@@ -1,4 +1,4 @@
--- 003_change_index.sql - indexes for background passes that cost what changed
+-- 004_change_index.sql - indexes for background passes that cost what changed
 -- or is due, not what exists, and a row version precise enough to order
 -- writes of derived data (Redis) by.
 
@@ -17,4 +17,4 @@ ALTER TABLE activity
   ADD KEY IF NOT EXISTS idx_activity_start (distribute_start_time),
   ADD KEY IF NOT EXISTS idx_activity_status_end (status, distribute_end_time);
 
-INSERT IGNORE INTO schema_migration (version) VALUES ('003_change_index');
+INSERT IGNORE INTO schema_migration (version) VALUES ('004_change_index');
