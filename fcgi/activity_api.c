@@ -28,7 +28,8 @@
     "stock_num, CAST(UNIX_TIMESTAMP(distribute_start_time) AS SIGNED) * 1000, "              \
     "CAST(UNIX_TIMESTAMP(distribute_end_time) AS SIGNED) * 1000, validity_days, status, "    \
     "CAST(UNIX_TIMESTAMP(created_at) AS SIGNED) * 1000, "                                   \
-    "CAST(UNIX_TIMESTAMP(NOW()) AS SIGNED) * 1000"
+    "CAST(UNIX_TIMESTAMP(NOW()) AS SIGNED) * 1000, return_on_expiry, "                     \
+    "COALESCE(eligible_groups, '')"
 
 static const char SQL_GET[] = "SELECT " ACT_COLS " FROM activity WHERE id = ?";
 static const char SQL_LOCK[] = "SELECT " ACT_COLS " FROM activity WHERE id = ? FOR UPDATE";
@@ -38,8 +39,9 @@ static const char SQL_COUNT[] = "SELECT COUNT(*) FROM activity";
 /* status follows from the window, as the status job would set it. */
 static const char SQL_INSERT[] =
     "INSERT INTO activity (name, coupon_name, coupon_type, coupon_amount, coupon_threshold, "
-    "total_num, stock_num, distribute_start_time, distribute_end_time, validity_days, status) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, FROM_UNIXTIME(?), FROM_UNIXTIME(?), ?, "
+    "total_num, stock_num, distribute_start_time, distribute_end_time, validity_days, "
+    "return_on_expiry, eligible_groups, status) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, FROM_UNIXTIME(?), FROM_UNIXTIME(?), ?, ?, NULLIF(?, ''), "
     "CASE WHEN FROM_UNIXTIME(?) > NOW() THEN 1 WHEN FROM_UNIXTIME(?) > NOW() THEN 2 ELSE 3 END)";
 static const char SQL_LAST_ID[] = "SELECT LAST_INSERT_ID()";
 /* NULL keeps a column; total and stock move by the same delta, so the
@@ -53,6 +55,8 @@ static const char SQL_UPDATE[] =
     "distribute_start_time = COALESCE(FROM_UNIXTIME(?), distribute_start_time), "
     "distribute_end_time = COALESCE(FROM_UNIXTIME(?), distribute_end_time), "
     "validity_days = COALESCE(?, validity_days), "
+    "return_on_expiry = COALESCE(?, return_on_expiry), "
+    "eligible_groups = IF(? IS NULL, eligible_groups, NULLIF(?, '')), "
     "status = CASE WHEN distribute_start_time > NOW() THEN 1 "
     "WHEN distribute_end_time > NOW() THEN 2 ELSE 3 END WHERE id = ?";
 
@@ -77,6 +81,8 @@ struct act_row {
     int64_t stock_num;
     int64_t created_ms;
     int64_t db_now_ms;
+    int return_on_expiry;
+    char groups[600];          /* eligible_groups JSON, "" for anyone */
 };
 
 struct act_rows {
@@ -92,7 +98,7 @@ static int64_t act_ll(const char *s)
 static int act_row_cb(void *arg, int ncols, char **c)
 {
     struct act_rows *rows = arg;
-    if (ncols != 14)
+    if (ncols != 16)
         return CS_ERR;
     if (rows->n == rows->cap) {
         rows->cap = rows->cap ? rows->cap * 2 : 8;
@@ -115,6 +121,8 @@ static int act_row_cb(void *arg, int ncols, char **c)
     r->a.status = (int)act_ll(c[11]);
     r->created_ms = act_ll(c[12]);
     r->db_now_ms = act_ll(c[13]);
+    r->return_on_expiry = (int)act_ll(c[14]);
+    snprintf(r->groups, sizeof(r->groups), "%s", c[15] ? c[15] : "");
     return CS_OK;
 }
 
@@ -252,6 +260,9 @@ static cJSON *act_json(const struct act_row *r, int64_t now_ms, enum act_stock k
     actinput_format_time(r->a.end_ms / 1000, t, sizeof(t));
     cJSON_AddStringToObject(o, "distributeEndTime", t);
     cJSON_AddNumberToObject(o, "createdAt", (double)r->created_ms);
+    cJSON_AddBoolToObject(o, "returnOnExpiry", r->return_on_expiry);
+    cJSON *groups = r->groups[0] ? cJSON_Parse(r->groups) : NULL;
+    cJSON_AddItemToObject(o, "eligibleGroups", groups ? groups : cJSON_CreateArray());
     /* remaining: Redis' live stock (null when not preheated or unknown). */
     if (kind == STOCK_PRESENT)
         cJSON_AddNumberToObject(o, "remaining", (double)stock);
@@ -489,6 +500,8 @@ static void act_create(struct worker *w, struct req *r)
         MV_INT(in.start_s),
         MV_INT(in.end_s),
         MV_INT(in.validity_days),
+        MV_INT(in.return_on_expiry),
+        MV_TXT(in.groups, strlen(in.groups)),
         MV_INT(in.start_s),
         MV_INT(in.end_s),
     };
@@ -724,6 +737,9 @@ static void act_update(struct worker *w, struct req *r)
         act_opt_int(ch, ACTIN_START, in.start_s),
         act_opt_int(ch, ACTIN_END, in.end_s),
         act_opt_int(ch, ACTIN_VALIDITY, in.validity_days),
+        act_opt_int(ch, ACTIN_RETURN, in.return_on_expiry),
+        act_opt_txt(ch, ACTIN_GROUPS, in.groups),
+        act_opt_txt(ch, ACTIN_GROUPS, in.groups),
         MV_INT(id),
     };
     if (mconn_exec(w->mc, SQL_UPDATE, p, (int)CS_ARRAY_LEN(p), NULL) != CS_OK) {

@@ -295,6 +295,7 @@ static enum auth_result check_claims(const struct auth_cfg *cfg, const json_t *c
     }
     const char *role = json_string_value(json_object_get(claims, "role"));
     id->is_admin = role != NULL && strcmp(role, "admin") == 0;
+    id->is_service = role != NULL && strcmp(role, "service") == 0;
     return AUTH_OK;
 }
 
@@ -314,6 +315,7 @@ enum auth_result auth_check(const struct auth_cfg *cfg, const char *authorizatio
             return AUTH_INVALID;
         }
         id->is_admin = x_user_role != NULL && strcmp(x_user_role, "admin") == 0;
+        id->is_service = x_user_role != NULL && strcmp(x_user_role, "service") == 0;
         return AUTH_OK;
     }
 

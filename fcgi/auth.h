@@ -32,6 +32,7 @@ enum auth_result { AUTH_OK, AUTH_MISSING, AUTH_INVALID };
 struct auth_identity {
     int64_t user_id;
     int is_admin;
+    int is_service;            /* role "service": the order system (coupon use/release) */
 };
 
 /* Keys the HMAC context of cfg once (JWT mode, OpenSSL verifier), so no
@@ -46,7 +47,7 @@ void auth_fini(struct auth_cfg *cfg);
  * "nbf", when present, not in the future (both with leeway_s); when
  * cfg->issuer is set, "iss" must equal it; when cfg->audience is set, "aud"
  * (a string or an array of strings) must contain it; "sub" a decimal user
- * id 1..2^63-1 (a string, or a JSON integer); "role":"admin" makes an admin. In trusted-header mode the user id
+ * id 1..2^63-1 (a string, or a JSON integer); "role":"admin" makes an admin, "role":"service" the order system. In trusted-header mode the user id
  * comes from x_user_id and X-User-Role: admin (role) makes an admin.
  * Returns AUTH_OK and fills *id, AUTH_MISSING when no credential was sent,
  * AUTH_INVALID otherwise (with a static reason in *why). */

@@ -34,6 +34,11 @@ static const struct {
                               "no answer from the coupon store: the coupon may be yours; "
                               "check status or seize again"},
     [CODE_INTERNAL_ERROR] = {500, "INTERNAL_ERROR", "internal error"},
+    [CODE_NOT_ELIGIBLE] = {403, "NOT_ELIGIBLE", "this activity is for other user groups"},
+    [CODE_NO_SUCH_COUPON] = {404, "NO_SUCH_COUPON", "no such coupon"},
+    [CODE_ALREADY_USED] = {409, "ALREADY_USED", "the coupon was used by another order"},
+    [CODE_EXPIRED] = {409, "EXPIRED", "the coupon has expired"},
+    [CODE_UNUSED] = {409, "UNUSED", "the coupon is not used by any order"},
 };
 
 int http_code_status(enum cs_code code)

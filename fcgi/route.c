@@ -13,6 +13,9 @@ const char *const route_names[ROUTE__COUNT] = {
     [ROUTE_HEALTH] = "health",
     [ROUTE_METRICS] = "metrics",
     [ROUTE_ACTIVITY] = "activity",
+    [ROUTE_MINE] = "mine",
+    [ROUTE_USE] = "use",
+    [ROUTE_RELEASE] = "release",
     [ROUTE_OTHER] = "other",
 };
 
@@ -30,6 +33,10 @@ static const struct {
     {"/market/health", "GET", ROUTE_HEALTH, admin_health, NULL},
     {"/market/admin/metrics", "GET", ROUTE_METRICS, metrics_handle, NULL},
     {"/market/admin/coupon/activity", NULL, ROUTE_ACTIVITY, activity_handle, NULL},
+    {"/market/consumer/coupon/mine", "GET", ROUTE_MINE, coupon_mine_handle, NULL},
+    /* Audited when an admin token calls (the handler sets the action). */
+    {"/market/service/coupon/use", "POST", ROUTE_USE, coupon_use_handle, NULL},
+    {"/market/service/coupon/release", "POST", ROUTE_RELEASE, coupon_release_handle, NULL},
 };
 
 void route_dispatch(struct worker *w, struct req *r)

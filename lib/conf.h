@@ -54,6 +54,7 @@ struct cs_conf {
     int auth_leeway_s;
     char *auth_audience;
     char *auth_issuer;
+    int auth_user_may_use;         /* boolean: a coupon's owner may use/release it */
 
     /* limits */
     int limits_node_rps;
@@ -78,6 +79,7 @@ struct cs_conf {
     int sync_redis_timeout_ms;
     char *sync_metrics_file;
     int sync_status_interval_s;
+    int sync_expire_batch;
     int sync_cleanup_grace_s;
 };
 

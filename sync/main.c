@@ -222,8 +222,12 @@ static int syncd_jobs(struct syncd *d, int64_t now)
     }
     if (now >= d->next_status_ms) {
         int removed;
+        uint64_t expired, returned;
         if (jobs_status(d->mc, d->rc) != CS_OK
             || jobs_expire(d->rc, c->sync_cleanup_grace_s, &removed) != CS_OK)
+            ret = CS_ERR;
+        if (jobs_coupons(d->mc, d->rc, c->sync_expire_batch, c->sync_lock_ttl_ms, &expired,
+                         &returned) != CS_OK)
             ret = CS_ERR;
         d->next_status_ms = now + (int64_t)c->sync_status_interval_s * 1000;
     }
