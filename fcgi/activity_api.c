@@ -81,8 +81,6 @@ struct act_row {
     int64_t stock_num;
     int64_t created_ms;
     int64_t db_now_ms;
-    int return_on_expiry;
-    char groups[600];          /* eligible_groups JSON, "" for anyone */
 };
 
 struct act_rows {
@@ -121,8 +119,8 @@ static int act_row_cb(void *arg, int ncols, char **c)
     r->a.status = (int)act_ll(c[11]);
     r->created_ms = act_ll(c[12]);
     r->db_now_ms = act_ll(c[13]);
-    r->return_on_expiry = (int)act_ll(c[14]);
-    snprintf(r->groups, sizeof(r->groups), "%s", c[15] ? c[15] : "");
+    r->a.return_on_expiry = act_ll(c[14]) != 0;
+    snprintf(r->a.groups, sizeof(r->a.groups), "%s", c[15] ? c[15] : "");
     return CS_OK;
 }
 
@@ -260,9 +258,6 @@ static cJSON *act_json(const struct act_row *r, int64_t now_ms, enum act_stock k
     actinput_format_time(r->a.end_ms / 1000, t, sizeof(t));
     cJSON_AddStringToObject(o, "distributeEndTime", t);
     cJSON_AddNumberToObject(o, "createdAt", (double)r->created_ms);
-    cJSON_AddBoolToObject(o, "returnOnExpiry", r->return_on_expiry);
-    cJSON *groups = r->groups[0] ? cJSON_Parse(r->groups) : NULL;
-    cJSON_AddItemToObject(o, "eligibleGroups", groups ? groups : cJSON_CreateArray());
     /* remaining: Redis' live stock (null when not preheated or unknown). */
     if (kind == STOCK_PRESENT)
         cJSON_AddNumberToObject(o, "remaining", (double)stock);
