@@ -44,6 +44,10 @@ static const char SQL_INSERT[] =
     "VALUES (?, ?, ?, ?, ?, ?, ?, FROM_UNIXTIME(?), FROM_UNIXTIME(?), ?, ?, NULLIF(?, ''), "
     "CASE WHEN FROM_UNIXTIME(?) > NOW() THEN 1 WHEN FROM_UNIXTIME(?) > NOW() THEN 2 ELSE 3 END)";
 static const char SQL_LAST_ID[] = "SELECT LAST_INSERT_ID()";
+/* Coupons of one activity by state, from idx_coupon_activity_state alone. */
+static const char SQL_COUPON_COUNTS[] =
+    "SELECT status, returned <> 0, COUNT(*) FROM coupon WHERE activity_id = ? "
+    "GROUP BY status, returned <> 0";
 /* NULL keeps a column; total and stock move by the same delta, so the
  * invariant total = stock + coupons holds in this one statement. MariaDB
  * assigns left to right: status sees the new window. */
@@ -244,6 +248,43 @@ static int act_refresh(struct worker *w, int64_t id)
 
 /* ---- answers --------------------------------------------------------------------- */
 
+struct act_counts {
+    int64_t by_status[5];      /* index: coupon.status 1..4 */
+    int64_t returned;
+};
+
+static int act_counts_row(void *arg, int ncols, char **c)
+{
+    struct act_counts *k = arg;
+    if (ncols != 3 || c[0] == NULL || c[2] == NULL)
+        return CS_ERR;
+    int st = atoi(c[0]);
+    int64_t n = strtoll(c[2], NULL, 10);
+    if (st >= 1 && st <= 4)
+        k->by_status[st] += n;
+    if (c[1] != NULL && atoi(c[1]) != 0)
+        k->returned += n;
+    return CS_OK;
+}
+
+/* Adds "coupons": {unused, used, expired, returned, voided} of activity id
+ * to o (null when MySQL could not tell). */
+static void act_add_counts(struct worker *w, int64_t id, cJSON *o)
+{
+    struct act_counts k = {0};
+    struct mval p[] = {MV_INT(id)};
+    if (mconn_query(w->mc, SQL_COUPON_COUNTS, p, 1, act_counts_row, &k) != CS_OK) {
+        cJSON_AddNullToObject(o, "coupons");
+        return;
+    }
+    cJSON *c = cJSON_AddObjectToObject(o, "coupons");
+    cJSON_AddNumberToObject(c, "unused", (double)k.by_status[1]);
+    cJSON_AddNumberToObject(c, "used", (double)k.by_status[2]);
+    cJSON_AddNumberToObject(c, "expired", (double)k.by_status[3]);
+    cJSON_AddNumberToObject(c, "returned", (double)k.returned);
+    cJSON_AddNumberToObject(c, "voided", (double)k.by_status[4]);
+}
+
 static cJSON *act_json(const struct act_row *r, int64_t now_ms, enum act_stock kind,
                        int64_t stock)
 {
@@ -340,7 +381,9 @@ static void act_answer_one(struct worker *w, struct req *r, int status, const ch
     int stale = act_redis_stock(w, &row, 1, &kind, &stock) != CS_OK;
     if (root == NULL)
         root = act_root(msg);
-    cJSON_AddItemToObject(root, "activity", act_json(&row, cs_now_ms(), kind, stock));
+    cJSON *one = act_json(&row, cs_now_ms(), kind, stock);
+    act_add_counts(w, id, one);
+    cJSON_AddItemToObject(root, "activity", one);
     cJSON_AddBoolToObject(root, "stale", stale);
     act_send(r, status, msg, root);
 }
@@ -422,8 +465,11 @@ static void act_get(struct worker *w, struct req *r)
     cJSON_AddNumberToObject(root, "total", (double)total);
     cJSON *arr = cJSON_AddArrayToObject(root, "activities");
     int64_t now = cs_now_ms();
-    for (size_t i = 0; i < rows.n; i++)
-        cJSON_AddItemToArray(arr, act_json(&rows.v[i], now, kind[i], stock[i]));
+    for (size_t i = 0; i < rows.n; i++) {
+        cJSON *o = act_json(&rows.v[i], now, kind[i], stock[i]);
+        act_add_counts(w, rows.v[i].a.id, o);
+        cJSON_AddItemToArray(arr, o);
+    }
     /* What an operator watches besides the stock: the sync backlog and the
      * node's Redis breaker. */
     if (qsum >= 0) {

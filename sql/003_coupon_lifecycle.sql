@@ -10,9 +10,9 @@
 -- gives its stock back. eligible_groups: NULL (anyone) or a JSON array of
 -- group names, one of which the seizer's token must carry.
 ALTER TABLE activity
-  ADD COLUMN IF NOT EXISTS return_on_expiry TINYINT NOT NULL DEFAULT 0
+  ADD COLUMN return_on_expiry TINYINT NOT NULL DEFAULT 0
     COMMENT '1: an expired unused coupon gives its stock back while the sale is open',
-  ADD COLUMN IF NOT EXISTS eligible_groups VARCHAR(1024) NULL DEFAULT NULL
+  ADD COLUMN eligible_groups VARCHAR(1024) NULL DEFAULT NULL
     COMMENT 'JSON array of user groups that may seize; NULL: anyone';
 
 -- order_id / used_at: set while used (status 2) by that order.
@@ -27,12 +27,12 @@ ALTER TABLE activity
 -- INSERT IGNORE, so it can never become a second live coupon. A new seize
 -- after the return has a later time and a live_key of 0 that is free.
 ALTER TABLE coupon
-  ADD COLUMN IF NOT EXISTS order_id VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL DEFAULT NULL
+  ADD COLUMN order_id VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL DEFAULT NULL
     COMMENT 'the order that used it (status 2)',
-  ADD COLUMN IF NOT EXISTS used_at DATETIME(3) NULL DEFAULT NULL,
-  ADD COLUMN IF NOT EXISTS returned TINYINT NOT NULL DEFAULT 0
+  ADD COLUMN used_at DATETIME(3) NULL DEFAULT NULL,
+  ADD COLUMN returned TINYINT NOT NULL DEFAULT 0
     COMMENT '0 counts; 1 stock back in MySQL, Redis pending; 2 stock back in both',
-  ADD COLUMN IF NOT EXISTS live_key BIGINT UNSIGNED NOT NULL DEFAULT 0
+  ADD COLUMN live_key BIGINT UNSIGNED NOT NULL DEFAULT 0
     COMMENT '0 while the coupon counts, its id once returned';
 
 ALTER TABLE coupon
@@ -43,6 +43,8 @@ ALTER TABLE coupon
   ADD KEY idx_coupon_due (status, valid_until),
   -- "mine": a user's coupons newest first, by status or all.
   ADD KEY idx_coupon_user_seized (user_id, seized_at),
+  -- Per-activity counts by state (the operator page), from the index alone.
+  ADD KEY idx_coupon_activity_state (activity_id, status, returned),
   -- Returns whose Redis step is still to follow.
   ADD KEY idx_coupon_returned (returned),
   ADD CONSTRAINT chk_coupon_returned CHECK (returned BETWEEN 0 AND 2);
