@@ -59,6 +59,8 @@ check_eq "sold out in Redis" 0 "$(stock_of 302)"
 # A burst of new users keeps seizing while 10 coupons expire and come back.
 seize_load_bg "$WORK/burst.json" 302 16 1000000 30000 -D 120
 mysql_q "UPDATE coupon SET valid_until = NOW(3) - INTERVAL 1 SECOND WHERE activity_id = 302 ORDER BY id LIMIT 10"
+http PUT /market/admin/coupon/activity '{"id":302,"addStock":5}' "$ADMIN"
+check_eq "a top-up of 5 during the burst" "200 updated" "$HTTP_CODE $(json_get "$HTTP_BODY" redisStock)"
 check "the 10 are returned (MySQL and Redis)" wait_for 60 \
     sql_is "SELECT COUNT(*) FROM coupon WHERE activity_id = 302 AND returned = 2" 10
 # The burst outlives the returns: wait until the stock they gave back is gone.
@@ -68,13 +70,14 @@ kill -TERM "$LOAD_PID" 2>/dev/null
 wait "$LOAD_PID"
 burst=$(cat "$WORK/burst.json")
 diag "$burst"
-check_eq "exactly 10 SEIZED in the burst (never oversold)" 10 "$(code_count "$burst" SEIZED)"
-check_eq "the rest SOLD_OUT" "$(($(json_get "$burst" requests) - 10))" "$(code_count "$burst" SOLD_OUT)"
+check_eq "exactly 15 SEIZED in the burst: 10 returned + 5 added (never oversold)" 15 \
+    "$(code_count "$burst" SEIZED)"
+check_eq "the rest SOLD_OUT" "$(($(json_get "$burst" requests) - 15))" "$(code_count "$burst" SOLD_OUT)"
 check "the burst's coupons are written" wait_for 30 \
-    sql_is "SELECT COUNT(*) FROM coupon WHERE activity_id = 302" 60
-check_eq "MySQL: total 50 = stock_num 0 + 50 coupons that count" "50 0 50" \
+    sql_is "SELECT COUNT(*) FROM coupon WHERE activity_id = 302" 65
+check_eq "MySQL: total 55 = stock_num 0 + 55 coupons that count" "55 0 55" \
     "$(mysql_q "SELECT a.total_num, a.stock_num, (SELECT COUNT(*) FROM coupon c WHERE c.activity_id = a.id AND c.returned = 0) FROM activity a WHERE a.id = 302" | tr '\t' ' ')"
-check_eq "Redis: stock 0, nothing queued, 50 users in the seize list" "0 0 50" \
+check_eq "Redis: stock 0, nothing queued, 55 users in the seize list" "0 0 55" \
     "$(stock_of 302) $(rcli HKEYS 'QUEUE:COUPON:SEIZE:SYNC:{2}' | grep -c '^302:') $(rcli HLEN 'COUPON:SEIZE:LIST:302_{2}')"
 check_eq "no user holds two coupons that count" 0 \
     "$(mysql_q "SELECT COUNT(*) FROM (SELECT user_id FROM coupon WHERE activity_id = 302 AND returned = 0 GROUP BY user_id HAVING COUNT(*) > 1) x")"
