@@ -249,6 +249,9 @@ static void coupon_change(struct worker *w, struct req *r, int release)
         return;
     }
     enum cs_code code = coupon_code(res);
+    /* The audit row names the coupon's activity (the body names the coupon). */
+    if (who.is_admin && coupon_activity_of(w->mc, id, &r->audit_id) != CS_OK)
+        r->audit_id = 0;
     log_info("coupon %" PRId64 " %s by order %s (%s %" PRId64 "): %s", id, verb, order,
              who.is_admin ? "admin" : who.is_service ? "service" : "owner", who.user_id,
              http_code_name(code));

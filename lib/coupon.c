@@ -14,6 +14,7 @@
 
 /* The state a refusal is judged by: status, the order using it, the owner,
  * whether it is past valid_until (by MySQL's clock, as the UPDATEs judge). */
+static const char SQL_ACTIVITY_OF[] = "SELECT activity_id FROM coupon WHERE id = ?";
 static const char SQL_STATE[] =
     "SELECT status, order_id, user_id, valid_until <= NOW(3) FROM coupon WHERE id = ?";
 /* The one statement that decides a race: only an unused, still valid coupon
@@ -233,6 +234,21 @@ int coupon_release(struct mconn *mc, int64_t id, const char *order, size_t len, 
     /* Used by this same order cannot be: the UPDATE would have matched. */
     *res = st.status == COUPON_USED ? COUPON_R_ALREADY_USED : use_judge(&st, order, len);
     return CS_OK;
+}
+
+static int activity_row(void *arg, int ncols, char **c)
+{
+    if (ncols != 1 || c[0] == NULL)
+        return CS_ERR;
+    *(int64_t *)arg = (int64_t)strtoull(c[0], NULL, 10);
+    return CS_OK;
+}
+
+int coupon_activity_of(struct mconn *mc, int64_t id, int64_t *activity_id)
+{
+    struct mval p[] = {MV_INT(id)};
+    *activity_id = 0;
+    return mconn_query(mc, SQL_ACTIVITY_OF, p, 1, activity_row, activity_id);
 }
 
 /* ---- mine ----------------------------------------------------------------------- */

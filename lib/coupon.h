@@ -65,6 +65,10 @@ int coupon_use(struct mconn *mc, int64_t id, const char *order, size_t len, int6
 int coupon_release(struct mconn *mc, int64_t id, const char *order, size_t len, int64_t owner,
                    enum coupon_result *res, int *expired);
 
+/* The activity of coupon id into *activity_id (0 when there is no such
+ * coupon). CS_OK or CS_ERR (mc->errstr). */
+int coupon_activity_of(struct mconn *mc, int64_t id, int64_t *activity_id);
+
 /* One coupon as "mine" shows it. */
 struct coupon_row {
     int64_t id, activity_id;

@@ -105,7 +105,7 @@ expect "use again by order-2 after the release" 200 OK
 http POST "$REL" "{\"couponId\":$C,\"orderId\":\"order-2\"}" "$ADMIN"
 expect "release with an admin token" 200 OK
 check_eq "admin use/release leaves an audit row" 1 \
-    "$(mysql_q "SELECT COUNT(*) FROM admin_audit WHERE action = 'release' AND admin_sub = '77' AND result = 'OK'")"
+    "$(mysql_q "SELECT COUNT(*) FROM admin_audit WHERE action = 'release' AND admin_sub = '77' AND result = 'OK' AND activity_id = $A")"
 check "the service route logs the order id" grep -q "coupon $C release by order order-2" "$COUPON_DIR/fcgi.log"
 http POST "$USE" "{\"couponId\":99999999,\"orderId\":\"order-1\"}" "$SVC"
 expect "use of an unknown coupon" 404 NO_SUCH_COUPON
