@@ -811,10 +811,16 @@ static void act_update(struct worker *w, struct req *r)
     if (delta != 0 && kind == STOCK_PRESENT) {
         long long res = 0;
         if (act_redis_topup(w, id, delta, &res) != CS_OK) {
-            log_error("activity %" PRId64 ": MySQL stock changed by %" PRId64
-                      " but the Redis stock was not (%s); Redis sells %" PRId64
-                      " fewer until fixed",
-                      id, delta, w->rc->errstr[0] ? w->rc->errstr : "script error", delta);
+            if (delta > 0)
+                log_error("activity %" PRId64 ": MySQL stock rose by %" PRId64
+                          " but the Redis stock did not (%s); Redis sells %" PRId64
+                          " fewer until POST /market/admin/coupon/reconcile",
+                          id, delta, w->rc->errstr[0] ? w->rc->errstr : "script error", delta);
+            else
+                log_error("activity %" PRId64 ": MySQL stock fell by %" PRId64
+                          " but the Redis stock did not (%s); Redis may sell %" PRId64
+                          " more than MySQL counts until POST /market/admin/coupon/reconcile",
+                          id, -delta, w->rc->errstr[0] ? w->rc->errstr : "script error", -delta);
             redis_note = "failed";
         } else if (res == -4) {
             redis_note = "revoked";

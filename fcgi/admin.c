@@ -1,4 +1,4 @@
-/* admin.c - preheat, revoke and health routes. */
+/* admin.c - preheat, revoke, reconcile and health routes. */
 #include "alist.h"
 #include "conf.h"
 #include "cs.h"
@@ -8,6 +8,7 @@
 #include "mconn.h"
 #include "meta.h"
 #include "preheat.h"
+#include "reconcile.h"
 #include "route.h"
 #include "shm.h"
 #include "worker.h"
@@ -22,7 +23,9 @@ void admin_preheat(struct worker *w, struct req *r)
     struct preheat_result res;
     char err[256], extra[192];
 
-    if (req_auth(w, r, 2, &who) != CS_OK)
+    /* Checked here, not only by nginx's snippet: behind lighttpd or Apache a
+     * cross-site form (text/plain, urlencoded, multipart) reaches the app. */
+    if (req_auth(w, r, 2, &who) != CS_OK || req_read_optional_json(w, r) != CS_OK)
         return;
     /* Its own connection, with coupon-sync's longer timeout: writing
      * thousands of activities takes longer than one seize may wait. */
@@ -66,6 +69,7 @@ void admin_revoke(struct worker *w, struct req *r)
         req_reply(r, CODE_BAD_REQUEST, why, NULL, 0);
         return;
     }
+    r->audit_id = id;
     struct rconn_opts ro;
     rconn_opts_from_conf(&ro, w->conf, w->conf->sync_redis_timeout_ms);
     struct rconn *rc = rconn_new(&ro);
@@ -90,6 +94,65 @@ void admin_revoke(struct worker *w, struct req *r)
     req_reply(r, CODE_OK, "activity revoked", extra, 0);
 }
 
+void admin_reconcile(struct worker *w, struct req *r)
+{
+    struct auth_identity who;
+    struct reconcile_result res;
+    const char *why;
+    char err[256], extra[192];
+    int64_t id;
+
+    if (req_auth(w, r, 2, &who) != CS_OK || req_read_body(w, r) != CS_OK)
+        return;
+    if (http_parse_id_body(r->body, r->body_len, &id, &why) != CS_OK) {
+        req_reply(r, CODE_BAD_REQUEST, why, NULL, 0);
+        return;
+    }
+    r->audit_id = id;
+    /* An update's Redis step runs within one command timeout of its commit. */
+    int guard_s = w->conf->redis_command_timeout_ms / 1000 + 2;
+    if (reconcile_activity(w->mc, w->rc, id, guard_s, &res, err, sizeof(err)) != CS_OK) {
+        log_error("reconcile of activity %" PRId64 " failed: %s", id, err);
+        req_reply(r, CODE_UNAVAILABLE, "reconcile failed: MySQL or Redis unavailable", NULL, 5);
+        return;
+    }
+    switch (res.outcome) {
+    case RECONCILE_NO_SUCH:
+        req_reply(r, CODE_NO_SUCH_ACTIVITY, NULL, NULL, 0);
+        return;
+    case RECONCILE_ENDED:
+        req_reply(r, CODE_ENDED, NULL, NULL, 0);
+        return;
+    case RECONCILE_VOIDED:
+        req_reply(r, CODE_VOIDED, NULL, NULL, 0);
+        return;
+    case RECONCILE_BUSY:
+        req_reply(r, CODE_UNAVAILABLE, "the activity changed just now; retry in a few seconds",
+                  NULL, guard_s);
+        return;
+    case RECONCILE_NOT_PREHEATED:
+        snprintf(extra, sizeof(extra), "\"activityId\":%" PRId64 ",\"redisStock\":\"not preheated\"",
+                 id);
+        req_reply(r, CODE_OK, "not preheated: preheat sets the stock from MySQL", extra, 0);
+        return;
+    case RECONCILE_DONE:
+        break;
+    }
+    if (res.after > 0)
+        shm_flag_clear(w->shm->soldout, id);
+    meta_invalidate_node(w);
+    if (res.after != res.before)
+        log_notice("activity %" PRId64 " reconciled by admin %" PRId64 ": Redis stock %" PRId64
+                   " -> %" PRId64 " (MySQL total %" PRId64 ", %" PRId64 " seized)",
+                   id, who.user_id, res.before, res.after, res.total, res.sold);
+    snprintf(extra, sizeof(extra),
+             "\"activityId\":%" PRId64 ",\"totalNum\":%" PRId64 ",\"seized\":%" PRId64
+             ",\"redisBefore\":%" PRId64 ",\"redisAfter\":%" PRId64,
+             id, res.total, res.sold, res.before, res.after);
+    req_reply(r, CODE_OK, res.after != res.before ? "Redis stock reconciled" : "already in line",
+              extra, 0);
+}
+
 /* A write that fails the way a seize would (OOM, READONLY, MISCONF, BUSY,
  * LOADING, no connection) and changes nothing that matters. */
 static enum rconn_fault admin_health_probe(struct worker *w)
@@ -108,8 +171,9 @@ struct health_masters {
     int up, n;
 };
 
-static void health_master(void *arg, const char *addr, int up)
+static void health_master(void *arg, const char *addr, int up, int copies)
 {
+    (void)copies; /* reported per shard, see admin_health_cluster() */
     struct health_masters *h = arg;
     if (h->len < sizeof(h->buf))
         h->len += (size_t)snprintf(h->buf + h->len, sizeof(h->buf) - h->len, "%s\"%s\":\"%s\"",
@@ -122,16 +186,26 @@ static void health_master(void *arg, const char *addr, int up)
 
 /* On a cluster health names each master: "up" when all answer, "degraded"
  * (still 200: the shards on the others sell) when some do, 503 "down" when
- * none does. */
+ * none does. "durability" is "degraded" while a shard's grants are held by
+ * fewer copies than redis.wait_replicas asks (its master has lost its
+ * replicas), with those shards listed; "ok" otherwise. */
 static void admin_health_cluster(struct worker *w, struct req *r)
 {
     struct health_masters h = {.len = 0};
-    char extra[1200];
+    char extra[1400], shards[64] = "";
+    int copies[KEYS_SHARDS];
+    size_t sl = 0;
 
-    rcluster_each_master(w->rc, health_master, &h);
+    rcluster_each_master(w->rc, w->conf->redis_wait_replicas, health_master, &h);
+    int degraded = worker_durability(w, copies);
+    for (int i = 0; i < KEYS_SHARDS && degraded > 0; i++)
+        if (copies[i] >= 0 && copies[i] < w->conf->redis_wait_replicas)
+            sl += (size_t)snprintf(shards + sl, sizeof(shards) - sl, "%s%d", sl ? "," : "", i);
     const char *state = h.n > 0 && h.up == h.n ? "up" : h.up > 0 ? "degraded" : "down";
-    snprintf(extra, sizeof(extra), "\"redis\":\"%s\",\"masters\":{%s},\"worker\":%d", state,
-             h.buf, w->index);
+    snprintf(extra, sizeof(extra),
+             "\"redis\":\"%s\",\"masters\":{%s},\"durability\":\"%s\","
+             "\"degraded_shards\":[%s],\"worker\":%d",
+             state, h.buf, degraded > 0 ? "degraded" : "ok", shards, w->index);
     if (h.up > 0)
         req_reply(r, CODE_OK, NULL, extra, 0);
     else

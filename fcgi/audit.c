@@ -67,12 +67,11 @@ static char *audit_clean_body(const char *body, size_t len)
 void audit_record(struct worker *w, struct req *r)
 {
     char sub[24];
+    /* Only what the handler established: never the body's "id" on its own
+     * (a refused create's body may name any activity). */
     int64_t aid = r->audit_id;
-    const char *why;
 
     snprintf(sub, sizeof(sub), "%" PRId64, r->who.user_id);
-    if (aid <= 0 && r->body_len > 0 && http_parse_id_body(r->body, r->body_len, &aid, &why) != CS_OK)
-        aid = 0;
     char *body = audit_clean_body(r->body_len > 0 ? r->body : "", r->body_len);
     const char *result = http_code_name(r->code);
     struct mval p[] = {

@@ -6,8 +6,9 @@ struct worker;
 struct req;
 
 /* Appends a row to admin_audit for the request just answered: the admin's
- * sub (r->who), r->audit_action, the activity (r->audit_id, else the "id" of
- * the body when there is one), the body as received, and what was answered
+ * sub (r->who), r->audit_action, the activity (r->audit_id as the handler
+ * set it once it knew the activity; NULL when 0), the body as received, and
+ * what was answered
  * (r->code, r->msg). Called after the handler, so the row holds the result.
  * A failure to write is logged and otherwise ignored: the action itself has
  * already happened (or not) and was answered. */

@@ -318,11 +318,11 @@ enum auth_result auth_check(const struct auth_cfg *cfg, const char *authorizatio
 
     if (cfg->mode == AUTH_MODE_TRUSTED_HEADER) {
         if (x_user_id == NULL || *x_user_id == '\0') {
-            *why = "X-User-Id header missing";
+            *why = "no COUPONSEIZE_USER_ID param from the web server (X-User-Id headers are not read)";
             return AUTH_MISSING;
         }
         if (cs_parse_id(x_user_id, strlen(x_user_id), &id->user_id) != CS_OK) {
-            *why = "X-User-Id must be a decimal user id";
+            *why = "COUPONSEIZE_USER_ID must be a decimal user id";
             return AUTH_INVALID;
         }
         id->is_admin = x_user_role != NULL && strcmp(x_user_role, "admin") == 0;

@@ -53,9 +53,10 @@ void auth_fini(struct auth_cfg *cfg);
  * "nbf", when present, not in the future (both with leeway_s); when
  * cfg->issuer is set, "iss" must equal it; when cfg->audience is set, "aud"
  * (a string or an array of strings) must contain it; "sub" a decimal user
- * id 1..2^63-1 (a string, or a JSON integer); "role":"admin" makes an admin, "role":"service" the order system;
- * "groups" (an array of strings, optional) fills id->groups. In trusted-header mode the user id
- * comes from x_user_id and X-User-Role: admin (role) makes an admin.
+ * id 1..2^63-1 (a string, or a JSON integer); "role":"admin" makes an admin, "role":"service"
+ * the order system; "groups" (an array of strings, optional) fills id->groups. In trusted-header mode the user id
+ * comes from x_user_id and x_user_role "admin" makes an admin (the params
+ * COUPONSEIZE_USER_ID and COUPONSEIZE_USER_ROLE, see params.h).
  * Returns AUTH_OK and fills *id, AUTH_MISSING when no credential was sent,
  * AUTH_INVALID otherwise (with a static reason in *why). */
 enum auth_result auth_check(const struct auth_cfg *cfg, const char *authorization,

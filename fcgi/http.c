@@ -3,6 +3,7 @@
 #include "cs.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
@@ -34,6 +35,11 @@ static const struct {
                               "no answer from the coupon store: the coupon may be yours; "
                               "check status or seize again"},
     [CODE_INTERNAL_ERROR] = {500, "INTERNAL_ERROR", "internal error"},
+    [CODE_IDEMPOTENCY_KEY_IN_USE] = {409, "IDEMPOTENCY_KEY_IN_USE",
+                                     "the first request with this Idempotency-Key has not been "
+                                     "answered; retry with the same key shortly"},
+    [CODE_IDEMPOTENCY_KEY_REUSED] = {422, "IDEMPOTENCY_KEY_REUSED",
+                                     "this Idempotency-Key was used for another request"},
     [CODE_NOT_ELIGIBLE] = {403, "NOT_ELIGIBLE", "this activity is for other user groups"},
     [CODE_NO_SUCH_COUPON] = {404, "NO_SUCH_COUPON", "no such coupon"},
     [CODE_ALREADY_USED] = {409, "ALREADY_USED", "the coupon was used by another order"},
@@ -83,6 +89,7 @@ static const char *reason_phrase(int status)
     case 409: return "Conflict";
     case 413: return "Payload Too Large";
     case 415: return "Unsupported Media Type";
+    case 422: return "Unprocessable Content";
     case 429: return "Too Many Requests";
     case 503: return "Service Unavailable";
     default: return "Internal Server Error";
@@ -447,10 +454,32 @@ int http_query_param(const char *query, const char *name, char *out, size_t outl
     return CS_ERR;
 }
 
+static struct http_capture *capture;
+
+void http_capture_start(struct http_capture *c)
+{
+    memset(c, 0, sizeof(*c));
+    capture = c;
+}
+
+void http_capture_stop(void)
+{
+    capture = NULL;
+}
+
 void http_reply_raw(FCGX_Stream *out, int status, const char *content_type, const char *body,
                     size_t len, const char *headers)
 {
     char head[320];
+    if (capture != NULL) {
+        capture->status = status;
+        snprintf(capture->headers, sizeof(capture->headers), "%s", headers ? headers : "");
+        free(capture->body);
+        capture->body = xmalloc(len + 1);
+        memcpy(capture->body, body, len);
+        capture->body[len] = '\0';
+        capture->len = len;
+    }
     int n = snprintf(head, sizeof(head),
                      "Status: %d %s\r\nContent-Type: %s\r\nCache-Control: no-store\r\n"
                      "%sContent-Length: %zu\r\n\r\n",

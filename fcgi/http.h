@@ -27,6 +27,8 @@ enum cs_code {
     CODE_UNAVAILABLE,
     CODE_UNKNOWN_OUTCOME,
     CODE_INTERNAL_ERROR,
+    CODE_IDEMPOTENCY_KEY_IN_USE,
+    CODE_IDEMPOTENCY_KEY_REUSED,
     CODE_NOT_ELIGIBLE,
     CODE_NO_SUCH_COUPON,
     CODE_ALREADY_USED,
@@ -78,5 +80,19 @@ void http_reply_with(FCGX_Stream *out, enum cs_code code, const char *msg, const
  * header lines ("Name: value\r\n"..., or NULL). */
 void http_reply_raw(FCGX_Stream *out, int status, const char *content_type, const char *body,
                     size_t len, const char *headers);
+
+/* A copy of the answer written while a capture is on (Idempotency-Key). */
+struct http_capture {
+    int status;                /* 0 until an answer was written */
+    char headers[256];         /* the extra header lines, cut to fit */
+    char *body;                /* xmalloc'd; the caller frees it */
+    size_t len;
+};
+
+/* From now until http_capture_stop(), every answer written is also copied
+ * into *c (the last one wins). One capture at a time per process: a worker
+ * serves one request at a time. */
+void http_capture_start(struct http_capture *c);
+void http_capture_stop(void);
 
 #endif

@@ -74,8 +74,25 @@ static void metrics_shards(struct out *o, const struct shm_node *node)
     counter(o, "couponseize_redis_slot_map_refresh_failures_total",
             "Cluster slot-map refreshes no node answered.", LOAD(cl->refresh_failures));
     counter(o, "couponseize_redis_wait_shortfalls_total",
-            "Grants WAIT did not see on redis.wait_replicas replicas (answered UNKNOWN_OUTCOME).",
+            "Grants WAIT did not see on the replicas the durability rule asks (answered "
+            "UNKNOWN_OUTCOME).",
             LOAD(cl->wait_shortfalls));
+
+    int wanted = atomic_load(&cl->copies_wanted), degraded = 0;
+    emit(o, "# HELP couponseize_redis_shard_copies Replicas a grant on the shard waits for "
+            "now (the durability rule: its master's replicas the cluster could promote, at "
+            "most redis.wait_replicas).\n# TYPE couponseize_redis_shard_copies gauge\n");
+    for (int i = 0; i < KEYS_SHARDS; i++) {
+        int v = atomic_load(&cl->shard_copies[i]) - 1;
+        if (v < 0)
+            continue;
+        emit(o, "couponseize_redis_shard_copies{shard=\"%d\"} %d\n", i, v);
+        degraded += v < wanted;
+    }
+    emit(o, "# HELP couponseize_durability_degraded_shards Shards whose grants are held by "
+            "fewer copies than redis.wait_replicas asks.\n"
+            "# TYPE couponseize_durability_degraded_shards gauge\n"
+            "couponseize_durability_degraded_shards %d\n", degraded);
 }
 
 size_t metrics_render(const struct shm_node *node, char *buf, size_t cap)
@@ -214,6 +231,8 @@ void metrics_handle(struct worker *w, struct req *r)
         return;
     }
     metrics_read_queues(w);
+    int copies[KEYS_SHARDS];
+    worker_durability(w, copies);
     size_t cap = 64 * 1024;
     char *buf = xmalloc(cap);
     size_t n = metrics_render(w->shm, buf, cap);

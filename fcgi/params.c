@@ -7,6 +7,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* How many params in env are named name (a "NAME=VALUE" string each). */
+static int param_count(char **env, const char *name)
+{
+    size_t n = strlen(name);
+    int count = 0;
+    for (; env != NULL && *env != NULL; env++)
+        if (strncmp(*env, name, n) == 0 && (*env)[n] == '=')
+            count++;
+    return count;
+}
+
 void params_fill(struct req *r, char **env)
 {
     const char *uri, *cl;
@@ -16,8 +27,16 @@ void params_fill(struct req *r, char **env)
         r->method = "GET";
     r->content_type = FCGX_GetParam("CONTENT_TYPE", env);
     r->authorization = FCGX_GetParam("HTTP_AUTHORIZATION", env);
-    r->x_user_id = FCGX_GetParam("HTTP_X_USER_ID", env);
-    r->x_user_role = FCGX_GetParam("HTTP_X_USER_ROLE", env);
+    /* The trusted identity comes from params that no request header can
+     * produce: all three servers pass a client's headers as HTTP_* (lighttpd
+     * maps X_User_Id and X.User.Id to HTTP_X_USER_ID as well), so a client
+     * could otherwise add a second copy that FCGX_GetParam() finds first. A
+     * param that comes twice anyway (a server configured to add it twice)
+     * is refused by auth_check(), never picked from. */
+    r->x_user_id = FCGX_GetParam(PARAMS_USER_ID, env);
+    r->x_user_role = FCGX_GetParam(PARAMS_USER_ROLE, env);
+    r->identity_twice = param_count(env, PARAMS_USER_ID) > 1 || param_count(env, PARAMS_USER_ROLE) > 1;
+    r->idem_key = FCGX_GetParam("HTTP_IDEMPOTENCY_KEY", env);
     r->query = FCGX_GetParam("QUERY_STRING", env);
     cl = FCGX_GetParam("CONTENT_LENGTH", env);
     r->content_length = -1;

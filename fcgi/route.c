@@ -1,6 +1,8 @@
 /* route.c - maps a request path and method to its handler. */
 #include "route.h"
 #include "audit.h"
+#include "http.h"
+#include "idem.h"
 #include "worker.h"
 
 #include <string.h>
@@ -13,6 +15,7 @@ const char *const route_names[ROUTE__COUNT] = {
     [ROUTE_HEALTH] = "health",
     [ROUTE_METRICS] = "metrics",
     [ROUTE_ACTIVITY] = "activity",
+    [ROUTE_RECONCILE] = "reconcile",
     [ROUTE_MINE] = "mine",
     [ROUTE_USE] = "use",
     [ROUTE_RELEASE] = "release",
@@ -25,18 +28,20 @@ static const struct {
     enum route_id id;
     void (*handler)(struct worker *, struct req *);
     const char *audit;         /* admin action recorded in admin_audit, or NULL */
+    int admin_write;           /* takes Idempotency-Key (its POST / PUT) */
 } routes[] = {
-    {"/market/consumer/coupon/seize", "POST", ROUTE_SEIZE, seize_handle, NULL},
-    {"/market/consumer/coupon/status", "GET", ROUTE_STATUS, status_handle, NULL},
-    {"/market/admin/coupon/preheat", "POST", ROUTE_PREHEAT, admin_preheat, "preheat"},
-    {"/market/admin/coupon/revoke", "POST", ROUTE_REVOKE, admin_revoke, "revoke"},
-    {"/market/health", "GET", ROUTE_HEALTH, admin_health, NULL},
-    {"/market/admin/metrics", "GET", ROUTE_METRICS, metrics_handle, NULL},
-    {"/market/admin/coupon/activity", NULL, ROUTE_ACTIVITY, activity_handle, NULL},
-    {"/market/consumer/coupon/mine", "GET", ROUTE_MINE, coupon_mine_handle, NULL},
+    {"/market/consumer/coupon/seize", "POST", ROUTE_SEIZE, seize_handle, NULL, 0},
+    {"/market/consumer/coupon/status", "GET", ROUTE_STATUS, status_handle, NULL, 0},
+    {"/market/admin/coupon/preheat", "POST", ROUTE_PREHEAT, admin_preheat, "preheat", 1},
+    {"/market/admin/coupon/revoke", "POST", ROUTE_REVOKE, admin_revoke, "revoke", 1},
+    {"/market/admin/coupon/reconcile", "POST", ROUTE_RECONCILE, admin_reconcile, "reconcile", 1},
+    {"/market/health", "GET", ROUTE_HEALTH, admin_health, NULL, 0},
+    {"/market/admin/metrics", "GET", ROUTE_METRICS, metrics_handle, NULL, 0},
+    {"/market/admin/coupon/activity", NULL, ROUTE_ACTIVITY, activity_handle, NULL, 1},
+    {"/market/consumer/coupon/mine", "GET", ROUTE_MINE, coupon_mine_handle, NULL, 0},
     /* Audited when an admin token calls (the handler sets the action). */
-    {"/market/service/coupon/use", "POST", ROUTE_USE, coupon_use_handle, NULL},
-    {"/market/service/coupon/release", "POST", ROUTE_RELEASE, coupon_release_handle, NULL},
+    {"/market/service/coupon/use", "POST", ROUTE_USE, coupon_use_handle, NULL, 0},
+    {"/market/service/coupon/release", "POST", ROUTE_RELEASE, coupon_release_handle, NULL, 0},
 };
 
 void route_dispatch(struct worker *w, struct req *r)
@@ -56,6 +61,15 @@ void route_dispatch(struct worker *w, struct req *r)
             return;
         }
         r->audit_action = routes[i].audit;
+        if (r->idem_key != NULL && routes[i].admin_write && strcmp(r->method, "GET") != 0
+            && strcmp(r->method, "HEAD") != 0) {
+            idem_serve(w, r, routes[i].handler);
+            /* A replay or a refused key is no new action: no audit row. */
+            if (r->audit_action != NULL && r->who.is_admin && strcmp(r->msg, "replay") != 0
+                && r->code != CODE_IDEMPOTENCY_KEY_IN_USE && r->code != CODE_IDEMPOTENCY_KEY_REUSED)
+                audit_record(w, r);
+            return;
+        }
         routes[i].handler(w, r);
         /* Only callers that proved to be admins leave a trace (not 401/403). */
         if (r->audit_action != NULL && r->who.is_admin)

@@ -13,6 +13,7 @@ enum route_id {
     ROUTE_HEALTH,
     ROUTE_METRICS,
     ROUTE_ACTIVITY,
+    ROUTE_RECONCILE,
     ROUTE_MINE,
     ROUTE_USE,
     ROUTE_RELEASE,
@@ -30,6 +31,9 @@ void seize_handle(struct worker *w, struct req *r);
 void status_handle(struct worker *w, struct req *r);
 void admin_preheat(struct worker *w, struct req *r);
 void admin_revoke(struct worker *w, struct req *r);
+/* POST /market/admin/coupon/reconcile {"id": N}: Redis stock back to
+ * MySQL's total minus the seize list (reconcile.h). */
+void admin_reconcile(struct worker *w, struct req *r);
 void admin_health(struct worker *w, struct req *r);
 void metrics_handle(struct worker *w, struct req *r);
 /* GET / POST / PUT /market/admin/coupon/activity (activity_api.c). */

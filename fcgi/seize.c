@@ -34,10 +34,12 @@ static void seize_unavailable(struct worker *w, struct req *r)
  * three times (a resend after a lost reply, a retry after the window heal). */
 struct seize_call {
     char k_stock[KEYS_MAX], k_list[KEYS_MAX], k_queue[KEYS_MAX], k_window[KEYS_MAX];
+    char k_fence[KEYS_MAX];
     char s_aid[24], s_uid[24];
     const char *argv[6];
     size_t argl[6];
     int shard;
+    struct rconn_site site;    /* the connection whose answer counts: a WAIT runs there */
 };
 
 static void seize_call_init(struct seize_call *sc, int64_t id, int64_t uid)
@@ -48,6 +50,7 @@ static void seize_call_init(struct seize_call *sc, int64_t id, int64_t uid)
     sc->argl[1] = keys_seize_list(sc->k_list, id);
     sc->argl[2] = keys_queue(sc->k_queue, shard);
     sc->argl[3] = keys_window(sc->k_window, shard);
+    keys_fence(sc->k_fence, shard);
     sc->argl[4] = (size_t)snprintf(sc->s_aid, sizeof(sc->s_aid), "%" PRId64, id);
     sc->argl[5] = (size_t)snprintf(sc->s_uid, sizeof(sc->s_uid), "%" PRId64, uid);
     sc->argv[0] = sc->k_stock;
@@ -60,7 +63,7 @@ static void seize_call_init(struct seize_call *sc, int64_t id, int64_t uid)
 
 static redisReply *seize_send(struct worker *w, struct seize_call *sc)
 {
-    return rconn_evalsha(w->rc, &w->script, 4, 6, sc->argv, sc->argl);
+    return rconn_evalsha_at(w->rc, &w->script, 4, 6, sc->argv, sc->argl, &sc->site);
 }
 
 static void seize_count_failure(struct worker *w)
@@ -129,7 +132,8 @@ static int seize_heal_window(struct worker *w, struct seize_call *sc, const stru
 }
 
 /*
- * Sends the seize script and feeds the breaker with how it went. CODE_OK
+ * Sends the seize script and feeds the breaker with its failures (a success
+ * is reported by the caller, once the grant is confirmed). CODE_OK
  * with the script's answer in *res; CODE_UNAVAILABLE when Redis certainly
  * did not run it (no connection, or an error reply such as OOM, READONLY,
  * BUSY: Redis refused it); CODE_UNKNOWN_OUTCOME when it was written, its
@@ -174,20 +178,95 @@ static enum cs_code seize_eval(struct worker *w, struct seize_call *sc, long lon
                           fault == RCONN_FAULT_NONE ? RCONN_FAULT_ERROR : fault);
         return CODE_UNAVAILABLE;
     }
-    worker_seize_done(w, sc->shard, RCONN_FAULT_NONE);
     *res = rep->integer;
     freeReplyObject(rep);
     return CODE_OK;
 }
 
-/* With redis.wait_replicas, a grant is SEIZED only once that many replicas
- * have it: a failover right after cannot lose a coupon someone was told of. */
-static int seize_replicated(struct worker *w)
+/*
+ * With redis.wait_replicas, a grant is SEIZED only once it is held by as
+ * many copies as the durability rule asks (rconn_copies(): the replicas of
+ * the granting master that could take over, at most wait_replicas; none
+ * left: its own AOF): a failover right after cannot lose a coupon someone
+ * was told of. The WAIT runs on the connection that granted; with fence set
+ * (the answer came from a resend that found the grant already made, so that
+ * connection wrote nothing) a fence write goes first.
+ */
+static int seize_replicated(struct worker *w, struct seize_call *sc, int fence)
 {
     const struct cs_conf *c = w->conf;
     if (c->redis_wait_replicas <= 0)
         return CS_OK;
-    return rconn_wait(w->rc, c->redis_wait_replicas, c->redis_wait_timeout_ms);
+    int copies = rconn_copies(w->rc, &sc->site, c->redis_wait_replicas);
+    if (c->redis_cluster)
+        worker_note_copies(w, sc->shard, copies);
+    return rconn_wait_at(w->rc, &sc->site, fence ? sc->k_fence : NULL, copies,
+                         c->redis_wait_timeout_ms);
+}
+
+/* The bound of a seize's Redis work: the script, one resend on a fresh
+ * connection, and the WAIT (see README, "Running on Redis Cluster"). */
+static int64_t seize_budget_ms(const struct cs_conf *c)
+{
+    return 2 * (int64_t)c->redis_command_timeout_ms +
+           (c->redis_wait_replicas > 0 ? c->redis_wait_timeout_ms : 0);
+}
+
+/* The Redis part of a seize: the script, its settling and its WAIT; answers r. */
+static void seize_grant(struct worker *w, struct req *r, struct seize_call *sc,
+                        struct activity *a)
+{
+    const struct cs_conf *c = w->conf;
+    int64_t id = a->id, sent_at = cs_mono_ms();
+    int resent = 0, stale;
+    long long res;
+
+    enum cs_code code = seize_eval(w, sc, &res, &resent);
+    if (code == CODE_OK && res == -3 && seize_heal_window(w, sc, a) == CS_OK)
+        code = seize_eval(w, sc, &res, &resent); /* -3 changed nothing: ask again */
+    if (code != CODE_OK) {
+        req_reply(r, code, NULL, NULL, worker_retry_after(w));
+        return;
+    }
+
+    code = http_seize_outcome(res);
+    int settled = resent && res == -1;
+    if (settled)
+        code = seize_settle_resent(w, sc, cs_mono_ms() - sent_at, &res);
+    int64_t recheck = cs_mono_ms() + c->limits_soldout_recheck_ms;
+    if ((code == CODE_SOLD_OUT || (code == CODE_SEIZED && res == 0)) &&
+        c->limits_soldout_recheck_ms > 0)
+        shm_flag_set(w->shm->soldout, id, recheck);
+    if (code == CODE_SEIZED) {
+        char extra[96];
+        atomic_fetch_add_explicit(&w->shm->m.seized_shard[sc->shard], 1, memory_order_relaxed);
+        if (seize_replicated(w, sc, settled) != CS_OK) {
+            /* Granted, not confirmed: the shard cannot keep what it sells
+             * now, so its breaker hears of it like of any failure. */
+            log_warn("seize %" PRId64 " for %s granted, not confirmed: %s", id, sc->s_uid,
+                     w->rc->errstr);
+            worker_seize_done(w, sc->shard, RCONN_FAULT_ERROR);
+            req_reply(r, CODE_UNKNOWN_OUTCOME, NULL, NULL, worker_retry_after(w));
+            return;
+        }
+        worker_seize_done(w, sc->shard, RCONN_FAULT_NONE);
+        if (res >= 0)
+            snprintf(extra, sizeof(extra), "\"activityId\":%" PRId64 ",\"remaining\":%lld", id,
+                     res);
+        else /* granted before a lost reply; the stock now could not be read */
+            snprintf(extra, sizeof(extra), "\"activityId\":%" PRId64 ",\"remaining\":null", id);
+        req_reply(r, CODE_SEIZED, NULL, extra, 0);
+        return;
+    }
+    worker_seize_done(w, sc->shard, RCONN_FAULT_NONE);
+    if (code == CODE_NO_SUCH_ACTIVITY) {
+        /* The stock field is gone: Redis lost its data, or the activity was
+         * revoked elsewhere before the tombstone landed. */
+        meta_forget(w->meta, id);
+        if (meta_lookup(w, id, a, &stale) == META_VOIDED)
+            code = CODE_VOIDED;
+    }
+    req_reply(r, code, NULL, NULL, 0);
 }
 
 void seize_handle(struct worker *w, struct req *r)
@@ -256,48 +335,9 @@ void seize_handle(struct worker *w, struct req *r)
 
     seize_call_init(&sc, id, who.user_id);
     atomic_fetch_add_explicit(&w->shm->m.seize_shard[sc.shard], 1, memory_order_relaxed);
-    int64_t sent_at = cs_mono_ms();
-    int resent = 0;
-    long long res;
-    enum cs_code code = seize_eval(w, &sc, &res, &resent);
-    if (code == CODE_OK && res == -3 && seize_heal_window(w, &sc, &a) == CS_OK)
-        code = seize_eval(w, &sc, &res, &resent); /* -3 changed nothing: ask again */
-    if (code != CODE_OK) {
-        req_reply(r, code, NULL, NULL, worker_retry_after(w));
-        return;
-    }
-
-    code = http_seize_outcome(res);
-    if (resent && res == -1)
-        code = seize_settle_resent(w, &sc, cs_mono_ms() - sent_at, &res);
-    int64_t recheck = cs_mono_ms() + c->limits_soldout_recheck_ms;
-    if (code == CODE_SEIZED) {
-        char extra[96];
-        atomic_fetch_add_explicit(&w->shm->m.seized_shard[sc.shard], 1, memory_order_relaxed);
-        if (seize_replicated(w) != CS_OK) {
-            log_warn("seize %" PRId64 " for %" PRId64 " granted, not confirmed: %s", id,
-                     who.user_id, w->rc->errstr);
-            req_reply(r, CODE_UNKNOWN_OUTCOME, NULL, NULL, worker_retry_after(w));
-            return;
-        }
-        if (res == 0 && c->limits_soldout_recheck_ms > 0)
-            shm_flag_set(w->shm->soldout, id, recheck);
-        if (res >= 0)
-            snprintf(extra, sizeof(extra), "\"activityId\":%" PRId64 ",\"remaining\":%lld", id,
-                     res);
-        else /* granted before a lost reply; the stock now could not be read */
-            snprintf(extra, sizeof(extra), "\"activityId\":%" PRId64 ",\"remaining\":null", id);
-        req_reply(r, CODE_SEIZED, NULL, extra, 0);
-        return;
-    }
-    if (code == CODE_SOLD_OUT && c->limits_soldout_recheck_ms > 0)
-        shm_flag_set(w->shm->soldout, id, recheck);
-    if (code == CODE_NO_SUCH_ACTIVITY) {
-        /* The stock field is gone: Redis lost its data, or the activity was
-         * revoked elsewhere before the tombstone landed. */
-        meta_forget(w->meta, id);
-        if (meta_lookup(w, id, &a, &stale) == META_VOIDED)
-            code = CODE_VOIDED;
-    }
-    req_reply(r, code, NULL, NULL, 0);
+    /* One deadline for every Redis step of this request: redirections,
+     * reloads, map refreshes, the resend and the WAIT all end by it. */
+    rconn_set_deadline(w->rc, cs_mono_ms() + seize_budget_ms(c));
+    seize_grant(w, r, &sc, &a);
+    rconn_set_deadline(w->rc, 0);
 }

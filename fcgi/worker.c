@@ -3,12 +3,15 @@
 #include "conf.h"
 #include "cs.h"
 #include "log.h"
+#include "keys.h"
 #include "meta.h"
 #include "mconn.h"
+#include "rcluster.h"
 #include "params.h"
 #include "route.h"
 #include "shm.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -83,6 +86,20 @@ int req_read_body(struct worker *w, struct req *r)
         req_reply(r, CODE_UNSUPPORTED_MEDIA_TYPE, NULL, NULL, 0);
         return CS_ERR;
     }
+    if (r->body_read)
+        return CS_OK;
+    return req_read_raw(w, r);
+}
+
+int req_read_raw(struct worker *w, struct req *r)
+{
+    if (r->body_read)
+        return CS_OK;
+    if (r->content_length <= 0 || r->content_length > w->conf->fcgi_max_body) {
+        r->body[0] = '\0';
+        r->body_len = 0;
+        return CS_OK;
+    }
     int n = FCGX_GetStr(r->body, (int)r->content_length, r->fr->in);
     if (n != r->content_length) {
         req_reply(r, CODE_BAD_REQUEST, "request body shorter than Content-Length", NULL, 0);
@@ -90,14 +107,47 @@ int req_read_body(struct worker *w, struct req *r)
     }
     r->body[n] = '\0';
     r->body_len = (size_t)n;
+    r->body_read = 1;
+    return CS_OK;
+}
+
+int req_read_optional_json(struct worker *w, struct req *r)
+{
+    int typed = r->content_type != NULL && *r->content_type != '\0';
+    if (typed && !http_is_json_type(r->content_type)) {
+        req_reply(r, CODE_UNSUPPORTED_MEDIA_TYPE, NULL, NULL, 0);
+        return CS_ERR;
+    }
+    if (r->content_length <= 0) {
+        r->body[0] = '\0';
+        r->body_len = 0;
+        return CS_OK;
+    }
+    if (req_read_body(w, r) != CS_OK)
+        return CS_ERR;
+    cJSON *doc = cJSON_ParseWithLengthOpts(r->body, r->body_len + 1, NULL, 1);
+    int is_object = cJSON_IsObject(doc);
+    cJSON_Delete(doc);
+    if (!is_object) {
+        req_reply(r, CODE_BAD_REQUEST, "body must be a JSON object", NULL, 0);
+        return CS_ERR;
+    }
     return CS_OK;
 }
 
 int req_auth(struct worker *w, struct req *r, int need, struct auth_identity *id)
 {
     const char *why = "";
-    enum auth_result res = auth_check(&w->auth, r->authorization, r->x_user_id,
-                                      r->x_user_role, cs_now_ms() / 1000, id, &why);
+    enum auth_result res;
+    if (w->auth.mode == AUTH_MODE_TRUSTED_HEADER && r->identity_twice) {
+        /* Two copies of the identity: which one the server meant is unknown. */
+        memset(id, 0, sizeof(*id));
+        why = "identity param " PARAMS_USER_ID " or " PARAMS_USER_ROLE " given twice";
+        res = AUTH_INVALID;
+    } else {
+        res = auth_check(&w->auth, r->authorization, r->x_user_id, r->x_user_role,
+                         cs_now_ms() / 1000, id, &why);
+    }
     if (res == AUTH_MISSING && need == 0) {
         id->user_id = 0;
         return CS_OK;
@@ -186,6 +236,36 @@ void worker_seize_done(struct worker *w, int shard, enum rconn_fault fault)
                           c->redis_breaker_open_ms))
         log_warn("redis breaker of shard %d opened (%s): %s; its seizes answer 503 until a "
                  "probe succeeds", shard, rconn_fault_name(fault), w->rc->errstr);
+}
+
+void worker_note_copies(struct worker *w, int shard, int copies)
+{
+    if (shard < 0 || shard >= RCLUSTER_SHARDS)
+        return;
+    _Atomic int32_t *v = &w->shm->cluster.shard_copies[shard];
+    int32_t stored = copies < 0 ? 0 : copies + 1; /* 0: unknown (a new segment is zeroed) */
+    if (atomic_load_explicit(v, memory_order_relaxed) != stored)
+        atomic_store(v, stored);
+}
+
+int worker_durability(struct worker *w, int copies[])
+{
+    const struct cs_conf *c = w->conf;
+    int degraded = 0;
+
+    for (int i = 0; i < KEYS_SHARDS; i++) {
+        char key[KEYS_MAX];
+        size_t len = keys_stock(key, i);
+        copies[i] = -1;
+        if (!c->redis_cluster || c->redis_wait_replicas <= 0)
+            continue;
+        copies[i] = rcluster_slot_copies(w->rc, keys_slot(key, len), c->redis_wait_replicas);
+        worker_note_copies(w, i, copies[i]);
+        degraded += copies[i] >= 0 && copies[i] < c->redis_wait_replicas;
+    }
+    if (c->redis_cluster)
+        atomic_store(&w->shm->cluster.copies_wanted, c->redis_wait_replicas);
+    return degraded;
 }
 
 int worker_retry_after(const struct worker *w)

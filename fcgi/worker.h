@@ -38,9 +38,12 @@ struct req {
     const char *authorization;
     const char *x_user_id;
     const char *x_user_role;
+    int identity_twice;        /* a trusted identity param came more than once */
     long content_length;       /* -1 when absent */
     char *body;                /* NUL-terminated, owned by the worker */
     size_t body_len;
+    int body_read;             /* the body is in body/body_len already */
+    const char *idem_key;      /* Idempotency-Key header, or NULL */
     int route;
     enum cs_code code;         /* what was answered, for metrics */
     int64_t start_us;
@@ -64,6 +67,18 @@ void req_reply(struct req *r, enum cs_code code, const char *msg, const char *ex
  * answering 415 / 413 / 400. */
 int req_read_body(struct worker *w, struct req *r);
 
+/* Reads the body as it is, without judging it (none when absent or over
+ * the cap: left to req_read_body); later req_read_body calls use what was
+ * read. CS_OK, or CS_ERR after answering 400 (shorter than announced). */
+int req_read_raw(struct worker *w, struct req *r);
+
+/* For a POST whose body is optional (preheat): an empty body is fine when
+ * no Content-Type or a JSON one was sent; any other Content-Type (a
+ * cross-site form's text/plain, urlencoded or multipart) is 415, and a body
+ * must be a JSON object sent as application/json (415 / 400). CS_OK with
+ * the body read (possibly empty), else CS_ERR after answering. */
+int req_read_optional_json(struct worker *w, struct req *r);
+
 /* Authenticates the caller. need: 0 optional (returns CS_OK with
  * id->user_id 0 when no credential), 1 user, 2 admin. CS_ERR after answering
  * 401 / 403. */
@@ -86,6 +101,16 @@ int worker_redis_readable(const struct worker *w);
  * for shards the others serve). */
 int worker_seize_allowed(struct worker *w, int shard);
 void worker_seize_done(struct worker *w, int shard, enum rconn_fault fault);
+
+/* Records for the metrics how many replicas a grant on shard waits for now
+ * (copies; -1 unknown) under the durability rule. */
+void worker_note_copies(struct worker *w, int shard, int copies);
+
+/* On a cluster with redis.wait_replicas > 0: the durability rule for every
+ * shard, read now (cached per master, see rconn_copies()) into copies[]
+ * (-1: its master is unknown or down) and recorded for the metrics. Returns
+ * how many shards run with fewer copies than asked; 0 otherwise. */
+int worker_durability(struct worker *w, int copies[]);
 
 /* Seconds a client should wait while Redis is unavailable. */
 int worker_retry_after(const struct worker *w);

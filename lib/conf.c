@@ -83,6 +83,7 @@ static const struct conf_key conf_keys[] = {
 
     I("preheat.horizon_days", preheat_horizon_days, 0, 3650, 30),
     I("preheat.interval_s", preheat_interval_s, 1, 86400, 60),
+    I("preheat.full_interval_s", preheat_full_interval_s, 1, 604800, 600),
 
     I("sync.interval_s", sync_interval_s, 1, 86400, 60),
     I("sync.batch", sync_batch, 1, 10000, 500),
@@ -93,6 +94,7 @@ static const struct conf_key conf_keys[] = {
     I("sync.status_interval_s", sync_status_interval_s, 1, 86400, 60),
     I("sync.expire_batch", sync_expire_batch, 1, 100000, 1000),
     I("sync.cleanup_grace_s", sync_cleanup_grace_s, 0, 31536000, 86400),
+    I("sync.reconcile_full_s", sync_reconcile_full_s, 1, 604800, 600),
 };
 
 #define FIELD(conf, k, T) ((T *)((char *)(conf) + (k)->off))

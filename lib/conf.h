@@ -70,6 +70,7 @@ struct cs_conf {
     /* preheat */
     int preheat_horizon_days;
     int preheat_interval_s;
+    int preheat_full_interval_s;   /* a full preheat pass at least this often */
 
     /* sync */
     int sync_interval_s;
@@ -79,6 +80,7 @@ struct cs_conf {
     int sync_redis_timeout_ms;
     char *sync_metrics_file;
     int sync_status_interval_s;
+    int sync_reconcile_full_s;     /* reconcile every open sale at least this often */
     int sync_expire_batch;
     int sync_cleanup_grace_s;
 };

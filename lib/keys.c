@@ -32,6 +32,11 @@ size_t keys_sync_lock(char *buf, int shard)
     return (size_t)snprintf(buf, KEYS_MAX, "LOCK:COUPON:SYNC:{%d}", shard);
 }
 
+size_t keys_fence(char *buf, int shard)
+{
+    return (size_t)snprintf(buf, KEYS_MAX, "COUPON:FENCE:{%d}", shard);
+}
+
 size_t keys_meta(char *buf, int shard)
 {
     return (size_t)snprintf(buf, KEYS_MAX, "COUPON:ACTIVITY:META:{%d}", shard);
@@ -40,6 +45,16 @@ size_t keys_meta(char *buf, int shard)
 size_t keys_window(char *buf, int shard)
 {
     return (size_t)snprintf(buf, KEYS_MAX, "COUPON:ACTIVITY:WINDOW:{%d}", shard);
+}
+
+size_t keys_version(char *buf, int shard)
+{
+    return (size_t)snprintf(buf, KEYS_MAX, "COUPON:ACTIVITY:VER:{%d}", shard);
+}
+
+size_t keys_ends(char *buf, int shard)
+{
+    return (size_t)snprintf(buf, KEYS_MAX, "COUPON:ACTIVITY:ENDS:{%d}", shard);
 }
 
 size_t keys_queue_field(char *buf, int64_t activity_id, int64_t user_id)

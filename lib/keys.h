@@ -32,8 +32,12 @@ size_t keys_seize_list(char *buf, int64_t activity_id);        /* COUPON:SEIZE:L
 size_t keys_queue(char *buf, int shard);                       /* QUEUE:COUPON:SEIZE:SYNC:{i} */
 size_t keys_dead(char *buf, int shard);                        /* QUEUE:COUPON:SEIZE:DEAD:{i} */
 size_t keys_sync_lock(char *buf, int shard);                   /* LOCK:COUPON:SYNC:{i} */
+/* A counter written only so that a following WAIT has a write to wait for. */
+size_t keys_fence(char *buf, int shard);                       /* COUPON:FENCE:{i} */
 size_t keys_meta(char *buf, int shard);                        /* COUPON:ACTIVITY:META:{i} */
 size_t keys_window(char *buf, int shard);                      /* COUPON:ACTIVITY:WINDOW:{i} */
+size_t keys_version(char *buf, int shard);                     /* COUPON:ACTIVITY:VER:{i} */
+size_t keys_ends(char *buf, int shard);                        /* COUPON:ACTIVITY:ENDS:{i} */
 
 /* Queue field "<activityId>:<userId>". */
 size_t keys_queue_field(char *buf, int64_t activity_id, int64_t user_id);

@@ -21,12 +21,24 @@
     "SELECT id, name, coupon_name, coupon_amount, coupon_threshold, total_num, " \
     "UNIX_TIMESTAMP(distribute_start_time)*1000, UNIX_TIMESTAMP(distribute_end_time)*1000, " \
     "validity_days, status, " \
-    "EXISTS (SELECT 1 FROM coupon c WHERE c.activity_id = activity.id), "       \
+    "EXISTS (SELECT 1 FROM coupon c WHERE c.activity_id = activity.id), " \
+    "CAST(UNIX_TIMESTAMP(updated_at) * 1000000 AS SIGNED), " \
     "return_on_expiry, COALESCE(eligible_groups, '') FROM activity "
-static const char SQL_PREHEAT[] = SQL_PREHEAT_COLS
-    "WHERE status <> 4 AND distribute_end_time > NOW() - INTERVAL ? SECOND "
+#define SQL_PREHEAT_SERVED \
+    "status <> 4 AND distribute_end_time > NOW() - INTERVAL ? SECOND " \
     "AND distribute_start_time < NOW() + INTERVAL ? DAY "
+static const char SQL_PREHEAT[] = SQL_PREHEAT_COLS "WHERE " SQL_PREHEAT_SERVED
     "ORDER BY distribute_start_time, id";
+/* The periodic pass between full ones: rows changed since a time (by
+ * idx_activity_updated) and rows whose start entered the horizon since then
+ * (by idx_activity_start); each half reads only what its index finds. */
+static const char SQL_PREHEAT_CHANGED[] =
+    "(" SQL_PREHEAT_COLS "WHERE updated_at >= FROM_UNIXTIME(?) AND " SQL_PREHEAT_SERVED ") UNION "
+    "(" SQL_PREHEAT_COLS "WHERE distribute_start_time >= FROM_UNIXTIME(?) + INTERVAL ? DAY AND "
+    SQL_PREHEAT_SERVED ")";
+/* MySQL's own clock: the marks of the periodic pass are compared with
+ * updated_at, which MySQL writes, so no other clock may enter. */
+static const char SQL_NOW[] = "SELECT UNIX_TIMESTAMP()";
 static const char SQL_PREHEAT_ONE[] = SQL_PREHEAT_COLS
     "WHERE id = ? AND status <> 4 AND distribute_end_time > NOW() - INTERVAL ? SECOND "
     "AND distribute_start_time < NOW() + INTERVAL ? DAY";
@@ -34,6 +46,9 @@ static const char SQL_PREHEAT_ONE[] = SQL_PREHEAT_COLS
  * Redis side, so a revoke cut short after Redis lost it heals by itself. */
 static const char SQL_VOIDED[] =
     "SELECT id FROM activity WHERE status = 4 AND distribute_end_time > NOW() - INTERVAL ? SECOND";
+static const char SQL_VOIDED_CHANGED[] =
+    "SELECT id FROM activity WHERE updated_at >= FROM_UNIXTIME(?) AND status = 4 "
+    "AND distribute_end_time > NOW() - INTERVAL ? SECOND";
 static const char SQL_ACTIVITY_EXISTS[] = "SELECT id FROM activity WHERE id = ?";
 static const char SQL_REVOKE_LOCK[] = "SELECT status FROM activity WHERE id = ? FOR UPDATE";
 static const char SQL_REVOKE_ACTIVITY[] = "UPDATE activity SET status = 4 WHERE id = ?";
@@ -47,6 +62,7 @@ struct act_vec {
     unsigned char *has_coupons; /* parallel to v: MySQL holds coupons of it */
     char **txt;                /* parallel to v: activity_to_text(), made once */
     char (*win)[48];           /* parallel to v: WINDOW value "<startMs>,<endMs>" */
+    int64_t *ver;              /* parallel to v: updated_at in microseconds, the version */
     size_t n, cap;
 };
 
@@ -56,6 +72,7 @@ static void act_vec_free(struct act_vec *vec)
         cJSON_free(vec->txt[i]);
     free(vec->txt);
     free(vec->win);
+    free(vec->ver);
     free(vec->v);
     free(vec->has_coupons);
     memset(vec, 0, sizeof(*vec));
@@ -70,7 +87,7 @@ static int64_t act_atoll(const char *s)
 static int act_row(void *arg, int ncols, char **cols)
 {
     struct act_vec *vec = arg;
-    if (ncols != 13)
+    if (ncols != 14)
         return CS_ERR;
     if (vec->n == vec->cap) {
         vec->cap = vec->cap ? vec->cap * 2 : 16;
@@ -78,7 +95,9 @@ static int act_row(void *arg, int ncols, char **cols)
         vec->has_coupons = xrealloc(vec->has_coupons, vec->cap);
         vec->txt = xrealloc(vec->txt, vec->cap * sizeof(*vec->txt));
         vec->win = xrealloc(vec->win, vec->cap * sizeof(*vec->win));
+        vec->ver = xrealloc(vec->ver, vec->cap * sizeof(*vec->ver));
     }
+    vec->ver[vec->n] = act_atoll(cols[11]);
     vec->has_coupons[vec->n] = act_atoll(cols[10]) != 0;
     struct activity *a = &vec->v[vec->n++];
     memset(a, 0, sizeof(*a));
@@ -93,26 +112,32 @@ static int act_row(void *arg, int ncols, char **cols)
     a->end_ms = act_atoll(cols[7]);
     a->validity_days = (int)act_atoll(cols[8]);
     a->status = (int)act_atoll(cols[9]);
-    a->return_on_expiry = act_atoll(cols[11]) != 0;
-    activity_copy_text(a->groups, sizeof(a->groups), cols[12] ? cols[12] : "");
+    a->return_on_expiry = act_atoll(cols[12]) != 0;
+    activity_copy_text(a->groups, sizeof(a->groups), cols[13] ? cols[13] : "");
     vec->txt[vec->n - 1] = activity_to_text(a);
     snprintf(vec->win[vec->n - 1], sizeof(vec->win[0]), "%" PRId64 ",%" PRId64, a->start_ms,
              a->end_ms);
     return CS_OK;
 }
 
-/* Selects the activities preheat serves (one of them when id > 0), in one
+/* Selects the activities preheat serves (one of them when id > 0; with
+ * since_s > 0 only those changed or entered the horizon since then), in one
  * query. On CS_OK vec holds them (caller frees with act_vec_free). */
 static int act_select(struct mconn *mc, int horizon_days, int grace_s, int64_t id,
-                      struct act_vec *vec, char *err, size_t errlen)
+                      int64_t since_s, struct act_vec *vec, char *err, size_t errlen)
 {
     struct mval all[] = {MV_INT(grace_s), MV_INT(horizon_days)};
     struct mval one[] = {MV_INT(id), MV_INT(grace_s), MV_INT(horizon_days)};
+    struct mval chg[] = {MV_INT(since_s),      MV_INT(grace_s), MV_INT(horizon_days),
+                         MV_INT(since_s),      MV_INT(horizon_days), MV_INT(grace_s),
+                         MV_INT(horizon_days)};
     int rc;
 
     memset(vec, 0, sizeof(*vec));
     if (id > 0)
         rc = mconn_query(mc, SQL_PREHEAT_ONE, one, 3, act_row, vec);
+    else if (since_s > 0)
+        rc = mconn_query(mc, SQL_PREHEAT_CHANGED, chg, 7, act_row, vec);
     else
         rc = mconn_query(mc, SQL_PREHEAT, all, 2, act_row, vec);
     if (rc != CS_OK) {
@@ -228,31 +253,7 @@ static int act_voided_ids(struct rconn *rc, int64_t **ids, size_t *n, char *err,
     return CS_OK;
 }
 
-/* Reads n pipelined replies; CS_ERR (message in err) when one is an error or
- * not of the expected type. All n are read, so the connection stays in step. */
-static int act_pipe_replies(struct rconn *rc, size_t n, int type, const char *what,
-                            long long *ints, char *err, size_t errlen)
-{
-    int ret = CS_OK;
-    for (size_t i = 0; i < n; i++) {
-        redisReply *r;
-        if (rconn_get_reply(rc, &r) != CS_OK) {
-            snprintf(err, errlen, "%s: %s", what, rc->errstr);
-            return CS_ERR;
-        }
-        if (r->type != type && ret == CS_OK) {
-            snprintf(err, errlen, "%s: %s", what,
-                     r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
-            ret = CS_ERR;
-        }
-        if (ints != NULL)
-            ints[i] = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
-        freeReplyObject(r);
-    }
-    return ret;
-}
-
-/* The META and WINDOW values of vec->v[i]. */
+/* The META, WINDOW and VER values of vec->v[i]. */
 static const char *act_meta_value(const struct act_vec *vec, size_t i)
 {
     return vec->txt[i];
@@ -263,35 +264,28 @@ static const char *act_window_value(const struct act_vec *vec, size_t i)
     return vec->win[i];
 }
 
-/* Appends CMD KEY id [value] ... for idx[0..cnt), ACT_PIPE_FIELDS ids a
- * command: HSET with value(vec, i) after each id, or HMGET (value NULL)
- * with ids only. *cmds counts the commands. */
-static int act_append_fields(struct rconn *rc, const char *cmd, const char *key,
-                             const struct act_vec *vec, const size_t *idx, size_t cnt,
-                             const char *(*value)(const struct act_vec *, size_t), size_t *cmds)
+/* Appends HMGET KEY id ... for idx[0..cnt), ACT_PIPE_FIELDS ids a command;
+ * *cmds counts the commands. */
+static int act_append_hmget(struct rconn *rc, const char *key, const struct act_vec *vec,
+                            const size_t *idx, size_t cnt, size_t *cmds)
 {
-    size_t per = value != NULL ? 2 : 1;
-    const char **argv = xmalloc((2 + per * ACT_PIPE_FIELDS) * sizeof(*argv));
-    size_t *argl = xmalloc((2 + per * ACT_PIPE_FIELDS) * sizeof(*argl));
+    const char **argv = xmalloc((2 + ACT_PIPE_FIELDS) * sizeof(*argv));
+    size_t *argl = xmalloc((2 + ACT_PIPE_FIELDS) * sizeof(*argl));
     char (*ids)[24] = xmalloc(ACT_PIPE_FIELDS * sizeof(*ids));
     int ret = CS_OK;
 
-    argv[0] = cmd;
-    argl[0] = strlen(cmd);
+    argv[0] = "HMGET";
+    argl[0] = 5;
     argv[1] = key;
     argl[1] = strlen(key);
     for (size_t off = 0; off < cnt && ret == CS_OK; off += ACT_PIPE_FIELDS) {
         size_t m = cnt - off < ACT_PIPE_FIELDS ? cnt - off : ACT_PIPE_FIELDS;
         for (size_t k = 0; k < m; k++) {
-            size_t i = idx[off + k], a = 2 + per * k;
-            argv[a] = ids[k];
-            argl[a] = (size_t)snprintf(ids[k], sizeof(ids[k]), "%" PRId64, vec->v[i].id);
-            if (value != NULL) {
-                argv[a + 1] = value(vec, i);
-                argl[a + 1] = strlen(argv[a + 1]);
-            }
+            argv[2 + k] = ids[k];
+            argl[2 + k] = (size_t)snprintf(ids[k], sizeof(ids[k]), "%" PRId64,
+                                           vec->v[idx[off + k]].id);
         }
-        ret = rconn_appendv(rc, key, (int)(2 + per * m), argv, argl);
+        ret = rconn_appendv(rc, key, (int)(2 + m), argv, argl);
         if (ret == CS_OK)
             (*cmds)++;
     }
@@ -301,7 +295,7 @@ static int act_append_fields(struct rconn *rc, const char *cmd, const char *key,
     return ret;
 }
 
-/* Reads the replies of act_append_fields(HMGET): for each of the cnt fields, calls
+/* Reads the replies of act_append_hmget(): for each of the cnt fields, calls
  * fn(arg, k, reply element). */
 static int act_read_hmget(struct rconn *rc, size_t cnt, const char *what,
                           void (*fn)(void *arg, size_t k, const redisReply *v), void *arg,
@@ -346,6 +340,16 @@ static void act_field_differs(void *arg, size_t k, const redisReply *v)
     c->flag[k] = strlen(txt) != v->len || memcmp(txt, v->str, v->len) != 0;
 }
 
+/* flag[k]: the VER field is not the version read from MySQL. */
+static void act_version_differs(void *arg, size_t k, const redisReply *v)
+{
+    struct act_cmp *c = arg;
+    char txt[24];
+    int n = snprintf(txt, sizeof(txt), "%" PRId64, c->vec->ver[c->idx[k]]);
+    c->flag[k] = v->type != REDIS_REPLY_STRING || (size_t)n != v->len ||
+                 memcmp(txt, v->str, v->len) != 0;
+}
+
 /* flag[k]: the stock field is absent. */
 static void act_stock_absent(void *arg, size_t k, const redisReply *v)
 {
@@ -354,58 +358,196 @@ static void act_stock_absent(void *arg, size_t k, const redisReply *v)
 }
 
 /*
+ * Writes what preheat derives from MySQL for the activities in ARGV, six
+ * arguments each (id, version, META, WINDOW, end ms, stock or ""), unless
+ * the VER field holds a newer version: a preheat that read MySQL before a
+ * change committed never puts back what the change already wrote, however
+ * the two interleave. META and WINDOW go before the stock field, which is
+ * created (HSETNX) under the same check, so a stale read cannot create it
+ * from an old total either. ENDS (a sorted set by end time) tells the
+ * expiry job what is due without reading every META.
+ * KEYS: META, WINDOW, VER, ENDS, STOCK of one shard. Returns {created, id,
+ * META, ...}: the stock fields created, then each refused id with the META
+ * field that stays.
+ */
+static const char PUBLISH_LUA[] =
+    "local created, out = 0, {0}\n"
+    "for i = 1, #ARGV, 6 do\n"
+    "  local id = ARGV[i]\n"
+    "  local cur = tonumber(redis.call('HGET', KEYS[3], id) or '')\n"
+    "  if cur and cur > tonumber(ARGV[i + 1]) then\n"
+    "    out[#out + 1] = id\n"
+    "    out[#out + 1] = redis.call('HGET', KEYS[1], id) or ''\n"
+    "  else\n"
+    "    redis.call('HSET', KEYS[1], id, ARGV[i + 2])\n"
+    "    redis.call('HSET', KEYS[2], id, ARGV[i + 3])\n"
+    "    redis.call('HSET', KEYS[3], id, ARGV[i + 1])\n"
+    "    redis.call('ZADD', KEYS[4], ARGV[i + 4], id)\n"
+    "    if ARGV[i + 5] ~= '' then\n"
+    "      created = created + redis.call('HSETNX', KEYS[5], id, ARGV[i + 5])\n"
+    "    end\n"
+    "  end\n"
+    "end\n"
+    "out[1] = created\n"
+    "return out\n";
+
+/* Activities per EVAL of PUBLISH_LUA. */
+#define ACT_PUB_BATCH 128
+#define ACT_PUB_ARGS 6
+
+/* Appends the EVALs of PUBLISH_LUA for pub[0..cnt) of shard SHARD; stock[k]
+ * is the stock field to create, or -1 for none. *cmds counts the commands. */
+static int act_append_publish(struct rconn *rc, int shard, const struct act_vec *vec,
+                              const size_t *pub, const int64_t *stock, size_t cnt, size_t *cmds)
+{
+    enum { FIXED = 8 };
+    char keys[5][KEYS_MAX];
+    const char **argv = xmalloc((FIXED + ACT_PUB_ARGS * ACT_PUB_BATCH) * sizeof(*argv));
+    size_t *argl = xmalloc((FIXED + ACT_PUB_ARGS * ACT_PUB_BATCH) * sizeof(*argl));
+    char (*num)[4][24] = xmalloc(ACT_PUB_BATCH * sizeof(*num));
+    int ret = CS_OK;
+
+    keys_meta(keys[0], shard);
+    keys_window(keys[1], shard);
+    keys_version(keys[2], shard);
+    keys_ends(keys[3], shard);
+    keys_stock(keys[4], shard);
+    argv[0] = "EVAL";
+    argv[1] = PUBLISH_LUA;
+    argv[2] = "5";
+    for (int k = 0; k < 5; k++)
+        argv[3 + k] = keys[k];
+    for (int k = 0; k < FIXED; k++)
+        argl[k] = strlen(argv[k]);
+    for (size_t off = 0; off < cnt && ret == CS_OK; off += ACT_PUB_BATCH) {
+        size_t m = cnt - off < ACT_PUB_BATCH ? cnt - off : ACT_PUB_BATCH;
+        for (size_t k = 0; k < m; k++) {
+            size_t i = pub[off + k], a = FIXED + ACT_PUB_ARGS * k;
+            const struct activity *act = &vec->v[i];
+            argv[a] = num[k][0];
+            argl[a] = (size_t)snprintf(num[k][0], 24, "%" PRId64, act->id);
+            argv[a + 1] = num[k][1];
+            argl[a + 1] = (size_t)snprintf(num[k][1], 24, "%" PRId64, vec->ver[i]);
+            argv[a + 2] = vec->txt[i];
+            argl[a + 2] = strlen(vec->txt[i]);
+            argv[a + 3] = vec->win[i];
+            argl[a + 3] = strlen(vec->win[i]);
+            argv[a + 4] = num[k][2];
+            argl[a + 4] = (size_t)snprintf(num[k][2], 24, "%" PRId64, act->end_ms);
+            argv[a + 5] = num[k][3];
+            argl[a + 5] = stock[off + k] < 0
+                              ? (num[k][3][0] = '\0', 0)
+                              : (size_t)snprintf(num[k][3], 24, "%" PRId64, stock[off + k]);
+        }
+        ret = rconn_appendv(rc, keys[0], (int)(FIXED + ACT_PUB_ARGS * m), argv, argl);
+        if (ret == CS_OK)
+            (*cmds)++;
+    }
+    free(num);
+    free(argl);
+    free(argv);
+    return ret;
+}
+
+/* Reads the replies of act_append_publish(): counts created stock fields in
+ * res, marks refused activities in stale[] (parallel to pub) and puts the
+ * META that stays in their place in vec, so ACTIVITY:LIST shows the newer. */
+static int act_read_publish(struct rconn *rc, struct act_vec *vec, const size_t *pub,
+                            size_t cnt, unsigned char *stale, struct preheat_result *res,
+                            char *err, size_t errlen)
+{
+    int ret = CS_OK;
+    for (size_t off = 0; off < cnt; off += ACT_PUB_BATCH) {
+        size_t m = cnt - off < ACT_PUB_BATCH ? cnt - off : ACT_PUB_BATCH;
+        redisReply *r;
+        if (rconn_get_reply(rc, &r) != CS_OK) {
+            snprintf(err, errlen, "EVAL publish: %s", rc->errstr);
+            return CS_ERR;
+        }
+        if ((r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->elements % 2 != 1 ||
+             r->element[0]->type != REDIS_REPLY_INTEGER) && ret == CS_OK) {
+            snprintf(err, errlen, "EVAL publish: %s",
+                     r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+            ret = CS_ERR;
+        }
+        if (ret == CS_OK) {
+            res->created += (int)r->element[0]->integer;
+            res->written += (int)(m - (r->elements - 1) / 2);
+        }
+        for (size_t e = 1; ret == CS_OK && e + 1 < r->elements; e += 2) {
+            const redisReply *f = r->element[e], *v = r->element[e + 1];
+            int64_t id;
+            if (f->type != REDIS_REPLY_STRING || cs_parse_id(f->str, f->len, &id) != CS_OK)
+                continue;
+            for (size_t k = off; k < off + m; k++) {
+                size_t i = pub[k];
+                if (vec->v[i].id != id)
+                    continue;
+                stale[k] = 1;
+                res->stale++;
+                if (v->type == REDIS_REPLY_STRING && v->len > 0) {
+                    cJSON_free(vec->txt[i]);
+                    vec->txt[i] = cJSON_malloc(v->len + 1);
+                    memcpy(vec->txt[i], v->str, v->len);
+                    vec->txt[i][v->len] = '\0';
+                }
+                break;
+            }
+        }
+        freeReplyObject(r);
+    }
+    return ret;
+}
+
+/*
  * Publishes the activities idx[0..cnt) of vec, all of shard SHARD, in two
- * pipelined round trips: the first reads their META and stock fields (HMGET),
- * the second writes the META fields that changed and then, behind them on the
- * same connection, the absent stock fields of new activities. Reading first
- * keeps a preheat that changes nothing from writing (and fsyncing) megabytes.
- * A new activity (no coupon in MySQL, nothing queued) gets total_num; any
- * other absent stock field goes through restore_stock(). A queue
- * entry can only exist while its stock field does (the script needs it to
- * grant), and the stock field is only removed with the queue empty of it, so
- * "nothing queued now" cannot hide an entry that moved to MySQL after the
- * SELECT.
+ * pipelined round trips: the first reads their META, WINDOW, VER and stock
+ * fields (HMGET), the second runs PUBLISH_LUA for those where one differs
+ * or the stock field is absent. Reading first keeps a preheat that changes
+ * nothing from writing (and fsyncing) megabytes. A new activity (no coupon
+ * in MySQL, nothing queued) gets total_num; any other absent stock field
+ * goes through restore_stock(). A queue entry can only exist while its
+ * stock field does (the script needs it to grant), and the stock field is
+ * only removed with the queue empty of it, so "nothing queued now" cannot
+ * hide an entry that moved to MySQL after the SELECT.
  */
 static int act_publish_shard(struct mconn *mc, struct rconn *rc, int shard,
-                             const struct act_vec *vec, const size_t *idx, size_t cnt,
+                             struct act_vec *vec, const size_t *idx, size_t cnt,
                              struct preheat_result *res, char *err, size_t errlen)
 {
-    char mkey[KEYS_MAX], wkey[KEYS_MAX], skey[KEYS_MAX], field[24];
-    size_t cmds = 0, nchanged = 0, nwchanged = 0, nmissing = 0, fast = 0;
+    char mkey[KEYS_MAX], wkey[KEYS_MAX], vkey[KEYS_MAX], skey[KEYS_MAX];
+    size_t cmds = 0, npub = 0, nmissing = 0;
     unsigned char *differs = xmalloc(cnt + 1), *absent = xmalloc(cnt + 1);
-    unsigned char *wdiffers = xmalloc(cnt + 1);
-    size_t *changed = xmalloc((cnt + 1) * sizeof(*changed));
-    size_t *wchanged = xmalloc((cnt + 1) * sizeof(*wchanged));
-    size_t *missing = xmalloc((cnt + 1) * sizeof(*missing));
+    unsigned char *wdiffers = xmalloc(cnt + 1), *vdiffers = xmalloc(cnt + 1);
+    unsigned char *stale = xcalloc(cnt + 1, 1);
+    size_t *pub = xmalloc((cnt + 1) * sizeof(*pub));
+    int64_t *pstock = xmalloc((cnt + 1) * sizeof(*pstock));
+    unsigned char *restore = xcalloc(cnt + 1, 1);
     int64_t *mids = xmalloc((cnt + 1) * sizeof(*mids));
     int64_t *queued = xmalloc((cnt + 1) * sizeof(*queued));
-    long long *ints = xmalloc((cnt + 1) * sizeof(*ints));
     struct act_cmp cm = {vec, idx, differs, act_meta_value};
     struct act_cmp cw = {vec, idx, wdiffers, act_window_value};
+    struct act_cmp cv = {vec, idx, vdiffers, NULL};
     struct act_cmp cs = {vec, idx, absent, NULL};
     int ret = CS_ERR;
 
     keys_meta(mkey, shard);
     keys_window(wkey, shard);
+    keys_version(vkey, shard);
     keys_stock(skey, shard);
-    if (act_append_fields(rc, "HMGET", mkey, vec, idx, cnt, NULL, &cmds) != CS_OK
-        || act_append_fields(rc, "HMGET", wkey, vec, idx, cnt, NULL, &cmds) != CS_OK
-        || act_append_fields(rc, "HMGET", skey, vec, idx, cnt, NULL, &cmds) != CS_OK)
+    if (act_append_hmget(rc, mkey, vec, idx, cnt, &cmds) != CS_OK
+        || act_append_hmget(rc, wkey, vec, idx, cnt, &cmds) != CS_OK
+        || act_append_hmget(rc, vkey, vec, idx, cnt, &cmds) != CS_OK
+        || act_append_hmget(rc, skey, vec, idx, cnt, &cmds) != CS_OK)
         goto io;
     if (act_read_hmget(rc, cnt, "HMGET META", act_field_differs, &cm, err, errlen) != CS_OK
         || act_read_hmget(rc, cnt, "HMGET WINDOW", act_field_differs, &cw, err, errlen) != CS_OK
+        || act_read_hmget(rc, cnt, "HMGET VER", act_version_differs, &cv, err, errlen) != CS_OK
         || act_read_hmget(rc, cnt, "HMGET STOCK", act_stock_absent, &cs, err, errlen) != CS_OK)
         goto out;
-    for (size_t k = 0; k < cnt; k++) {
-        if (differs[k])
-            changed[nchanged++] = idx[k];
-        if (wdiffers[k])
-            wchanged[nwchanged++] = idx[k];
-        if (absent[k]) {
-            missing[nmissing] = idx[k];
+    for (size_t k = 0; k < cnt; k++)
+        if (absent[k])
             mids[nmissing++] = vec->v[idx[k]].id;
-        }
-    }
     if (nmissing > 0) {
         /* The queue is matched against the absent ids by binary search. */
         int64_t *sorted = xmalloc(nmissing * sizeof(*sorted));
@@ -422,38 +564,31 @@ static int act_publish_shard(struct mconn *mc, struct rconn *rc, int shard,
         if (qrc != CS_OK)
             goto out;
     }
-
-    /* META and WINDOW before stock: whoever sees the stock field finds the
-     * metadata, and the script refuses an activity without a window, so the
-     * stock field never opens a sale by itself. HSET, not HSETNX: an admin
-     * may have moved the end. */
-    cmds = 0;
-    if (act_append_fields(rc, "HSET", mkey, vec, changed, nchanged, act_meta_value, &cmds) != CS_OK
-        || act_append_fields(rc, "HSET", wkey, vec, wchanged, nwchanged, act_window_value,
-                             &cmds) != CS_OK)
-        goto io;
-    for (size_t k = 0; k < nmissing; k++) {
-        const struct activity *a = &vec->v[missing[k]];
-        if (vec->has_coupons[missing[k]] || queued[k] > 0)
+    for (size_t k = 0, q = 0; k < cnt; k++) {
+        if (!differs[k] && !wdiffers[k] && !vdiffers[k] && !absent[k])
             continue;
-        snprintf(field, sizeof(field), "%" PRId64, a->id);
-        if (rconn_append(rc, skey, "HSETNX %s %s %" PRId64, skey, field, a->total_num) != CS_OK)
-            goto io;
-        fast++;
+        size_t i = idx[k];
+        pstock[npub] = -1;
+        if (absent[k]) {
+            if (!vec->has_coupons[i] && queued[q] == 0)
+                pstock[npub] = vec->v[i].total_num;
+            else
+                restore[npub] = 1;
+            q++;
+        }
+        pub[npub++] = i;
     }
-    if (act_pipe_replies(rc, cmds, REDIS_REPLY_INTEGER, "HSET META/WINDOW", NULL, err, errlen)
-            != CS_OK
-        || act_pipe_replies(rc, fast, REDIS_REPLY_INTEGER, "HSETNX", ints, err, errlen)
-               != CS_OK)
+
+    cmds = 0;
+    if (act_append_publish(rc, shard, vec, pub, pstock, npub, &cmds) != CS_OK)
+        goto io;
+    if (act_read_publish(rc, vec, pub, npub, stale, res, err, errlen) != CS_OK)
         goto out;
-    for (size_t k = 0; k < fast; k++)
-        res->created += ints[k] == 1;
-    for (size_t k = 0; k < nmissing; k++) {
+    for (size_t k = 0; k < npub; k++) {
         int created, restored;
-        if (!vec->has_coupons[missing[k]] && queued[k] == 0)
+        if (!restore[k] || stale[k])
             continue;
-        if (restore_stock(mc, rc, &vec->v[missing[k]], &created, &restored, err, errlen)
-            != CS_OK)
+        if (restore_stock(mc, rc, &vec->v[pub[k]], &created, &restored, err, errlen) != CS_OK)
             goto out;
         res->created += created;
         res->restored += restored;
@@ -466,12 +601,13 @@ out:
     /* A failure may leave replies of the pipeline unread: start afresh. */
     if (ret != CS_OK)
         rconn_drop(rc);
-    free(ints);
     free(queued);
     free(mids);
-    free(missing);
-    free(wchanged);
-    free(changed);
+    free(restore);
+    free(pstock);
+    free(pub);
+    free(stale);
+    free(vdiffers);
     free(wdiffers);
     free(absent);
     free(differs);
@@ -479,7 +615,7 @@ out:
 }
 
 /* Publishes every activity of vec, shard by shard. */
-static int act_publish(struct mconn *mc, struct rconn *rc, const struct act_vec *vec,
+static int act_publish(struct mconn *mc, struct rconn *rc, struct act_vec *vec,
                        struct preheat_result *res, char *err, size_t errlen)
 {
     size_t *idx = xmalloc((vec->n + 1) * sizeof(*idx));
@@ -601,7 +737,7 @@ static int act_list_rewrite(struct mconn *mc, struct rconn *rc, int horizon_days
         int stale = 0, ret;
 
         if (act_list_gen(rc, &gen, err, errlen) != CS_OK
-            || act_select(mc, horizon_days, grace_s, 0, &vec, err, errlen) != CS_OK)
+            || act_select(mc, horizon_days, grace_s, 0, 0, &vec, err, errlen) != CS_OK)
             return CS_ERR;
         ret = act_drop_voided(rc, &vec, err, errlen);
         if (ret == CS_OK)
@@ -614,36 +750,164 @@ static int act_list_rewrite(struct mconn *mc, struct rconn *rc, int horizon_days
     return CS_ERR;
 }
 
-int activity_preheat(struct mconn *mc, struct rconn *rc, int horizon_days, int grace_s,
-                     struct preheat_result *res, char *err, size_t errlen)
+/* MySQL's clock, in seconds since the epoch. */
+static int act_mysql_now(struct mconn *mc, int64_t *now_s, char *err, size_t errlen)
+{
+    struct act_ids ids = {0};
+    if (mconn_query(mc, SQL_NOW, NULL, 0, act_id_row, &ids) != CS_OK || ids.n != 1) {
+        snprintf(err, errlen, "reading MySQL's clock: %s", mc->errstr);
+        free(ids.v);
+        return CS_ERR;
+    }
+    *now_s = ids.v[0];
+    free(ids.v);
+    return CS_OK;
+}
+
+/* Re-applies the Redis side of the revokes made since since_s (by hand in
+ * SQL too). *n gets how many. */
+static int act_reapply_voids_since(struct mconn *mc, struct rconn *rc, int64_t since_s,
+                                   int grace_s, int *n, char *err, size_t errlen)
+{
+    struct act_ids ids = {0};
+    struct mval p[] = {MV_INT(since_s), MV_INT(grace_s)};
+    int ret = CS_OK;
+    if (mconn_query(mc, SQL_VOIDED_CHANGED, p, 2, act_id_row, &ids) != CS_OK) {
+        snprintf(err, errlen, "selecting revoked activities: %s", mc->errstr);
+        free(ids.v);
+        return CS_ERR;
+    }
+    for (size_t i = 0; i < ids.n && ret == CS_OK; i++)
+        ret = act_apply_void(rc, ids.v[i], err, errlen);
+    *n = (int)ids.n;
+    free(ids.v);
+    return ret;
+}
+
+void preheat_mark_free(struct preheat_mark *mark)
+{
+    free(mark->listed);
+    memset(mark, 0, sizeof(*mark));
+}
+
+/* FNV-1a of s. */
+static uint64_t act_hash(const char *s)
+{
+    uint64_t h = 14695981039346656037ULL;
+    for (; *s != '\0'; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ULL;
+    return h;
+}
+
+static int act_listed_cmp(const void *x, const void *y)
+{
+    const struct preheat_listed *a = x, *b = y;
+    return (a->id > b->id) - (a->id < b->id);
+}
+
+/* Remembers in mark what ACTIVITY:LIST was written with. */
+static void act_mark_listed(struct preheat_mark *mark, const struct act_vec *vec)
+{
+    mark->listed = xrealloc(mark->listed, (vec->n + 1) * sizeof(*mark->listed));
+    for (size_t i = 0; i < vec->n; i++) {
+        mark->listed[i].id = vec->v[i].id;
+        mark->listed[i].hash = act_hash(vec->txt[i]);
+    }
+    mark->nlisted = vec->n;
+    qsort(mark->listed, mark->nlisted, sizeof(*mark->listed), act_listed_cmp);
+    mark->have_list = 1;
+}
+
+/* Whether an activity of vec is not in the list as mark remembers it. */
+static int act_list_differs(const struct preheat_mark *mark, const struct act_vec *vec)
+{
+    if (!mark->have_list)
+        return vec->n > 0;
+    for (size_t i = 0; i < vec->n; i++) {
+        struct preheat_listed key = {.id = vec->v[i].id};
+        const struct preheat_listed *hit =
+            mark->nlisted > 0 ? bsearch(&key, mark->listed, mark->nlisted, sizeof(key),
+                                        act_listed_cmp)
+                              : NULL;
+        if (hit == NULL || hit->hash != act_hash(vec->txt[i]))
+            return 1;
+    }
+    return 0;
+}
+
+int activity_preheat_pass(struct mconn *mc, struct rconn *rc, int horizon_days, int grace_s,
+                          struct preheat_mark *mark, int relist, struct preheat_result *res,
+                          char *err, size_t errlen)
 {
     struct act_vec vec;
+    int64_t now_s = 0, since_s = 0;
     long long gen;
-    int ret = CS_ERR, stale = 0;
+    int ret = CS_ERR, voids = 0, stale = 0;
 
     memset(res, 0, sizeof(*res));
     int64_t t0 = cs_mono_ms();
+    if (mark != NULL) {
+        if (act_mysql_now(mc, &now_s, err, errlen) != CS_OK)
+            return CS_ERR;
+        if (mark->since_s > 0)
+            since_s = mark->since_s - PREHEAT_OVERLAP_S;
+    }
     if (act_list_gen(rc, &gen, err, errlen) != CS_OK
-        || act_select(mc, horizon_days, grace_s, 0, &vec, err, errlen) != CS_OK)
+        || act_select(mc, horizon_days, grace_s, 0, since_s, &vec, err, errlen) != CS_OK)
         return CS_ERR;
     int64_t t1 = cs_mono_ms();
-    if (act_reapply_voids(mc, rc, grace_s, err, errlen) != CS_OK ||
-        act_drop_voided(rc, &vec, err, errlen) != CS_OK ||
-        act_publish(mc, rc, &vec, res, err, errlen) != CS_OK)
+    if (since_s > 0) {
+        if (act_reapply_voids_since(mc, rc, since_s, grace_s, &voids, err, errlen) != CS_OK)
+            goto out;
+    } else if (act_reapply_voids(mc, rc, grace_s, err, errlen) != CS_OK) {
         goto out;
+    }
+    if (vec.n > 0 && (act_drop_voided(rc, &vec, err, errlen) != CS_OK ||
+                      act_publish(mc, rc, &vec, res, err, errlen) != CS_OK))
+        goto out;
+    if (since_s > 0) {
+        res->changed = (int)vec.n;
+        /* Only what changed was read: ACTIVITY:LIST is rebuilt from a full
+         * read, and only when an element of it changed (a drain stamps
+         * updated_at with every batch, and changes no element). */
+        int differs = act_list_differs(mark, &vec);
+        act_vec_free(&vec);
+        if (!differs && voids == 0 && !relist)
+            goto done;
+        if (act_list_gen(rc, &gen, err, errlen) != CS_OK
+            || act_select(mc, horizon_days, grace_s, 0, 0, &vec, err, errlen) != CS_OK)
+            return CS_ERR;
+        if (act_drop_voided(rc, &vec, err, errlen) != CS_OK)
+            goto out;
+        res->listed = 1;
+    }
     /* Written last, so every listed activity already has its stock field.
      * An admin change that wrote the list after our MySQL read wins: the
-     * list is read again rather than put back. */
+     * list is read again rather than put back (and what it then holds is
+     * not known here: the next pass that reads a change rewrites it). */
     if (act_write_list(rc, &vec, gen, &stale, err, errlen) != CS_OK
         || (stale && act_list_rewrite(mc, rc, horizon_days, grace_s, err, errlen) != CS_OK))
         goto out;
+    if (mark != NULL && !stale)
+        act_mark_listed(mark, &vec);
+    else if (mark != NULL)
+        mark->have_list = 0;
     res->loaded = (int)vec.n;
+done:
     res->select_ms = t1 - t0;
     res->write_ms = cs_mono_ms() - t1;
+    if (mark != NULL)
+        mark->since_s = now_s;
     ret = CS_OK;
 out:
     act_vec_free(&vec);
     return ret;
+}
+
+int activity_preheat(struct mconn *mc, struct rconn *rc, int horizon_days, int grace_s,
+                     struct preheat_result *res, char *err, size_t errlen)
+{
+    return activity_preheat_pass(mc, rc, horizon_days, grace_s, NULL, 0, res, err, errlen);
 }
 
 int activity_preheat_one(struct mconn *mc, struct rconn *rc, int64_t id, int horizon_days,
@@ -653,7 +917,7 @@ int activity_preheat_one(struct mconn *mc, struct rconn *rc, int64_t id, int hor
     int ret = CS_ERR;
 
     memset(res, 0, sizeof(*res));
-    if (act_select(mc, horizon_days, grace_s, id, &vec, err, errlen) != CS_OK)
+    if (act_select(mc, horizon_days, grace_s, id, 0, &vec, err, errlen) != CS_OK)
         return CS_ERR;
     if (act_drop_voided(rc, &vec, err, errlen) != CS_OK ||
         act_publish(mc, rc, &vec, res, err, errlen) != CS_OK)

@@ -14,6 +14,10 @@ struct preheat_result {
     int loaded;                /* activities written to ACTIVITY:LIST */
     int created;               /* stock fields newly set */
     int restored;              /* of those, rebuilt from MySQL after Redis data loss */
+    int written;               /* activities whose fields were (re)written in Redis */
+    int stale;                 /* refused: Redis holds a newer version of them */
+    int changed;               /* activities read by a pass since a mark */
+    int listed;                /* a pass since a mark rewrote ACTIVITY:LIST */
     int64_t select_ms;         /* time spent reading MySQL */
     int64_t write_ms;          /* time spent reading and writing Redis */
 };
@@ -48,6 +52,48 @@ int activity_preheat(struct mconn *mc, struct rconn *rc, int horizon_days, int g
  * back to a MySQL read older than one already published. */
 int activity_preheat_one(struct mconn *mc, struct rconn *rc, int64_t id, int horizon_days,
                          int grace_s, struct preheat_result *res, char *err, size_t errlen);
+
+/* Where the periodic preheat left off: MySQL's clock (seconds) when its last
+ * pass began (0 before the first), and what ACTIVITY:LIST was last written
+ * with (id and a hash of its element, sorted by id), so a pass rewrites the
+ * list only when an element of it changed. Zero it to start; free with
+ * preheat_mark_free(). */
+struct preheat_listed {
+    int64_t id;
+    uint64_t hash;
+};
+struct preheat_mark {
+    int64_t since_s;
+    struct preheat_listed *listed;
+    size_t nlisted;
+    int have_list;             /* listed holds what the list was written with */
+};
+
+void preheat_mark_free(struct preheat_mark *mark);
+
+/* Seconds a pass since a mark reaches back before it: a transaction stamps
+ * updated_at when its statement runs and becomes visible when it commits,
+ * and an UPDATE that commits this much later than it ran may be missed until
+ * the next full pass. */
+#define PREHEAT_OVERLAP_S 30
+
+/*
+ * activity_preheat(), reading only what changed when mark says where the
+ * last pass left off: rows whose updated_at is at most PREHEAT_OVERLAP_S
+ * older than mark->since_s, rows whose start entered the horizon since
+ * then, and revokes made since then. ACTIVITY:LIST is then rewritten (from
+ * a full read) only when an element of it changed, a revoke was read, or
+ * relist is set.
+ * With mark NULL, or mark->since_s 0, it is a full pass. On CS_OK
+ * mark->since_s (when mark is not NULL) becomes MySQL's clock at the start
+ * of the pass; on CS_ERR it is left as it was, so nothing is skipped.
+ * Every write of an activity's fields compares the version (updated_at, in
+ * microseconds, kept in COUPON:ACTIVITY:VER) and keeps the newer, so a pass
+ * that read MySQL before a change committed cannot undo the change.
+ */
+int activity_preheat_pass(struct mconn *mc, struct rconn *rc, int horizon_days, int grace_s,
+                          struct preheat_mark *mark, int relist, struct preheat_result *res,
+                          char *err, size_t errlen);
 
 /* Revoke, Redis first: id added to ACTIVITY:VOIDED and the stock field set
  * to ACTIVITY_STOCK_VOIDED; then in MySQL status 4 and unused coupons voided;

@@ -15,14 +15,24 @@
 #define RC_NO_NODE 0xff
 #define RC_BACKOFF_MIN_MS 5
 #define RC_BACKOFF_MAX_MS 100
+/* A reply that would end within this much of the deadline keeps the
+ * command timeout: no setsockopt() per command for a few milliseconds. */
+#define RC_ARM_SLACK_MS 10
 
 struct rc_node {
     char host[64];
     int port;
     redisContext *ctx;
+    uint64_t conn_id;          /* rc->conn_seq when ctx was opened */
+    int armed_ms;              /* receive timeout set on ctx */
     int64_t retry_at_ms;       /* monotonic; no reconnect before this */
     int backoff_ms;
     int seed;
+    /* The durability rule (rc_node_copies()). */
+    int safe_alone;            /* 0 not checked on this connection, 1 its
+                                  settings let it stand alone, -1 they do not */
+    int copies;                /* replicas that could take over; -1 unknown */
+    int64_t copies_ms;         /* when copies was read; 0 never */
 };
 
 /* One command of a pipeline. */
@@ -50,230 +60,15 @@ struct rcluster {
     struct rc_pipe *pipe;
     size_t npipe, cap, next;
     int reading;               /* replies of the pipeline have been collected */
+    int64_t pipe_deadline;     /* of the pipeline's first append: resends keep it */
 };
 
 /* The process' own shared block when the caller gives none (coupon-sync). */
 static struct rcluster_shared rc_local_shared;
 
-/* ---- parsing ------------------------------------------------------------------------- */
-
-/* Splits "host:port" at its last colon. */
-static int rc_split_addr(const char *s, size_t len, char *host, size_t hostlen, int *port)
-{
-    const char *colon = NULL;
-    for (size_t i = 0; i < len; i++)
-        if (s[i] == ':')
-            colon = s + i;
-    if (colon == NULL || (size_t)(colon - s) >= hostlen)
-        return CS_ERR;
-    const char *p = colon + 1, *end = s + len;
-    long v = 0;
-    if (p == end)
-        return CS_ERR;
-    for (; p < end; p++) {
-        if (*p < '0' || *p > '9' || v > 65535)
-            return CS_ERR;
-        v = v * 10 + (*p - '0');
-    }
-    if (v < 1 || v > 65535)
-        return CS_ERR;
-    memcpy(host, s, (size_t)(colon - s));
-    host[colon - s] = '\0';
-    *port = (int)v;
-    return CS_OK;
-}
-
-int rcluster_parse_redirect(const char *str, size_t len, struct rcluster_redirect *out)
-{
-    memset(out, 0, sizeof(*out));
-    if (len > 6 && memcmp(str, "MOVED ", 6) == 0) {
-        str += 6;
-        len -= 6;
-    } else if (len > 4 && memcmp(str, "ASK ", 4) == 0) {
-        out->ask = 1;
-        str += 4;
-        len -= 4;
-    } else {
-        return CS_ERR;
-    }
-    size_t i = 0;
-    int slot = 0;
-    for (; i < len && str[i] >= '0' && str[i] <= '9' && i < 6; i++)
-        slot = slot * 10 + (str[i] - '0');
-    if (i == 0 || i >= len || str[i] != ' ' || slot >= RCLUSTER_SLOTS)
-        return CS_ERR;
-    out->slot = slot;
-    return rc_split_addr(str + i + 1, len - i - 1, out->host, sizeof(out->host), &out->port);
-}
-
 static int rc_is_str(const redisReply *r)
 {
     return r != NULL && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS);
-}
-
-static void rc_add_range(struct rcluster_range **v, size_t *n, size_t *cap, long long from,
-                         long long to, const char *host, size_t hostlen, int port)
-{
-    if (*n == *cap) {
-        *cap = *cap ? *cap * 2 : 16;
-        *v = xrealloc(*v, *cap * sizeof(**v));
-    }
-    struct rcluster_range *g = &(*v)[(*n)++];
-    g->from = (int)from;
-    g->to = (int)to;
-    if (hostlen >= sizeof(g->host))
-        hostlen = sizeof(g->host) - 1;
-    memcpy(g->host, host, hostlen);
-    g->host[hostlen] = '\0';
-    g->port = port;
-}
-
-/* The master of one CLUSTER SHARDS entry: its address, or CS_ERR. The
- * "endpoint" is the address clients are meant to use; "ip" when it is
- * unknown ("?" or empty). */
-static int rc_shard_master(const redisReply *nodes, const char *self_host, const char **host,
-                           size_t *hostlen, int *port)
-{
-    for (size_t i = 0; i < nodes->elements; i++) {
-        const redisReply *nd = nodes->element[i];
-        const char *ip = NULL, *ep = NULL;
-        size_t iplen = 0, eplen = 0;
-        long long p = 0;
-        int master = 0;
-        if (nd->type != REDIS_REPLY_ARRAY)
-            return CS_ERR;
-        for (size_t j = 0; j + 1 < nd->elements; j += 2) {
-            const redisReply *k = nd->element[j], *v = nd->element[j + 1];
-            if (!rc_is_str(k))
-                continue;
-            if (strcmp(k->str, "port") == 0 && v->type == REDIS_REPLY_INTEGER)
-                p = v->integer;
-            else if (strcmp(k->str, "ip") == 0 && rc_is_str(v))
-                ip = v->str, iplen = v->len;
-            else if (strcmp(k->str, "endpoint") == 0 && rc_is_str(v))
-                ep = v->str, eplen = v->len;
-            else if (strcmp(k->str, "role") == 0 && rc_is_str(v))
-                master = strcmp(v->str, "master") == 0;
-        }
-        if (!master)
-            continue;
-        if (ep != NULL && eplen > 0 && strcmp(ep, "?") != 0)
-            *host = ep, *hostlen = eplen;
-        else if (ip != NULL && iplen > 0)
-            *host = ip, *hostlen = iplen;
-        else
-            *host = self_host, *hostlen = strlen(self_host);
-        if (p < 1 || p > 65535)
-            return CS_ERR;
-        *port = (int)p;
-        return CS_OK;
-    }
-    return CS_ERR;
-}
-
-static int rc_parse_shards(const redisReply *r, const char *self_host, struct rcluster_range **v,
-                           size_t *n, size_t *cap)
-{
-    for (size_t i = 0; i < r->elements; i++) {
-        const redisReply *sh = r->element[i], *slots = NULL, *nodes = NULL;
-        if (sh->type != REDIS_REPLY_ARRAY)
-            return CS_ERR;
-        for (size_t j = 0; j + 1 < sh->elements; j += 2) {
-            const redisReply *k = sh->element[j];
-            if (!rc_is_str(k))
-                continue;
-            if (strcmp(k->str, "slots") == 0)
-                slots = sh->element[j + 1];
-            else if (strcmp(k->str, "nodes") == 0)
-                nodes = sh->element[j + 1];
-        }
-        if (slots == NULL || nodes == NULL || slots->type != REDIS_REPLY_ARRAY ||
-            nodes->type != REDIS_REPLY_ARRAY || slots->elements % 2 != 0)
-            return CS_ERR;
-        if (slots->elements == 0)
-            continue; /* a master without slots serves nothing */
-        const char *host;
-        size_t hostlen;
-        int port;
-        /* A shard whose master is unknown (mid-failover) is left out: its
-         * slots stay unmapped until the next refresh. */
-        if (rc_shard_master(nodes, self_host, &host, &hostlen, &port) != CS_OK)
-            continue;
-        for (size_t j = 0; j < slots->elements; j += 2) {
-            const redisReply *a = slots->element[j], *b = slots->element[j + 1];
-            if (a->type != REDIS_REPLY_INTEGER || b->type != REDIS_REPLY_INTEGER ||
-                a->integer < 0 || b->integer >= RCLUSTER_SLOTS || a->integer > b->integer)
-                return CS_ERR;
-            rc_add_range(v, n, cap, a->integer, b->integer, host, hostlen, port);
-        }
-    }
-    return CS_OK;
-}
-
-static int rc_parse_slots(const redisReply *r, const char *self_host, struct rcluster_range **v,
-                          size_t *n, size_t *cap)
-{
-    for (size_t i = 0; i < r->elements; i++) {
-        const redisReply *e = r->element[i];
-        if (e->type != REDIS_REPLY_ARRAY || e->elements < 3)
-            return CS_ERR;
-        const redisReply *a = e->element[0], *b = e->element[1], *m = e->element[2];
-        if (a->type != REDIS_REPLY_INTEGER || b->type != REDIS_REPLY_INTEGER ||
-            a->integer < 0 || b->integer >= RCLUSTER_SLOTS || a->integer > b->integer ||
-            m->type != REDIS_REPLY_ARRAY || m->elements < 2 || !rc_is_str(m->element[0]) ||
-            m->element[1]->type != REDIS_REPLY_INTEGER || m->element[1]->integer < 1 ||
-            m->element[1]->integer > 65535)
-            return CS_ERR;
-        const char *host = m->element[0]->str;
-        size_t hostlen = m->element[0]->len;
-        if (hostlen == 0 || strcmp(host, "?") == 0)
-            host = self_host, hostlen = strlen(self_host);
-        rc_add_range(v, n, cap, a->integer, b->integer, host, hostlen,
-                     (int)m->element[1]->integer);
-    }
-    return CS_OK;
-}
-
-int rcluster_parse_map(const redisReply *r, int shards, const char *self_host,
-                       struct rcluster_range **out, size_t *n)
-{
-    struct rcluster_range *v = NULL;
-    size_t cap = 0;
-    *out = NULL;
-    *n = 0;
-    if (r == NULL || r->type != REDIS_REPLY_ARRAY)
-        return CS_ERR;
-    int rc = shards ? rc_parse_shards(r, self_host, &v, n, &cap)
-                    : rc_parse_slots(r, self_host, &v, n, &cap);
-    if (rc != CS_OK) {
-        free(v);
-        *n = 0;
-        return CS_ERR;
-    }
-    *out = v;
-    return CS_OK;
-}
-
-int rcluster_parse_nodes(const char *list, struct rcluster_range *out, int max)
-{
-    int n = 0;
-    const char *p = list;
-    while (*p != '\0') {
-        size_t len = strcspn(p, ",");
-        if (len > 0) {
-            if (n == max)
-                return -1;
-            memset(&out[n], 0, sizeof(out[n]));
-            if (rc_split_addr(p, len, out[n].host, sizeof(out[n].host), &out[n].port) != CS_OK ||
-                out[n].host[0] == '\0')
-                return -1;
-            n++;
-        }
-        p += len;
-        if (*p == ',')
-            p++;
-    }
-    return n;
 }
 
 /* ---- nodes --------------------------------------------------------------------------- */
@@ -285,6 +80,8 @@ static int rc_node_find(struct rcluster *cl, const char *host, int port)
             return i;
     return -1;
 }
+
+static void rc_node_close(struct rcluster *cl, int i);
 
 /* The node of host:port, added when new; -1 when the table is full of
  * nodes still in use. */
@@ -304,8 +101,7 @@ static int rc_node_get(struct rcluster *cl, const char *host, int port)
                 break;
         if (i == cl->nnodes)
             return -1;
-        if (cl->nodes[i].ctx != NULL)
-            redisFree(cl->nodes[i].ctx);
+        rc_node_close(cl, i); /* rc->ctx may point at it */
     } else {
         i = cl->nnodes++;
     }
@@ -313,6 +109,7 @@ static int rc_node_get(struct rcluster *cl, const char *host, int port)
     memset(nd, 0, sizeof(*nd));
     snprintf(nd->host, sizeof(nd->host), "%s", host);
     nd->port = port;
+    nd->copies = -1;
     return i;
 }
 
@@ -355,9 +152,47 @@ static redisContext *rc_node_ctx(struct rcluster *cl, int i)
         rc_node_fail(cl, i);
         return NULL;
     }
+    nd->conn_id = ++cl->rc->conn_seq;
+    nd->armed_ms = cl->rc->opts.command_timeout_ms;
+    nd->safe_alone = 0; /* settings are read again on a new connection */
     nd->backoff_ms = 0;
     nd->retry_at_ms = 0;
     return nd->ctx;
+}
+
+static struct timeval rc_tv(int ms)
+{
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+    return tv;
+}
+
+/* The deadline of a command started now: command_timeout_ms, or the
+ * request deadline when nearer. */
+static int64_t rc_deadline(const struct rconn *rc)
+{
+    int64_t d = cs_mono_ms() + rc->opts.command_timeout_ms;
+    return rc->deadline_ms != 0 && rc->deadline_ms < d ? rc->deadline_ms : d;
+}
+
+/* Bounds the next reply on node i (connected) by deadline. CS_ERR, with
+ * rc->err RCONN_ERR_DEADLINE, when it has passed: send nothing. */
+static int rc_arm(struct rcluster *cl, int i, int64_t deadline)
+{
+    struct rc_node *nd = &cl->nodes[i];
+    int64_t left = deadline - cs_mono_ms();
+    int ms = cl->rc->opts.command_timeout_ms;
+    if (left <= 0) {
+        rconn_set_err(cl->rc, RCONN_ERR_DEADLINE, "redis cluster",
+                      "the request deadline passed before the command was sent");
+        return CS_ERR;
+    }
+    if (left + RC_ARM_SLACK_MS < ms)
+        ms = (int)left;
+    if (ms != nd->armed_ms) {
+        redisSetTimeout(nd->ctx, rc_tv(ms));
+        nd->armed_ms = ms;
+    }
+    return CS_OK;
 }
 
 struct rcluster *rcluster_new(struct rconn *rc)
@@ -415,10 +250,11 @@ void rcluster_free(struct rcluster *cl)
 /* ---- the slot map -------------------------------------------------------------------- */
 
 /* Asks node i for the map: CLUSTER SHARDS, or CLUSTER SLOTS on Redis < 7. */
-static int rc_fetch_map(struct rcluster *cl, int i, struct rcluster_range **v, size_t *n)
+static int rc_fetch_map(struct rcluster *cl, int i, struct rcluster_range **v, size_t *n,
+                        int64_t deadline)
 {
     redisContext *c = rc_node_ctx(cl, i);
-    if (c == NULL)
+    if (c == NULL || rc_arm(cl, i, deadline) != CS_OK)
         return CS_ERR;
     for (int shards = 1; shards >= 0; shards--) {
         redisReply *r = redisCommand(c, shards ? "CLUSTER SHARDS" : "CLUSTER SLOTS");
@@ -466,8 +302,9 @@ static int rc_install_map(struct rcluster *cl, const struct rcluster_range *v, s
 }
 
 /* Refreshes the map from the first node that answers, starting after the
- * last one that failed so a dead master is not asked first. */
-static int rc_refresh(struct rcluster *cl)
+ * last one that failed so a dead master is not asked first; gives up at
+ * deadline. */
+static int rc_refresh(struct rcluster *cl, int64_t deadline)
 {
     int64_t now = cs_mono_ms();
     uint64_t epoch = atomic_load(&cl->sh->epoch);
@@ -479,9 +316,11 @@ static int rc_refresh(struct rcluster *cl)
         /* A node in its reconnect backoff is skipped, not waited for. */
         if (cl->nodes[i].ctx == NULL && cl->nodes[i].retry_at_ms > now)
             continue;
+        if (cs_mono_ms() >= deadline)
+            break;
         struct rcluster_range *v = NULL;
         size_t n = 0;
-        if (rc_fetch_map(cl, i, &v, &n) != CS_OK)
+        if (rc_fetch_map(cl, i, &v, &n, deadline) != CS_OK)
             continue;
         int first = !cl->have_map;
         int changed = rc_install_map(cl, v, n);
@@ -505,7 +344,7 @@ static int rc_refresh(struct rcluster *cl)
 /* Refreshes when due: no map yet, a redirection or failure asked for one,
  * or another process of the node found the map changed. Throttled to one
  * refresh a second per process and one every 100 ms per node. */
-static void rc_maybe_refresh(struct rcluster *cl)
+static void rc_maybe_refresh(struct rcluster *cl, int64_t deadline)
 {
     int64_t now = cs_mono_ms();
     if (cl->have_map && !cl->need_refresh && cl->seen_epoch == atomic_load(&cl->sh->epoch))
@@ -519,7 +358,7 @@ static void rc_maybe_refresh(struct rcluster *cl)
         if (!atomic_compare_exchange_strong(&cl->sh->refresh_ms, &last, now))
             return;
     }
-    rc_refresh(cl);
+    rc_refresh(cl, deadline);
 }
 
 static int rc_any_master(struct rcluster *cl)
@@ -631,16 +470,32 @@ io:
     return NULL;
 }
 
-/* rcluster_exec() for a slot (RCLUSTER_SLOTS: any master). */
+static void rc_site_set(struct rcluster *cl, struct rconn_site *site, int i)
+{
+    if (site == NULL)
+        return;
+    site->node = i;
+    site->conn_id = i >= 0 && cl->nodes[i].ctx != NULL ? cl->nodes[i].conn_id : 0;
+}
+
+/* rcluster_exec() for a slot (RCLUSTER_SLOTS: any master), until deadline. */
 static redisReply *rc_exec_slot(struct rconn *rc, unsigned slot, const char *cmd, size_t len,
-                                struct rscript *s)
+                                struct rscript *s, int64_t deadline, struct rconn_site *site)
 {
     struct rcluster *cl = rc->cl;
-    int64_t deadline = cs_mono_ms() + rc->opts.command_timeout_ms;
-    int ask = -1, redirects = 0, waits = 0, loaded = 0;
+    int ask = -1, redirects = 0, waits = 0;
+    uint64_t loaded = 0;       /* nodes this call loaded the script on */
 
+    rc_site_set(cl, site, -1);
     for (;;) {
-        rc_maybe_refresh(cl);
+        /* Every hop, reload and refresh is inside the deadline; what has
+         * been sent so far was redirected or refused, so nothing ran. */
+        if (cs_mono_ms() >= deadline) {
+            rconn_set_err(rc, RCONN_ERR_DEADLINE, "redis cluster",
+                          "the request deadline passed before the command was sent");
+            return NULL;
+        }
+        rc_maybe_refresh(cl, deadline);
         int i = ask >= 0 ? ask : rc_slot_node(cl, slot);
         if (i < 0) {
             cl->need_refresh = 1;
@@ -655,9 +510,14 @@ static redisReply *rc_exec_slot(struct rconn *rc, unsigned slot, const char *cmd
                 continue;
             return NULL;
         }
+        if (rc_arm(cl, i, deadline) != CS_OK)
+            return NULL;
         redisReply *r = rc_send(cl, i, ask >= 0, cmd, len);
         if (r == NULL)
             return NULL;
+        rc->err = RCONN_OK;
+        rc->errstr[0] = '\0';
+        rc_site_set(cl, site, i);
         if (r->type != REDIS_REPLY_ERROR)
             return r;
 
@@ -693,9 +553,11 @@ static redisReply *rc_exec_slot(struct rconn *rc, unsigned slot, const char *cmd
             freeReplyObject(r);
             continue;
         }
-        if (s != NULL && !loaded && rc_err_is(r, "NOSCRIPT")) {
+        /* Scripts are not replicated on Redis 7.0: a promoted replica, or
+         * the next node after a redirection, may lack it too. */
+        if (s != NULL && !(loaded & (1ull << i)) && rc_err_is(r, "NOSCRIPT")) {
             int io;
-            loaded = 1;
+            loaded |= 1ull << i;
             if (rc_script_load(rc, cl->nodes[i].ctx, ask >= 0, s, &io) != CS_OK) {
                 if (io) {
                     rc_node_fail(cl, i);
@@ -712,9 +574,9 @@ static redisReply *rc_exec_slot(struct rconn *rc, unsigned slot, const char *cmd
 }
 
 redisReply *rcluster_exec(struct rconn *rc, const char *key, const char *cmd, size_t len,
-                          struct rscript *s)
+                          struct rscript *s, struct rconn_site *site)
 {
-    return rc_exec_slot(rc, rc_key_slot(key), cmd, len, s);
+    return rc_exec_slot(rc, rc_key_slot(key), cmd, len, s, rc_deadline(rc), site);
 }
 
 /* ---- pipelines ----------------------------------------------------------------------- */
@@ -737,8 +599,10 @@ int rcluster_append(struct rconn *rc, const char *key, char *cmd, size_t len)
 
     /* Only before the first append: a refresh on a node with commands of
      * this pipeline in flight would read their replies as its own. */
-    if (cl->npipe == 1)
-        rc_maybe_refresh(cl);
+    if (cl->npipe == 1) {
+        cl->pipe_deadline = rc_deadline(rc);
+        rc_maybe_refresh(cl, cl->pipe_deadline);
+    }
     int i = rc_slot_node(cl, p->slot);
     /* Unsent commands are sent on their own once the others are read. */
     if (i < 0 || rc_node_ctx(cl, i) == NULL)
@@ -756,6 +620,7 @@ int rcluster_append(struct rconn *rc, const char *key, char *cmd, size_t len)
 static void rc_pipe_collect(struct rcluster *cl)
 {
     struct rconn *rc = cl->rc;
+    rc->err = RCONN_OK;
     for (size_t k = 0; k < cl->npipe; k++) {
         struct rc_pipe *p = &cl->pipe[k];
         if (p->node < 0)
@@ -787,7 +652,8 @@ static void rc_pipe_collect(struct rcluster *cl)
             freeReplyObject(p->reply);
             p->reply = NULL;
         }
-        p->reply = rc_exec_slot(rc, p->slot, p->cmd, p->len, NULL);
+        /* The pipeline's deadline, not a fresh one per resend. */
+        p->reply = rc_exec_slot(rc, p->slot, p->cmd, p->len, NULL, cl->pipe_deadline, NULL);
         if (p->reply == NULL)
             p->failed = 1;
     }
@@ -819,16 +685,130 @@ int rcluster_get_reply(struct rconn *rc, redisReply **reply)
     return ret;
 }
 
+/* ---- the durability rule ---------------------------------------------------------- */
+
+/* 1 when node i (connected) persists each write before answering
+ * (appendonly yes, appendfsync always), so a master of it may stand on its
+ * own AOF; -1 when it does not or CONFIG GET is refused; 0 when the
+ * connection failed (asked again later). */
+static int rc_node_safe_alone(struct rcluster *cl, int i)
+{
+    static const struct {
+        const char *name, *want;
+    } need[] = {{"appendonly", "yes"}, {"appendfsync", "always"}};
+    struct rc_node *nd = &cl->nodes[i];
+
+    for (size_t k = 0; k < CS_ARRAY_LEN(need); k++) {
+        redisReply *r = redisCommand(nd->ctx, "CONFIG GET %s", need[k].name);
+        if (r == NULL) {
+            rconn_set_err(cl->rc, rconn_ctx_errno(nd->ctx), "CONFIG GET failed", nd->ctx->errstr);
+            rc_node_fail(cl, i);
+            return 0;
+        }
+        int ok = r->type == REDIS_REPLY_ARRAY && r->elements == 2 && rc_is_str(r->element[1]) &&
+                 strcmp(r->element[1]->str, need[k].want) == 0;
+        if (!ok)
+            log_warn("redis cluster: %s:%d: %s is not %s (or CONFIG GET is refused: %s); its "
+                     "grants wait for redis.wait_replicas replicas even when none is left",
+                     nd->host, nd->port, need[k].name, need[k].want,
+                     r->type == REDIS_REPLY_ERROR ? r->str : "no error");
+        freeReplyObject(r);
+        if (!ok)
+            return -1;
+    }
+    /* Not a safety matter, but the outage the rule exists to avoid: such a
+     * master refuses every write (NOREPLICAS) once its replicas are gone. */
+    redisReply *r = redisCommand(nd->ctx, "CONFIG GET min-replicas-to-write");
+    if (r == NULL) {
+        rconn_set_err(cl->rc, rconn_ctx_errno(nd->ctx), "CONFIG GET failed", nd->ctx->errstr);
+        rc_node_fail(cl, i);
+        return 0;
+    }
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 && rc_is_str(r->element[1]) &&
+        strcmp(r->element[1]->str, "0") != 0)
+        log_warn("redis cluster: %s:%d has min-replicas-to-write %s: once its replicas are "
+                 "lost it refuses every grant", nd->host, nd->port, r->element[1]->str);
+    freeReplyObject(r);
+    return 1;
+}
+
+/* The replicas a grant on node i waits for under the durability rule:
+ * min(wanted, its standbys), wanted when they cannot be counted. */
+static int rc_node_copies(struct rcluster *cl, int i, int wanted)
+{
+    struct rc_node *nd = &cl->nodes[i];
+    int64_t now = cs_mono_ms();
+
+    if (wanted <= 0)
+        return 0;
+    if (nd->copies_ms == 0 || now - nd->copies_ms >= RCLUSTER_REPL_CHECK_MS) {
+        if (rc_node_ctx(cl, i) == NULL || rc_arm(cl, i, rc_deadline(cl->rc)) != CS_OK)
+            return wanted;
+        if (nd->safe_alone == 0)
+            nd->safe_alone = rc_node_safe_alone(cl, i);
+        if (nd->ctx == NULL)
+            return wanted;
+        nd->copies = -1;
+        if (nd->safe_alone > 0) {
+            redisReply *r = redisCommand(nd->ctx, "CLUSTER SHARDS");
+            if (r == NULL) {
+                rconn_set_err(cl->rc, rconn_ctx_errno(nd->ctx), "CLUSTER SHARDS failed",
+                              nd->ctx->errstr);
+                rc_node_fail(cl, i);
+                return wanted;
+            }
+            nd->copies = rcluster_parse_standbys(r, nd->host, nd->port);
+            freeReplyObject(r);
+        }
+        nd->copies_ms = now;
+    }
+    return nd->copies < 0 || nd->copies > wanted ? wanted : nd->copies;
+}
+
+redisContext *rcluster_site_ctx(struct rcluster *cl, const struct rconn_site *site)
+{
+    if (site == NULL || site->conn_id == 0 || site->node < 0 || site->node >= cl->nnodes)
+        return NULL;
+    const struct rc_node *nd = &cl->nodes[site->node];
+    return nd->ctx != NULL && nd->conn_id == site->conn_id ? nd->ctx : NULL;
+}
+
+void rcluster_site_fail(struct rcluster *cl, const struct rconn_site *site)
+{
+    if (rcluster_site_ctx(cl, site) != NULL)
+        rc_node_fail(cl, site->node);
+}
+
+int rcluster_copies(struct rcluster *cl, const struct rconn_site *site, int wanted)
+{
+    if (wanted <= 0)
+        return 0;
+    if (rcluster_site_ctx(cl, site) == NULL)
+        return wanted;
+    return rc_node_copies(cl, site->node, wanted);
+}
+
+int rcluster_slot_copies(struct rconn *rc, unsigned slot, int wanted)
+{
+    struct rcluster *cl = rc->cl;
+    rc_maybe_refresh(cl, rc_deadline(rc));
+    int i = slot < RCLUSTER_SLOTS ? rc_slot_node(cl, slot) : -1;
+    if (i < 0 || rc_node_ctx(cl, i) == NULL)
+        return -1;
+    return rc_node_copies(cl, i, wanted);
+}
+
 /* ---- masters ------------------------------------------------------------------------- */
 
-int rcluster_each_master(struct rconn *rc, void (*fn)(void *arg, const char *addr, int up),
+int rcluster_each_master(struct rconn *rc, int wanted,
+                         void (*fn)(void *arg, const char *addr, int up, int copies),
                          void *arg)
 {
     struct rcluster *cl = rc->cl;
     uint8_t seen[RCLUSTER_MAX_NODES] = {0};
     int n = 0;
 
-    rc_maybe_refresh(cl);
+    rc_maybe_refresh(cl, rc_deadline(rc));
     for (int s = 0; s < RCLUSTER_SLOTS; s++) {
         int i = cl->slot_node[s];
         if (i == RC_NO_NODE || seen[i])
@@ -837,7 +817,7 @@ int rcluster_each_master(struct rconn *rc, void (*fn)(void *arg, const char *add
         n++;
         int up = 0;
         redisContext *c = rc_node_ctx(cl, i);
-        if (c != NULL) {
+        if (c != NULL && rc_arm(cl, i, rc_deadline(rc)) == CS_OK) {
             redisReply *r = redisCommand(c, "PING");
             if (r == NULL)
                 rc_node_fail(cl, i);
@@ -848,7 +828,7 @@ int rcluster_each_master(struct rconn *rc, void (*fn)(void *arg, const char *add
         }
         char addr[80];
         snprintf(addr, sizeof(addr), "%s:%d", cl->nodes[i].host, cl->nodes[i].port);
-        fn(arg, addr, up);
+        fn(arg, addr, up, up ? rc_node_copies(cl, i, wanted) : -1);
     }
     return n;
 }

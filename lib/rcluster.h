@@ -21,6 +21,11 @@
 #define RCLUSTER_REFRESH_MIN_MS 1000
 /* Nor does the node as a whole, except a process that has no map at all. */
 #define RCLUSTER_NODE_REFRESH_MIN_MS 100
+/* A master's healthy replicas are counted anew (INFO replication) at most
+ * this often per process. */
+#define RCLUSTER_REPL_CHECK_MS 500
+/* Shards whose copies are reported in rcluster_shared (the ten tags). */
+#define RCLUSTER_SHARDS 16
 
 /* Node-wide part, in the shared-memory segment (or process memory for
  * coupon-sync, whose threads share it). Lock-free atomics only. */
@@ -33,6 +38,10 @@ struct rcluster_shared {
     _Atomic uint64_t refreshes;      /* slot-map refreshes done */
     _Atomic uint64_t refresh_failures;
     _Atomic uint64_t wait_shortfalls; /* WAIT saw fewer replicas than asked */
+    /* Per shard, as the latest grant or health check saw its master: the
+     * replicas a grant waits for (the durability rule), -1 never seen. */
+    _Atomic int32_t shard_copies[RCLUSTER_SHARDS];
+    _Atomic int32_t copies_wanted;    /* redis.wait_replicas of the workers */
 };
 
 /* One contiguous slot range and the master serving it. */
@@ -51,6 +60,7 @@ struct rcluster_redirect {
 };
 
 struct rconn;
+struct rconn_site;
 struct rscript;
 struct rcluster;
 
@@ -84,15 +94,32 @@ void rcluster_drop(struct rcluster *cl);
 void rcluster_drop_ctx(struct rcluster *cl, redisContext *ctx);
 
 /* Sends the formatted command cmd[0..len) to the master of key's slot (any
- * master when key is NULL) and follows redirections within the request
- * deadline (rc->opts.command_timeout_ms from now). With s set, a NOSCRIPT
- * answer loads s on the node that gave it and resends. Returns the reply
- * (the caller frees it; an error reply such as a TRYAGAIN that outlived the
- * deadline is a reply) or NULL with rc->err set when the command may or may
- * not have run (I/O error, timeout) or could not be sent. rc->ctx is left on
- * the connection that answered, so a WAIT can follow on it. */
+ * master when key is NULL) and follows redirections within its deadline
+ * (rc->opts.command_timeout_ms from now, or the request deadline when that
+ * is nearer: no hop, reload or refresh runs past it). With s set, a NOSCRIPT
+ * answer loads s on the node that gave it (once per node) and resends.
+ * Returns the reply (the caller frees it; an error reply such as a TRYAGAIN
+ * that outlived the deadline is a reply) or NULL with rc->err set when the
+ * command may or may not have run (I/O error, timeout) or could not be sent
+ * (RCONN_ERR_CONNECT, _BACKOFF, _DEADLINE). When site is not NULL it is set
+ * to the connection that answered (conn_id 0 when none did). */
 redisReply *rcluster_exec(struct rconn *rc, const char *key, const char *cmd, size_t len,
-                          struct rscript *s);
+                          struct rscript *s, struct rconn_site *site);
+
+/* The live connection of site, or NULL when it was closed or replaced since. */
+redisContext *rcluster_site_ctx(struct rcluster *cl, const struct rconn_site *site);
+
+/* Drops site's connection after an I/O error on it. */
+void rcluster_site_fail(struct rcluster *cl, const struct rconn_site *site);
+
+/* In a CLUSTER SHARDS reply given by host:port: the replicas of its shard
+ * that the cluster has not marked failed (those that could be promoted in
+ * its place), or -1 when host:port is not a master there. */
+int rcluster_parse_standbys(const redisReply *r, const char *host, int port);
+
+/* The durability rule on a cluster (see rconn_copies()): the replicas of
+ * site's node that could take over, at most wanted. */
+int rcluster_copies(struct rcluster *cl, const struct rconn_site *site, int wanted);
 
 /* Pipelining: rcluster_append() queues a formatted command (takes ownership
  * of cmd, a redisFormatCommand() buffer) on its slot's node; rcluster_get_reply()
@@ -102,10 +129,16 @@ int rcluster_append(struct rconn *rc, const char *key, char *cmd, size_t len);
 int rcluster_get_reply(struct rconn *rc, redisReply **reply);
 
 /* Calls fn for each master of the current map (refreshing it first when
- * due): its "host:port" and a PING verdict (1 answered PONG). Returns the
- * number of masters. */
-int rcluster_each_master(struct rconn *rc, void (*fn)(void *arg, const char *addr, int up),
+ * due): its "host:port", a PING verdict (1 answered PONG) and its replica
+ * count under the durability rule for `wanted` (rcluster_copies(); -1 when
+ * it is down). Returns the number of masters. */
+int rcluster_each_master(struct rconn *rc, int wanted,
+                         void (*fn)(void *arg, const char *addr, int up, int copies),
                          void *arg);
+
+/* The replicas a grant on slot's master waits for under the durability rule
+ * (see rcluster_copies()); -1 when no node serves the slot or it is down. */
+int rcluster_slot_copies(struct rconn *rc, unsigned slot, int wanted);
 
 /* "host:port" of the master serving slot, or "" when unknown. */
 const char *rcluster_slot_addr(struct rcluster *cl, unsigned slot);

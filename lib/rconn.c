@@ -147,6 +147,7 @@ int rconn_ensure(struct rconn *rc)
         rconn_fail(rc);
         return CS_ERR;
     }
+    rc->conn_id = ++rc->conn_seq;
     rc->err = RCONN_OK;
     rc->errstr[0] = '\0';
     rc->backoff_ms = 0;
@@ -183,9 +184,14 @@ static redisReply *rconn_cluster_vcommand(struct rconn *rc, const char *key, con
         rconn_set_err(rc, RCONN_ERR_REPLY, "redisFormatCommand()", "bad format");
         return NULL;
     }
-    redisReply *r = rcluster_exec(rc, key, cmd, (size_t)len, NULL);
+    redisReply *r = rcluster_exec(rc, key, cmd, (size_t)len, NULL, NULL);
     redisFreeCommand(cmd);
     return r;
+}
+
+void rconn_set_deadline(struct rconn *rc, int64_t deadline_ms)
+{
+    rc->deadline_ms = deadline_ms;
 }
 
 redisReply *rconn_command(struct rconn *rc, const char *key, const char *fmt, ...)
@@ -207,9 +213,15 @@ redisReply *rconn_command(struct rconn *rc, const char *key, const char *fmt, ..
     return rconn_check(rc, r, "redis command failed");
 }
 
-redisReply *rconn_commandv(struct rconn *rc, const char *key, int argc, const char **argv,
-                           const size_t *argvlen)
+/* rconn_commandv_at() with s for NOSCRIPT handling on a cluster. */
+static redisReply *rconn_argv_at(struct rconn *rc, const char *key, int argc,
+                                 const char **argv, const size_t *argvlen, struct rscript *s,
+                                 struct rconn_site *site)
 {
+    if (site != NULL) {
+        site->conn_id = 0;
+        site->node = -1;
+    }
     if (rc->cl != NULL) {
         char *cmd = NULL;
         int len = redisFormatCommandArgv(&cmd, argc, argv, argvlen);
@@ -217,15 +229,30 @@ redisReply *rconn_commandv(struct rconn *rc, const char *key, int argc, const ch
             rconn_set_err(rc, RCONN_ERR_REPLY, "redisFormatCommandArgv()", "cannot format");
             return NULL;
         }
-        redisReply *r = rcluster_exec(rc, key, cmd, (size_t)len, NULL);
+        redisReply *r = rcluster_exec(rc, key, cmd, (size_t)len, s, site);
         redisFreeCommand(cmd);
         return r;
     }
     redisContext *c = rconn_ctx_for_key(rc, key);
     if (c == NULL)
         return NULL;
-    redisReply *r = redisCommandArgv(c, argc, argv, argvlen);
-    return rconn_check(rc, r, "redis command failed");
+    redisReply *r = rconn_check(rc, redisCommandArgv(c, argc, argv, argvlen),
+                                "redis command failed");
+    if (r != NULL && site != NULL)
+        site->conn_id = rc->conn_id;
+    return r;
+}
+
+redisReply *rconn_commandv(struct rconn *rc, const char *key, int argc, const char **argv,
+                           const size_t *argvlen)
+{
+    return rconn_argv_at(rc, key, argc, argv, argvlen, NULL, NULL);
+}
+
+redisReply *rconn_commandv_at(struct rconn *rc, const char *key, int argc, const char **argv,
+                              const size_t *argvlen, struct rconn_site *site)
+{
+    return rconn_argv_at(rc, key, argc, argv, argvlen, NULL, site);
 }
 
 int rconn_append(struct rconn *rc, const char *key, const char *fmt, ...)
@@ -428,6 +455,19 @@ static int rconn_script_load(struct rconn *rc, struct rscript *s, const char *ke
 redisReply *rconn_evalsha(struct rconn *rc, const struct rscript *cs, int nkeys, int argc,
                           const char **argv, const size_t *argvlen)
 {
+    return rconn_evalsha_at(rc, cs, nkeys, argc, argv, argvlen, NULL);
+}
+
+static int rconn_not_sent(const struct rconn *rc)
+{
+    return rc->err == RCONN_ERR_CONNECT || rc->err == RCONN_ERR_BACKOFF ||
+           rc->err == RCONN_ERR_DEADLINE;
+}
+
+redisReply *rconn_evalsha_at(struct rconn *rc, const struct rscript *cs, int nkeys, int argc,
+                             const char **argv, const size_t *argvlen,
+                             struct rconn_site *site)
+{
     /* The SHA is a cache of what the server computed; it is filled lazily. */
     struct rscript *s = (struct rscript *)cs;
     const char *key = nkeys > 0 ? argv[0] : NULL;
@@ -436,6 +476,10 @@ redisReply *rconn_evalsha(struct rconn *rc, const struct rscript *cs, int nkeys,
     char nk[12];
 
     rc->maybe_sent = 0;
+    if (site != NULL) {
+        site->conn_id = 0;
+        site->node = -1;
+    }
     if (argc + 3 > (int)CS_ARRAY_LEN(av)) {
         rconn_set_err(rc, RCONN_ERR_REPLY, "rconn_evalsha()", "too many arguments");
         return NULL;
@@ -455,22 +499,15 @@ redisReply *rconn_evalsha(struct rconn *rc, const struct rscript *cs, int nkeys,
     }
     if (rc->cl != NULL) {
         /* NOSCRIPT is answered per node: the cluster layer loads it there. */
-        char *cmd = NULL;
-        int len = redisFormatCommandArgv(&cmd, argc + 3, av, avl);
-        if (len < 0) {
-            rconn_set_err(rc, RCONN_ERR_REPLY, "redisFormatCommandArgv()", "cannot format");
-            return NULL;
-        }
-        redisReply *r = rcluster_exec(rc, key, cmd, (size_t)len, s);
-        redisFreeCommand(cmd);
+        redisReply *r = rconn_argv_at(rc, key, argc + 3, av, avl, s, site);
         if (r == NULL)
-            rc->maybe_sent = rc->err != RCONN_ERR_CONNECT && rc->err != RCONN_ERR_BACKOFF;
+            rc->maybe_sent = !rconn_not_sent(rc);
         return r;
     }
     for (int attempt = 0;; attempt++) {
-        redisReply *r = rconn_commandv(rc, key, argc + 3, av, avl);
+        redisReply *r = rconn_argv_at(rc, key, argc + 3, av, avl, NULL, site);
         if (r == NULL) {
-            rc->maybe_sent = rc->err != RCONN_ERR_CONNECT && rc->err != RCONN_ERR_BACKOFF;
+            rc->maybe_sent = !rconn_not_sent(rc);
             return NULL;
         }
         if (attempt == 0 && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
@@ -483,18 +520,73 @@ redisReply *rconn_evalsha(struct rconn *rc, const struct rscript *cs, int nkeys,
     }
 }
 
-int rconn_wait(struct rconn *rc, int replicas, int timeout_ms)
+int rconn_copies(struct rconn *rc, const struct rconn_site *site, int wanted)
 {
-    redisContext *c = rc->ctx;
+    if (wanted <= 0)
+        return 0;
+    return rc->cl != NULL ? rcluster_copies(rc->cl, site, wanted) : wanted;
+}
+
+/* The live connection of site, or NULL. */
+static redisContext *rconn_site_ctx(struct rconn *rc, const struct rconn_site *site)
+{
+    if (rc->cl != NULL)
+        return rcluster_site_ctx(rc->cl, site);
+    return site != NULL && site->conn_id != 0 && site->conn_id == rc->conn_id ? rc->ctx : NULL;
+}
+
+static void rconn_wait_fail(struct rconn *rc, const struct rconn_site *site, redisContext *c,
+                            const char *what)
+{
+    rconn_set_err(rc, rconn_ctx_errno(c), what, c->errstr);
+    if (rc->cl != NULL)
+        rcluster_site_fail(rc->cl, site);
+    else
+        rconn_fail(rc);
+}
+
+int rconn_wait_at(struct rconn *rc, const struct rconn_site *site, const char *fence_key,
+                  int replicas, int timeout_ms)
+{
+    if (replicas <= 0)
+        return CS_OK;
+    redisContext *c = rconn_site_ctx(rc, site);
     if (c == NULL) {
-        rconn_set_err(rc, RCONN_ERR_IO, "WAIT", "no connection");
-        return CS_ERR;
+        rconn_set_err(rc, RCONN_ERR_REPLY, "WAIT", "the connection that ran the command is gone");
+        goto shortfall;
+    }
+    /* The request deadline bounds the WAIT too. */
+    if (rc->deadline_ms != 0) {
+        int64_t left = rc->deadline_ms - cs_mono_ms();
+        if (left < timeout_ms)
+            timeout_ms = (int)left;
+    }
+    if (timeout_ms <= 0) {
+        rconn_set_err(rc, RCONN_ERR_REPLY, "WAIT", "the request deadline passed");
+        goto shortfall;
     }
     /* The reply may take the whole WAIT timeout: the socket must outlast it. */
     redisSetTimeout(c, ms_to_tv(timeout_ms + rc->opts.command_timeout_ms));
-    redisReply *r = redisCommand(c, "WAIT %d %d", replicas, timeout_ms);
+    redisReply *r = NULL;
+    if (fence_key != NULL) {
+        r = redisCommand(c, "INCR %s", fence_key);
+        if (r == NULL) {
+            rconn_wait_fail(rc, site, c, "INCR (WAIT fence) failed");
+            return CS_ERR;
+        }
+        int ok = r->type == REDIS_REPLY_INTEGER;
+        if (!ok)
+            rconn_set_err(rc, RCONN_ERR_REPLY, "INCR (WAIT fence)",
+                          r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+        freeReplyObject(r);
+        if (!ok) {
+            redisSetTimeout(c, ms_to_tv(rc->opts.command_timeout_ms));
+            goto shortfall;
+        }
+    }
+    r = redisCommand(c, "WAIT %d %d", replicas, timeout_ms);
     if (r == NULL) {
-        rconn_check(rc, NULL, "WAIT failed");
+        rconn_wait_fail(rc, site, c, "WAIT failed");
         return CS_ERR;
     }
     redisSetTimeout(c, ms_to_tv(rc->opts.command_timeout_ms));
@@ -508,10 +600,13 @@ int rconn_wait(struct rconn *rc, int replicas, int timeout_ms)
             snprintf(why, sizeof(why), "%.90s",
                      r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
         rconn_set_err(rc, RCONN_ERR_REPLY, "WAIT", why);
-        if (rc->opts.cluster_shared != NULL)
-            atomic_fetch_add(&rc->opts.cluster_shared->wait_shortfalls, 1);
         ret = CS_ERR;
     }
     freeReplyObject(r);
-    return ret;
+    if (ret == CS_OK)
+        return CS_OK;
+shortfall:
+    if (rc->opts.cluster_shared != NULL)
+        atomic_fetch_add(&rc->opts.cluster_shared->wait_shortfalls, 1);
+    return CS_ERR;
 }

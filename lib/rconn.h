@@ -24,8 +24,9 @@ struct rconn_opts {
     struct rcluster_shared *cluster_shared; /* node-wide map epoch and counters, or NULL */
 };
 
-/* RCONN_ERR_CONNECT and RCONN_ERR_BACKOFF fail before a command is written:
- * Redis certainly did not run it. After IO or TIMEOUT it may have. */
+/* RCONN_ERR_CONNECT, RCONN_ERR_BACKOFF and RCONN_ERR_DEADLINE fail before a
+ * command is written: Redis certainly did not run it. After IO or TIMEOUT it
+ * may have. */
 enum rconn_err {
     RCONN_OK = 0,
     RCONN_ERR_IO,
@@ -33,6 +34,7 @@ enum rconn_err {
     RCONN_ERR_REPLY,
     RCONN_ERR_BACKOFF,
     RCONN_ERR_CONNECT,
+    RCONN_ERR_DEADLINE,        /* the request's deadline passed before it was sent */
 };
 
 /* Why Redis cannot serve a write now, as far as one call tells. */
@@ -51,6 +53,14 @@ enum rconn_fault {
 struct rcluster;
 struct rcluster_shared;
 
+/* Where a command ran: the connection that carried it (and on a cluster the
+ * node). A WAIT for that command's write must run on this connection and no
+ * other: rconn_wait_at() fails when it is gone. conn_id 0: nowhere. */
+struct rconn_site {
+    uint64_t conn_id;
+    int node;                  /* cluster node index; -1 on a single Redis */
+};
+
 struct rconn {
     redisContext *ctx;         /* single Redis: the connection; cluster: the node
                                   connection last used (NULL after it failed) */
@@ -62,6 +72,10 @@ struct rconn {
     char errstr[256];
     int64_t retry_at_ms;       /* monotonic; no reconnect attempt before this */
     int backoff_ms;
+    int64_t deadline_ms;       /* monotonic request deadline; 0: none (see
+                                  rconn_set_deadline()) */
+    uint64_t conn_seq;         /* id of the latest connection opened */
+    uint64_t conn_id;          /* single Redis: id of ctx */
 };
 
 /* A Lua script loaded from a file: source and its SHA1 as Redis computes it. */
@@ -103,6 +117,11 @@ int rconn_ctx_errno(const redisContext *c);
 /* The connection serving KEY's slot on a single Redis. On a cluster, commands
  * go through rcluster_exec() instead and this returns the last used one. */
 redisContext *rconn_ctx_for_key(struct rconn *rc, const char *key);
+
+/* Sets the request deadline (monotonic ms, 0 clears it): no command is sent
+ * and no WAIT waits past it, whatever redirections, reloads or refreshes a
+ * cluster asks for. Each command is also bounded by command_timeout_ms. */
+void rconn_set_deadline(struct rconn *rc, int64_t deadline_ms);
 
 /* Runs one command routed by KEY (may be NULL for keyless commands). Returns
  * the reply (caller frees with freeReplyObject) or NULL on I/O error or
@@ -151,11 +170,42 @@ void rscript_free(struct rscript *s);
 redisReply *rconn_evalsha(struct rconn *rc, const struct rscript *s, int nkeys, int argc,
                           const char **argv, const size_t *argvlen);
 
-/* WAIT for replicas on the connection that ran the previous command (the
- * master that granted, on a cluster): CS_OK when at least `replicas`
- * acknowledged within timeout_ms, else CS_ERR with rc->errstr saying how many
- * did (rc->err RCONN_ERR_REPLY for a shortfall, IO/TIMEOUT when the
- * connection failed, which drops it). */
-int rconn_wait(struct rconn *rc, int replicas, int timeout_ms);
+/* rconn_evalsha() that also tells where the answer came from: *site is the
+ * connection that answered (conn_id 0 when none did). */
+redisReply *rconn_evalsha_at(struct rconn *rc, const struct rscript *s, int nkeys, int argc,
+                             const char **argv, const size_t *argvlen,
+                             struct rconn_site *site);
+
+/* rconn_commandv() that fills *site as rconn_evalsha_at(). */
+redisReply *rconn_commandv_at(struct rconn *rc, const char *key, int argc, const char **argv,
+                              const size_t *argvlen, struct rconn_site *site);
+
+/*
+ * The durability rule: how many replicas a write that ran at site must reach
+ * before it is safe, when `wanted` are asked for. On a single Redis, wanted.
+ * On a cluster, the replicas of the master's shard that the cluster could
+ * still promote in its place (its own CLUSTER SHARDS, less those a majority
+ * marked failed), at most wanted; 0 when none is left: it then stands on
+ * its own AOF. A replica the master merely cannot reach still counts, so a
+ * master cut off from the majority never confirms a grant. A node that does
+ * not persist every write (appendonly yes, appendfsync always, read with
+ * CONFIG GET on each new connection), refuses CONFIG, predates CLUSTER
+ * SHARDS, or cannot be asked now counts wanted: the rule never relaxes on a
+ * guess. Cached per node for RCLUSTER_REPL_CHECK_MS. Never fails.
+ */
+int rconn_copies(struct rconn *rc, const struct rconn_site *site, int wanted);
+
+/* WAIT on the connection of site for `replicas` (0: CS_OK at once) within
+ * timeout_ms, cut to the request deadline. With fence_key set, a write to
+ * fence_key (INCR) goes first on that connection, for when the command at
+ * site wrote nothing (a resend that found the grant already made): the WAIT
+ * then covers everything the node held before it. CS_OK when enough
+ * acknowledged; else CS_ERR with rc->errstr saying how many did
+ * (RCONN_ERR_REPLY for a shortfall, also when site's connection is gone:
+ * nothing can be confirmed; IO/TIMEOUT when the connection failed, which
+ * drops it). */
+int rconn_wait_at(struct rconn *rc, const struct rconn_site *site, const char *fence_key,
+                  int replicas, int timeout_ms);
+
 
 #endif

@@ -17,7 +17,7 @@
 #define ACT_HSET_CHUNK 1000
 
 /* Only coupons that count: a returned coupon gave its stock back and its
- * user left the seize list (sql/003_coupon_lifecycle.sql). */
+ * user left the seize list (sql/005_coupon_lifecycle.sql). */
 static const char SQL_COUPON_USERS[] =
     "SELECT user_id, CAST(UNIX_TIMESTAMP(seized_at)*1000 AS SIGNED) FROM coupon "
     "WHERE activity_id = ? AND returned = 0";

@@ -15,7 +15,7 @@
 #include "rcluster.h"
 
 #define SHM_FLAGS 1024           /* slots per flag table, power of two */
-#define SHM_ROUTES 12
+#define SHM_ROUTES 16
 #define SHM_CODES 32
 #define SHM_LAT_BUCKETS 12       /* seize latency histogram, last is +Inf */
 

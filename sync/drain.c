@@ -82,6 +82,11 @@ struct drain_worker {
     int shard;
     char qkey[KEYS_MAX], dkey[KEYS_MAX], lkey[KEYS_MAX];
     char token[DRAIN_TOKEN_MAX];
+    int lock_ttl_ms;
+
+    /* The durability rule (see drain_fence()). */
+    int wait_replicas, wait_timeout_ms;
+    struct rconn_site scan_site;   /* the connection the batch was read on */
 };
 
 /* ---- the multi-row INSERT ------------------------------------------------------------ */
@@ -147,6 +152,8 @@ struct drain_worker *drain_worker_new(const struct cs_conf *conf)
     rconn_opts_from_conf(&ro, conf, conf->sync_redis_timeout_ms);
     w->rc = rconn_new(&ro);
     w->mc = mconn_new(conf);
+    w->wait_replicas = conf->redis_wait_replicas;
+    w->wait_timeout_ms = conf->redis_wait_timeout_ms;
     for (int i = 0; i < DRAIN_SHAPES; i++)
         w->sqls[i] = drain_insert_text(1 << i);
     return w;
@@ -499,6 +506,45 @@ static int drain_lookup(struct drain_worker *w, size_t n)
     return CS_OK;
 }
 
+static int drain_lock_eval(struct rconn *rc, int shard, const char *script, const char *token,
+                           int ttl_ms, struct rconn_site *site);
+
+/*
+ * Before MySQL hears of a batch, its entries must be held by as many copies
+ * as the durability rule asks (rconn_copies()), or a failover could erase
+ * grants that are rows already: stock + rows would exceed the total and the
+ * user could seize again. A write of our own (the lock renewal) and then
+ * WAIT, on the very connection the batch was read on: replication is one
+ * ordered stream, so replicas that acknowledge the renewal hold every entry
+ * the master held before it. A master cut off from the majority refuses the
+ * renewal (CLUSTERDOWN) or falls short on WAIT, and the batch stays queued.
+ * CS_OK, or CS_ERR (logged once per outage).
+ */
+static int drain_fence(struct drain_worker *w)
+{
+    struct rconn_site site;
+
+    if (w->wait_replicas <= 0)
+        return CS_OK;
+    int held = drain_lock_eval(w->rc, w->shard, LUA_RENEW, w->token, w->lock_ttl_ms, &site);
+    if (held < 0)
+        return drain_fail(w, SM_DEP_REDIS);
+    if (held == 0) {
+        rconn_set_err(w->rc, RCONN_ERR_REPLY, w->lkey, "the shard lock was lost");
+        return drain_fail(w, SM_DEP_REDIS);
+    }
+    if (site.conn_id != w->scan_site.conn_id) {
+        /* The slot moved between the read and the renewal: the new master's
+         * replicas say nothing about what the old one held. */
+        rconn_set_err(w->rc, RCONN_ERR_REPLY, w->qkey, "the shard moved under the batch");
+        return drain_fail(w, SM_DEP_REDIS);
+    }
+    int copies = rconn_copies(w->rc, &site, w->wait_replicas);
+    if (rconn_wait_at(w->rc, &site, NULL, copies, w->wait_timeout_ms) != CS_OK)
+        return drain_fail(w, SM_DEP_REDIS);
+    return CS_OK;
+}
+
 static int drain_retryable(const struct mconn *mc)
 {
     return mc->err == ER_LOCK_DEADLOCK || mc->err == ER_LOCK_WAIT_TIMEOUT ||
@@ -523,6 +569,8 @@ static int drain_batch(struct drain_worker *w, redisReply **kv, size_t n, int ba
         if (ok != CS_OK && (attempt >= DRAIN_TXN_ATTEMPTS || !drain_retryable(w->mc)))
             return drain_fail(w, SM_DEP_MYSQL);
     }
+    if (drain_fence(w) != CS_OK)
+        return CS_ERR;
     qsort(w->ents, n, sizeof(*w->ents), drain_entry_cmp);
     size_t good = 0;
     while (good < n && w->ents[good].dead == NULL)
@@ -575,14 +623,17 @@ int drain_lock_take(struct rconn *rc, int shard, int ttl_ms, char *token, size_t
     return ret;
 }
 
-/* Runs a compare-and-X script on the lock: 1 done, 0 not ours, -1 error. */
+/* Runs a compare-and-X script on the lock: 1 done, 0 not ours, -1 error.
+ * site (may be NULL) is set to the connection that ran it. */
 static int drain_lock_eval(struct rconn *rc, int shard, const char *script, const char *token,
-                           int ttl_ms)
+                           int ttl_ms, struct rconn_site *site)
 {
-    char lkey[KEYS_MAX];
+    char lkey[KEYS_MAX], ttl[16];
 
     keys_sync_lock(lkey, shard);
-    redisReply *r = rconn_command(rc, lkey, "EVAL %s 1 %s %s %d", script, lkey, token, ttl_ms);
+    snprintf(ttl, sizeof(ttl), "%d", ttl_ms);
+    const char *argv[] = {"EVAL", script, "1", lkey, token, ttl};
+    redisReply *r = rconn_commandv_at(rc, lkey, 6, argv, NULL, site);
     if (r == NULL)
         return -1;
     int ret = r->type == REDIS_REPLY_INTEGER ? r->integer == 1 : -1;
@@ -595,12 +646,12 @@ static int drain_lock_eval(struct rconn *rc, int shard, const char *script, cons
 
 int drain_lock_renew(struct rconn *rc, int shard, const char *token, int ttl_ms)
 {
-    return drain_lock_eval(rc, shard, LUA_RENEW, token, ttl_ms);
+    return drain_lock_eval(rc, shard, LUA_RENEW, token, ttl_ms, NULL);
 }
 
 int drain_lock_release(struct rconn *rc, int shard, const char *token)
 {
-    return drain_lock_eval(rc, shard, LUA_RELEASE, token, 0);
+    return drain_lock_eval(rc, shard, LUA_RELEASE, token, 0, NULL);
 }
 
 /* ---- the task ------------------------------------------------------------------------------ */
@@ -632,8 +683,10 @@ static enum drain_result drain_loop(struct drain_worker *w, const struct drain_o
     for (;;) {
         if (atomic_load(o->stop))
             return DRAIN_STOPPED;
-        redisReply *r = rconn_command(w->rc, w->qkey, "HSCAN %s %s COUNT %d", w->qkey, cursor,
-                                      o->batch);
+        char count[16];
+        snprintf(count, sizeof(count), "%d", o->batch);
+        const char *argv[] = {"HSCAN", w->qkey, cursor, "COUNT", count};
+        redisReply *r = rconn_commandv_at(w->rc, w->qkey, 5, argv, NULL, &w->scan_site);
         if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
             r->element[1]->type != REDIS_REPLY_ARRAY) {
             if (r != NULL) {
@@ -685,6 +738,7 @@ static enum drain_result drain_loop(struct drain_worker *w, const struct drain_o
 enum drain_result drain_shard(struct drain_worker *w, int shard, const struct drain_opts *o)
 {
     w->shard = shard;
+    w->lock_ttl_ms = o->lock_ttl_ms;
     keys_queue(w->qkey, shard);
     keys_dead(w->dkey, shard);
     keys_sync_lock(w->lkey, shard);

@@ -21,15 +21,39 @@
 /* Pause before re-reading an activity whose numbers did not add up. */
 #define JOBS_RECHECK_MS 200
 
-/* Total and coupons of every activity of one shard that is not revoked, in
- * one query: one per activity was 2,000 round trips a shard with 20,000 on
- * sale. A return whose Redis step is still to follow (returned = 1) counts
- * here as Redis still sees it: its user in the seize list, its stock not
- * back (the return job does that step and marks it 2 under the shard lock). */
-static const char SQL_RECONCILE[] =
-    "SELECT a.id, a.total_num, (SELECT COUNT(*) FROM coupon c WHERE c.activity_id = a.id "
-    "AND c.returned <> 2) "
-    "FROM activity a WHERE a.id % 10 = ? AND a.status <> 4";
+/* Seconds after its end that a sale is still reconciled by the full pass:
+ * its last entries are drained by then. */
+#define JOBS_RECONCILE_ENDED_S 3600
+
+/* Which activities of a shard a reconciliation reads: those changed since a
+ * time (a drain's stock decrement, a top-up and a change made by hand all
+ * stamp updated_at; by idx_activity_updated), or, in the rare full pass,
+ * every sale open or ended within JOBS_RECONCILE_ENDED_S (by
+ * idx_activity_end). Never all that exist. */
+#define SQL_REC_CHANGED "a.updated_at >= FROM_UNIXTIME(?) AND a.id % 10 = ? AND a.status <> 4"
+#define SQL_REC_OPEN \
+    "a.distribute_end_time > NOW() - INTERVAL ? SECOND AND a.id % 10 = ? AND a.status <> 4"
+static const char SQL_REC_IDS_CHANGED[] = "SELECT a.id FROM activity a WHERE " SQL_REC_CHANGED;
+static const char SQL_REC_IDS_OPEN[] = "SELECT a.id FROM activity a WHERE " SQL_REC_OPEN;
+/* Total and coupons of the same activities, in one query: one per activity
+ * was 2,000 round trips a shard with 20,000 on sale. A return whose Redis
+ * step is still to follow (returned = 1) counts here as Redis still sees it:
+ * its user in the seize list, its stock not back (the coupon job does that
+ * step and marks it 2 under the shard lock). */
+#define SQL_REC_COUNTS \
+    "SELECT a.id, a.total_num, (SELECT COUNT(*) FROM coupon c WHERE c.activity_id = a.id " \
+    "AND c.returned <> 2) " \
+    "FROM activity a WHERE "
+static const char SQL_RECONCILE_CHANGED[] = SQL_REC_COUNTS SQL_REC_CHANGED;
+static const char SQL_RECONCILE_OPEN[] = SQL_REC_COUNTS SQL_REC_OPEN;
+static const char SQL_NOW[] = "SELECT UNIX_TIMESTAMP()";
+
+/* The activities one reconciliation reads: full, or changed since since_s. */
+struct rec_sel {
+    int full;
+    int64_t since_s;
+    int shard;
+};
 
 /* Routes a job failure: a dropped connection is an outage of that dependency
  * (logged once), anything else is logged as it comes. */
@@ -47,22 +71,31 @@ static void jobs_fail(struct mconn *mc, struct rconn *rc, const char *what, cons
     }
 }
 
-int jobs_preheat(struct mconn *mc, struct rconn *rc, int horizon_days, int grace_s)
+int jobs_preheat(struct mconn *mc, struct rconn *rc, int horizon_days, int grace_s,
+                 struct preheat_mark *mark, int relist)
 {
     struct preheat_result res;
     char err[512];
+    int full = mark->since_s == 0;
 
-    if (activity_preheat(mc, rc, horizon_days, grace_s, &res, err, sizeof(err)) != CS_OK) {
+    if (activity_preheat_pass(mc, rc, horizon_days, grace_s, mark, relist, &res, err,
+                              sizeof(err)) != CS_OK) {
         jobs_fail(mc, rc, "preheat", err);
         return CS_ERR;
     }
     smetrics_dep_ok(SM_DEP_MYSQL);
     smetrics_dep_ok(SM_DEP_REDIS);
+    if (res.stale > 0)
+        log_info("preheat: %d activities left as they are: Redis holds a newer version",
+                 res.stale);
     if (res.created > 0 || res.restored > 0)
-        log_info("preheat: %d activities listed, %d stock fields created, %d restored",
-                 res.loaded, res.created, res.restored);
+        log_info("preheat%s: %d activities written, %d stock fields created, %d restored",
+                 full ? "" : " (changes)", res.written, res.created, res.restored);
+    else if (full)
+        log_debug("preheat: %d activities listed, %d written", res.loaded, res.written);
     else
-        log_debug("preheat: %d activities listed", res.loaded);
+        log_debug("preheat (changes): %d read, %d written%s", res.changed, res.written,
+                  res.listed ? ", list rewritten" : "");
     return CS_OK;
 }
 
@@ -147,6 +180,31 @@ static int exp_candidates(struct rconn *rc, int shard, int64_t cutoff_ms, int64_
     return CS_OK;
 }
 
+/* Ids of shard SHARD that ENDS says ended before cutoff_ms: only what is due
+ * is read. */
+#define EXP_BATCH 5000
+static int exp_due(struct rconn *rc, int shard, int64_t cutoff_ms, int64_t **ids, size_t *n,
+                   char *err, size_t errlen)
+{
+    char key[KEYS_MAX];
+
+    keys_ends(key, shard);
+    *ids = NULL;
+    *n = 0;
+    redisReply *r = rconn_command(rc, key, "ZRANGEBYSCORE %s -inf (%" PRId64 " LIMIT 0 %d", key,
+                                  cutoff_ms, EXP_BATCH);
+    if (rconn_expect(rc, r, REDIS_REPLY_ARRAY, "ZRANGEBYSCORE", key, err, errlen) != CS_OK)
+        return CS_ERR;
+    *ids = xmalloc((r->elements + 1) * sizeof(**ids));
+    for (size_t i = 0; i < r->elements; i++) {
+        const redisReply *e = r->element[i];
+        if (e->type == REDIS_REPLY_STRING && cs_parse_id(e->str, e->len, &(*ids)[*n]) == CS_OK)
+            (*n)++;
+    }
+    freeReplyObject(r);
+    return CS_OK;
+}
+
 /*
  * Removes from Redis what activity ID left behind, in one pipeline, stock
  * field first: with it gone the script grants nothing (-3), so deleting the
@@ -155,21 +213,28 @@ static int exp_candidates(struct rconn *rc, int shard, int64_t cutoff_ms, int64_
  */
 static int exp_remove(struct rconn *rc, int shard, int64_t id, char *err, size_t errlen)
 {
-    char skey[KEYS_MAX], lkey[KEYS_MAX], wkey[KEYS_MAX], mkey[KEYS_MAX];
+    char skey[KEYS_MAX], lkey[KEYS_MAX], wkey[KEYS_MAX], mkey[KEYS_MAX], vkey[KEYS_MAX];
+    char ekey[KEYS_MAX];
     int ret = CS_OK;
 
     keys_stock(skey, shard);
     keys_seize_list(lkey, id);
     keys_window(wkey, shard);
     keys_meta(mkey, shard);
+    keys_version(vkey, shard);
+    keys_ends(ekey, shard);
+    /* The version and the end time go last: until then a preheat that
+     * still reads the activity finds its version and writes nothing older. */
     if (rconn_append(rc, skey, "HDEL %s %" PRId64, skey, id) != CS_OK
         || rconn_append(rc, lkey, "UNLINK %s", lkey) != CS_OK
         || rconn_append(rc, wkey, "HDEL %s %" PRId64, wkey, id) != CS_OK
-        || rconn_append(rc, mkey, "HDEL %s %" PRId64, mkey, id) != CS_OK) {
+        || rconn_append(rc, mkey, "HDEL %s %" PRId64, mkey, id) != CS_OK
+        || rconn_append(rc, vkey, "HDEL %s %" PRId64, vkey, id) != CS_OK
+        || rconn_append(rc, ekey, "ZREM %s %" PRId64, ekey, id) != CS_OK) {
         snprintf(err, errlen, "expiring activity %" PRId64 ": %s", id, rc->errstr);
         return CS_ERR;
     }
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 6; i++) {
         redisReply *r;
         if (rconn_get_reply(rc, &r) != CS_OK) {
             snprintf(err, errlen, "expiring activity %" PRId64 ": %s", id, rc->errstr);
@@ -184,7 +249,7 @@ static int exp_remove(struct rconn *rc, int shard, int64_t id, char *err, size_t
     return ret;
 }
 
-int jobs_expire(struct rconn *rc, int grace_s, int *removed)
+int jobs_expire(struct rconn *rc, int grace_s, int full, int *removed)
 {
     int64_t cutoff = cs_now_ms() - (int64_t)grace_s * 1000;
     char err[512];
@@ -193,7 +258,8 @@ int jobs_expire(struct rconn *rc, int grace_s, int *removed)
     for (int shard = 0; shard < KEYS_SHARDS; shard++) {
         int64_t *ids;
         size_t n;
-        if (exp_candidates(rc, shard, cutoff, &ids, &n, err, sizeof(err)) != CS_OK)
+        if ((full ? exp_candidates(rc, shard, cutoff, &ids, &n, err, sizeof(err))
+                  : exp_due(rc, shard, cutoff, &ids, &n, err, sizeof(err))) != CS_OK)
             goto fail;
         if (n == 0)
             continue;
@@ -423,8 +489,9 @@ static int rec_scan_shard(struct rconn *rc, int shard, struct rec_item *items, s
  * read first, so such a race makes the sum come out high, never low.
  */
 static int rec_read_shard(struct mconn *mc, struct rconn *rc, struct rec_item *items, size_t n,
-                          int shard, char *err, size_t errlen, int *mysql_failed)
+                          const struct rec_sel *sel, char *err, size_t errlen, int *mysql_failed)
 {
+    int shard = sel->shard;
     char skey[KEYS_MAX];
 
     *mysql_failed = 0;
@@ -469,9 +536,11 @@ static int rec_read_shard(struct mconn *mc, struct rconn *rc, struct rec_item *i
         return CS_ERR;
     if (rec_scan_shard(rc, shard, items, n, err, errlen) != CS_OK)
         return CS_ERR;
-    struct mval p[] = {MV_INT(shard)};
+    struct mval p[] = {sel->full ? MV_INT(JOBS_RECONCILE_ENDED_S) : MV_INT(sel->since_s),
+                       MV_INT(shard)};
     struct rec_rows rr = {items, n};
-    if (mconn_query(mc, SQL_RECONCILE, p, 1, rec_mysql_row, &rr) != CS_OK) {
+    if (mconn_query(mc, sel->full ? SQL_RECONCILE_OPEN : SQL_RECONCILE_CHANGED, p, 2,
+                    rec_mysql_row, &rr) != CS_OK) {
         snprintf(err, errlen, "%s", mc->errstr);
         *mysql_failed = 1;
         return CS_ERR;
@@ -527,10 +596,11 @@ static void rec_forget(struct rec_warned *w, int64_t id)
 
 /* Reads SHARD once, and when something does not add up once more after a
  * pause, holding the shard lock. *skipped when someone else holds it. */
-static int rec_shard(struct mconn *mc, struct rconn *rc, int lock_ttl_ms, int shard,
+static int rec_shard(struct mconn *mc, struct rconn *rc, int lock_ttl_ms, const struct rec_sel *sel,
                      struct rec_item *items, struct rec_item *again, size_t n, int *skipped,
                      char *err, size_t errlen, int *mysql_failed)
 {
+    int shard = sel->shard;
     char token[DRAIN_TOKEN_MAX];
     int ret = CS_ERR;
 
@@ -545,7 +615,7 @@ static int rec_shard(struct mconn *mc, struct rconn *rc, int lock_ttl_ms, int sh
         *skipped = 1; /* being drained: the drain reconciles it when done */
         return CS_OK;
     }
-    if (rec_read_shard(mc, rc, items, n, shard, err, errlen, mysql_failed) != CS_OK)
+    if (rec_read_shard(mc, rc, items, n, sel, err, errlen, mysql_failed) != CS_OK)
         goto out;
     int suspects = 0;
     for (size_t i = 0; i < n; i++)
@@ -555,7 +625,7 @@ static int rec_shard(struct mconn *mc, struct rconn *rc, int lock_ttl_ms, int sh
          * what reads the same twice. */
         struct timespec ts = {0, JOBS_RECHECK_MS * 1000000L};
         nanosleep(&ts, NULL);
-        if (rec_read_shard(mc, rc, again, n, shard, err, errlen, mysql_failed) != CS_OK)
+        if (rec_read_shard(mc, rc, again, n, sel, err, errlen, mysql_failed) != CS_OK)
             goto out;
     }
     ret = CS_OK;
@@ -567,41 +637,70 @@ out:
     return ret;
 }
 
+/* Per shard: MySQL's clock when its last reconciliation began (0: none),
+ * and when the next full one is due. A shard is reconciled by one task at a
+ * time. */
+static int64_t rec_since_s[KEYS_SHARDS];
+static int64_t rec_next_full_ms[KEYS_SHARDS];
+
+struct rec_ids {
+    struct rec_item *items;
+    size_t n, cap;
+};
+
+static int rec_id_row(void *arg, int ncols, char **cols)
+{
+    struct rec_ids *r = arg;
+    int64_t id;
+    if (ncols < 1 || cols[0] == NULL || cs_parse_id(cols[0], strlen(cols[0]), &id) != CS_OK)
+        return CS_OK;
+    if (r->n == r->cap) {
+        r->cap = r->cap ? r->cap * 2 : 64;
+        r->items = xrealloc(r->items, r->cap * sizeof(*r->items));
+    }
+    memset(&r->items[r->n], 0, sizeof(r->items[0]));
+    r->items[r->n++].id = id;
+    return CS_OK;
+}
+
 int jobs_reconcile_shard(struct mconn *mc, struct rconn *rc, int shard, int lock_ttl_ms,
-                         int *mismatches)
+                         int full_interval_s, int *mismatches)
 {
     struct rec_item *items = NULL, *again = NULL;
+    struct rec_ids ids = {0};
+    struct rec_sel sel = {.shard = shard};
     size_t n = 0;
     char err[512];
     int ret = CS_ERR, mysql_failed = 0, skipped = 0;
+    int64_t now_s = 0, mono = cs_mono_ms();
 
     *mismatches = 0;
-    /* The shard's activities from its META hash: ids only, never the whole
-     * list (parsed by ten threads at once, it took hundreds of megabytes
-     * with 20,000 activities). */
-    char mkey[KEYS_MAX];
-    keys_meta(mkey, shard);
-    redisReply *r = rconn_command(rc, mkey, "HKEYS %s", mkey);
-    if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
-        jobs_fail(NULL, rc, "reconcile: HKEYS",
-                  r == NULL ? rc->errstr : r->type == REDIS_REPLY_ERROR ? r->str
-                                                                       : "unexpected reply");
-        if (r != NULL)
-            freeReplyObject(r);
+    /* The shard's activities from MySQL, by index: those changed since the
+     * last pass (with an overlap for transactions that commit after they
+     * stamp updated_at), or all open ones in the rare full pass. */
+    struct rec_ids clock = {0};
+    if (mconn_query(mc, SQL_NOW, NULL, 0, rec_id_row, &clock) != CS_OK || clock.n != 1) {
+        free(clock.items);
+        jobs_fail(mc, NULL, "reconcile: reading MySQL's clock", mc->errstr);
         return CS_ERR;
     }
-    items = xcalloc(r->elements + 1, sizeof(*items));
-    for (size_t i = 0; i < r->elements; i++) {
-        const redisReply *e = r->element[i];
-        int64_t id;
-        if (e->type == REDIS_REPLY_STRING && cs_parse_id(e->str, e->len, &id) == CS_OK &&
-            keys_shard(id) == shard)
-            items[n++].id = id;
+    now_s = clock.items[0].id;
+    free(clock.items);
+    sel.full = rec_since_s[shard] == 0 || mono >= rec_next_full_ms[shard];
+    sel.since_s = rec_since_s[shard] - PREHEAT_OVERLAP_S;
+    struct mval p[] = {sel.full ? MV_INT(JOBS_RECONCILE_ENDED_S) : MV_INT(sel.since_s),
+                       MV_INT(shard)};
+    if (mconn_query(mc, sel.full ? SQL_REC_IDS_OPEN : SQL_REC_IDS_CHANGED, p, 2, rec_id_row,
+                    &ids) != CS_OK) {
+        free(ids.items);
+        jobs_fail(mc, NULL, "reconcile: selecting activities", mc->errstr);
+        return CS_ERR;
     }
-    freeReplyObject(r);
+    items = ids.items;
+    n = ids.n;
     if (n == 0) {
         ret = CS_OK;
-        goto out;
+        goto done;
     }
     qsort(items, n, sizeof(*items), rec_item_cmp);
     /* A listed id twice would be counted twice: keep one. */
@@ -613,7 +712,7 @@ int jobs_reconcile_shard(struct mconn *mc, struct rconn *rc, int shard, int lock
     again = xcalloc(n + 1, sizeof(*again));
     memcpy(again, items, n * sizeof(*items));
 
-    if (rec_shard(mc, rc, lock_ttl_ms, shard, items, again, n, &skipped, err, sizeof(err),
+    if (rec_shard(mc, rc, lock_ttl_ms, &sel, items, again, n, &skipped, err, sizeof(err),
                   &mysql_failed) != CS_OK) {
         jobs_fail(mysql_failed ? mc : NULL, mysql_failed ? NULL : rc, "reconcile", err);
         goto out;
@@ -647,8 +746,16 @@ int jobs_reconcile_shard(struct mconn *mc, struct rconn *rc, int shard, int lock
     }
     if (*mismatches > 0)
         smetrics_add_mismatches((uint64_t)*mismatches);
-    log_debug("reconcile: shard %d: %zu activities%s, %d mismatches", shard, n,
-              skipped ? " (skipped: locked)" : "", *mismatches);
+    log_debug("reconcile: shard %d: %zu activities%s%s, %d mismatches", shard, n,
+              sel.full ? " (full)" : "", skipped ? " (skipped: locked)" : "", *mismatches);
+    ret = CS_OK;
+    if (skipped) /* read again next time, from the same mark */
+        goto out;
+done:
+    /* Where the next pass starts, once this one has read everything. */
+    rec_since_s[shard] = now_s;
+    if (sel.full)
+        rec_next_full_ms[shard] = mono + (int64_t)full_interval_s * 1000;
     ret = CS_OK;
 out:
     free(again);
@@ -659,6 +766,7 @@ out:
 void jobs_cleanup(void)
 {
     for (int i = 0; i < KEYS_SHARDS; i++) {
+        rec_since_s[i] = rec_next_full_ms[i] = 0;
         free(rec_warned[i].v);
         rec_warned[i].v = NULL;
         rec_warned[i].n = 0;

@@ -7,17 +7,23 @@
 
 struct mconn;
 struct rconn;
+struct preheat_mark;
 
-/* activity_preheat() with logging; failures go through smetrics (logged once
- * per outage). CS_OK or CS_ERR. */
-int jobs_preheat(struct mconn *mc, struct rconn *rc, int horizon_days, int grace_s);
+/* activity_preheat_pass() with logging: a full pass when mark->since_s is 0,
+ * else what changed since mark (relist: rewrite ACTIVITY:LIST even when
+ * nothing changed). Failures go through smetrics (logged once per outage).
+ * CS_OK or CS_ERR. */
+int jobs_preheat(struct mconn *mc, struct rconn *rc, int horizon_days, int grace_s,
+                 struct preheat_mark *mark, int relist);
 
 /* activity_advance_status() with logging, as jobs_preheat(). */
 int jobs_status(struct mconn *mc, struct rconn *rc);
 
 /*
- * For every activity of SHARD in COUPON:ACTIVITY:META:{i} (not revoked)
- * checks Redis stock + entries queued for it + coupons in MySQL == total_num
+ * For the activities of SHARD (not revoked) that changed in MySQL since the
+ * shard's last reconciliation (updated_at: a drain, a top-up, a change by
+ * hand), and every full_interval_s for every sale open or ended within the
+ * hour, checks Redis stock + entries queued for it + coupons in MySQL == total_num
  * (one pipeline, one query), holding the shard lock
  * (lock_ttl_ms) so no drain moves entries while they are counted; when the
  * lock is taken the shard is skipped. Call it right after the shard was
@@ -28,14 +34,16 @@ int jobs_status(struct mconn *mc, struct rconn *rc);
  * Thread-safe for different shards; MUST NOT run twice at once for one shard.
  */
 int jobs_reconcile_shard(struct mconn *mc, struct rconn *rc, int shard, int lock_ttl_ms,
-                         int *mismatches);
+                         int full_interval_s, int *mismatches);
 
 /* Removes from Redis every activity whose window ended more than grace_s
- * ago (by its COUPON:ACTIVITY:META field) and of which nothing is queued:
- * stock field, seize list, window and META fields. A late seize then answers
- * ENDED (a worker's cached metadata) or NO_SUCH_ACTIVITY, never SEIZED.
- * *removed gets the count. */
-int jobs_expire(struct rconn *rc, int grace_s, int *removed);
+ * ago and of which nothing is queued: stock field, seize list, window, META,
+ * VER and ENDS entries. It finds them in COUPON:ACTIVITY:ENDS:{i} (sorted
+ * by end time: only what is due is read), or with full set by parsing every
+ * META field (for fields written before ENDS existed; rare). A late seize
+ * then answers ENDED (a worker's cached metadata) or NO_SUCH_ACTIVITY, never
+ * SEIZED. *removed gets the count. */
+int jobs_expire(struct rconn *rc, int grace_s, int full, int *removed);
 
 /*
  * The coupon lifecycle's pass (lib/coupon.c): first return on expiry (MySQL

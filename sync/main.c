@@ -9,6 +9,7 @@
 #include "log.h"
 #include "mconn.h"
 #include "pool.h"
+#include "preheat.h"
 #include "rconn.h"
 #include "sdnotify.h"
 #include "smetrics.h"
@@ -43,6 +44,10 @@ struct syncd {
     atomic_int failed;         /* shard tasks that failed to drain or reconcile */
     struct syncd_task tasks[KEYS_SHARDS];
     int64_t next_preheat_ms, next_status_ms;
+    int64_t next_full_ms;      /* the next full preheat and full expiry scan */
+    struct preheat_mark mark;  /* where the periodic preheat left off */
+    int relist;                /* expiry removed activities: ACTIVITY:LIST wants rewriting */
+    int expire_full;           /* the next expiry pass parses every META field */
     unsigned long ticks;
     int once;                  /* --once: drain each shard until empty, however long */
 };
@@ -116,7 +121,8 @@ static void syncd_task_run(void *ctx, void *arg)
         smetrics_success(cs_now_ms());
         /* Reconciled right after the drain: nothing is half-moved now. */
         if (jobs_reconcile_shard(drain_worker_mconn(ctx), drain_worker_rconn(ctx), t->shard,
-                                 d->conf.sync_lock_ttl_ms, &mismatches) != CS_OK)
+                                 d->conf.sync_lock_ttl_ms, d->conf.sync_reconcile_full_s,
+                                 &mismatches) != CS_OK)
             atomic_fetch_add(&d->failed, 1);
     } else if (r == DRAIN_MORE) {
         smetrics_success(cs_now_ms()); /* it is moving, just not empty */
@@ -184,7 +190,8 @@ static int syncd_reload(struct syncd *d)
     conf_free(&d->conf);
     d->conf = next;
     syncd_log_init(&d->conf);
-    d->next_preheat_ms = 0; /* the horizon may have changed */
+    d->next_preheat_ms = 0; /* the horizon may have changed: a full pass */
+    d->next_full_ms = 0;
     if (syncd_start(d) != CS_OK)
         return CS_ERR;
     sdnotify_ready();
@@ -207,6 +214,17 @@ static void syncd_submit_all(struct syncd *d)
     }
 }
 
+/* The periodic preheat: what changed since the last pass, or everything
+ * when d->mark is unset. */
+static int syncd_preheat(struct syncd *d)
+{
+    if (jobs_preheat(d->mc, d->rc, d->conf.preheat_horizon_days, d->conf.sync_cleanup_grace_s,
+                     &d->mark, d->relist) != CS_OK)
+        return CS_ERR;
+    d->relist = 0;
+    return CS_OK;
+}
+
 /* The main thread's jobs of a tick. CS_ERR when one of them failed. */
 static int syncd_jobs(struct syncd *d, int64_t now)
 {
@@ -214,23 +232,32 @@ static int syncd_jobs(struct syncd *d, int64_t now)
     int ret = CS_OK;
     int64_t depth = -1;
 
-    if (now >= d->next_preheat_ms) {
-        if (jobs_preheat(d->mc, d->rc, c->preheat_horizon_days,
-                         c->sync_cleanup_grace_s) != CS_OK)
+    int full = now >= d->next_full_ms;
+    if (now >= d->next_preheat_ms || full) {
+        if (full)
+            d->mark.since_s = 0;
+        if (syncd_preheat(d) != CS_OK)
             ret = CS_ERR;
         d->next_preheat_ms = now + (int64_t)c->preheat_interval_s * 1000;
     }
-    if (now >= d->next_status_ms) {
-        int removed;
+    if (now >= d->next_status_ms || full) {
+        int removed = 0;
         uint64_t expired, returned;
         if (jobs_status(d->mc, d->rc) != CS_OK
-            || jobs_expire(d->rc, c->sync_cleanup_grace_s, &removed) != CS_OK)
+            || jobs_expire(d->rc, c->sync_cleanup_grace_s, full || d->expire_full, &removed)
+                   != CS_OK)
             ret = CS_ERR;
+        else
+            d->expire_full = 0;
+        if (removed > 0)
+            d->relist = 1;
         if (jobs_coupons(d->mc, d->rc, c->sync_expire_batch, c->sync_lock_ttl_ms, &expired,
                          &returned) != CS_OK)
             ret = CS_ERR;
         d->next_status_ms = now + (int64_t)c->sync_status_interval_s * 1000;
     }
+    if (full)
+        d->next_full_ms = now + (int64_t)c->preheat_full_interval_s * 1000;
     if (jobs_queue_depth(d->rc, &depth) != CS_OK)
         ret = CS_ERR;
     if (c->sync_metrics_file[0] != '\0')
@@ -284,14 +311,14 @@ static int syncd_once(struct syncd *d)
 
     d->once = 1;
     d->next_preheat_ms = d->next_status_ms = 0;
-    if (jobs_preheat(d->mc, d->rc, d->conf.preheat_horizon_days,
-                     d->conf.sync_cleanup_grace_s) != CS_OK)
+    d->mark.since_s = 0;
+    if (syncd_preheat(d) != CS_OK)
         ret = CS_ERR;
-    d->next_preheat_ms = INT64_MAX; /* done above, before the drain */
+    d->next_preheat_ms = d->next_full_ms = INT64_MAX; /* done above, before the drain */
     syncd_submit_all(d);
     pool_wait_idle(d->pool);
     int removed; /* after the drain: what it emptied can go */
-    if (jobs_expire(d->rc, d->conf.sync_cleanup_grace_s, &removed) != CS_OK)
+    if (jobs_expire(d->rc, d->conf.sync_cleanup_grace_s, 1, &removed) != CS_OK)
         ret = CS_ERR;
     if (syncd_jobs(d, cs_mono_ms()) != CS_OK)
         ret = CS_ERR;
@@ -423,9 +450,13 @@ int main(int argc, char **argv)
     if (once) {
         status = syncd_once(&d) == CS_OK ? EXIT_SUCCESS : EXIT_FAILURE;
     } else {
-        /* Preheat once at start, before the first drain. */
-        jobs_preheat(d.mc, d.rc, d.conf.preheat_horizon_days, d.conf.sync_cleanup_grace_s);
+        /* A full preheat at start, before the first drain. */
+        syncd_preheat(&d);
         d.next_preheat_ms = cs_mono_ms() + (int64_t)d.conf.preheat_interval_s * 1000;
+        d.next_full_ms = cs_mono_ms() + (int64_t)d.conf.preheat_full_interval_s * 1000;
+        /* The first status pass scans every META field for expiry (fields
+         * written before COUPON:ACTIVITY:ENDS existed). */
+        d.expire_full = 1;
         sdnotify_ready();
         status = syncd_run(&d) == CS_OK ? EXIT_SUCCESS : EXIT_FAILURE;
         sdnotify_stopping();
@@ -440,6 +471,7 @@ int main(int argc, char **argv)
 out_lib:
     mysql_library_end();
 out_conf:
+    preheat_mark_free(&d.mark);
     jobs_cleanup();
     conf_free(&d.conf);
     return status;

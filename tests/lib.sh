@@ -303,6 +303,21 @@ wait_for() {
     done
 }
 
+# wait_past_ms EPOCH_MS: returns once this machine's clock is past EPOCH_MS. A
+# wait for a moment (a sale's end, an expiry), judged by the clock rather than
+# by how long a sleep happened to take.
+wait_past_ms() {
+    local left
+    while left=$(($1 - $(date +%s%3N) + 1)); ((left > 0)); do
+        sleep "$(printf '%d.%03d' $((left / 1000)) $((left % 1000)))"
+    done
+}
+
+# end_ms ID: activity ID's distribute_end_time in epoch ms (as MySQL reads it).
+end_ms() {
+    mysql_q "SELECT ROUND(UNIX_TIMESTAMP(distribute_end_time) * 1000) FROM activity WHERE id = $1"
+}
+
 # --- load -----------------------------------------------------------------------
 
 LOADGEN=$top_builddir/tests/bench/loadgen
@@ -382,4 +397,52 @@ fill_queue() {
             bulk(a); bulk(-per)
         }
     }' | rcli --pipe >/dev/null
+}
+
+# --- partitions between Redis Cluster nodes (nftables) ----------------------------
+
+# The test's own nftables table: rules of parallel tests never mix.
+CS_NFT_TABLE=cs_test_$$
+
+# net_skip_unless_nft: skips the test (77) unless nftables rules can be added.
+net_skip_unless_nft() {
+    command -v nft >/dev/null 2>&1 || skip_all "nft is not installed (Debian nftables)"
+    nft list tables >/dev/null 2>&1 || skip_all "nft cannot read the ruleset (needs CAP_NET_ADMIN)"
+}
+
+# net_cut "ADDR:PORT ..." "ADDR:PORT ...": drops every TCP packet between the
+# nodes of the first group and those of the second, both ways, on their
+# client ports and cluster bus ports (port + 10000), so connections opened
+# either way hang as on a cut cable. Clients connecting from 127.0.0.1 still
+# reach every node. Rules live in the table $CS_NFT_TABLE, which net_heal and
+# the test's exit remove.
+net_cut() {
+    local a=() b=() ports=() x
+    for x in $1; do a+=("${x%:*}"); ports+=("${x##*:}" $((${x##*:} + 10000))); done
+    for x in $2; do b+=("${x%:*}"); ports+=("${x##*:}" $((${x##*:} + 10000))); done
+    local sa sb sp
+    sa=$(IFS=,; echo "${a[*]}")
+    sb=$(IFS=,; echo "${b[*]}")
+    sp=$(IFS=,; echo "${ports[*]}")
+    if ! nft list table inet "$CS_NFT_TABLE" >/dev/null 2>&1; then
+        nft add table inet "$CS_NFT_TABLE" || return 1
+        cs_defer net_heal
+        nft add chain inet "$CS_NFT_TABLE" input \
+            '{ type filter hook input priority -10; policy accept; }' || return 1
+    fi
+    local from to dir
+    for dir in sport dport; do
+        for from in "$sa" "$sb"; do
+            to=$sb
+            [[ $from == "$sb" ]] && to=$sa
+            nft add rule inet "$CS_NFT_TABLE" input ip saddr "{ $from }" ip daddr "{ $to }" \
+                tcp "$dir" "{ $sp }" drop || return 1
+        done
+    done
+}
+
+# net_heal: removes every rule this test added (a no-op when there is none).
+net_heal() {
+    nft list table inet "$CS_NFT_TABLE" >/dev/null 2>&1 || return 0
+    nft delete table inet "$CS_NFT_TABLE"
 }

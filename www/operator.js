@@ -1,6 +1,6 @@
 // operator.js - the operator page: create / top-up / preheat / revoke over the
 // admin API, and every second the live stock, seize rate, breaker, sync queue.
-import { $, api, takeToken, syncClock, serverNow, duration, stateAt, STATE_WORDS } from './ui.js';
+import { $, api, adminWrite, takeToken, syncClock, serverNow, duration, stateAt, STATE_WORDS } from './ui.js';
 
 const ACTIVITY = '/market/admin/coupon/activity';
 const TOKEN_KEY = 'couponseize.adminToken';
@@ -75,7 +75,8 @@ async function topup(r) {
   if (!Number.isInteger(k) || k < 1) { say('Add stock: give a whole number of coupons, 1 or more.', false); return; }
   const btn = $('.topup', r.node);
   btn.disabled = true;
-  const res = await api(ACTIVITY, { method: 'PUT', body: `{"id":${r.a.idStr},"addStock":${k}}`, token });
+  const res = await adminWrite(ACTIVITY, { method: 'PUT', body: `{"id":${r.a.idStr},"addStock":${k}}`, token },
+    { onRetry: () => say(`No answer yet to "add ${k}"; asking again (it is never added twice).`, true) });
   btn.disabled = false;
   if (res.json && res.json.code === 'OK') {
     say(`Added ${k} coupons to "${r.a.name}" (Redis: ${res.json.redisStock}).`, true);
@@ -97,7 +98,7 @@ async function revoke(r) {
   delete btn.dataset.armed;
   btn.textContent = 'Revoke';
   btn.disabled = true;
-  const res = await api('/market/admin/coupon/revoke', { method: 'POST', body: `{"id":${r.a.idStr}}`, token, timeoutMs: 30000 });
+  const res = await adminWrite('/market/admin/coupon/revoke', { method: 'POST', body: `{"id":${r.a.idStr}}`, token, timeoutMs: 30000 });
   if (res.json && res.json.code === 'OK') say(`Revoked "${r.a.name}".`, true);
   else say(`Revoke failed: ${answerText(res)}`, false);
   refresh();
@@ -195,7 +196,7 @@ $('#create').addEventListener('submit', async (ev) => {
   const groups = v('eligibleGroups').split(',').map((g) => g.trim()).filter(Boolean);
   if (groups.length) body.eligibleGroups = groups;
   if ($('#create [name="returnOnExpiry"]').checked) body.returnOnExpiry = true;
-  const res = await api(ACTIVITY, { method: 'POST', body, token, timeoutMs: 30000 });
+  const res = await adminWrite(ACTIVITY, { method: 'POST', body, token, timeoutMs: 30000 });
   if (res.status === 201 && res.json) {
     say(`Created "${body.name}" as #${res.json.idStr}.`, true);
     refresh();
@@ -205,7 +206,7 @@ $('#create').addEventListener('submit', async (ev) => {
 });
 
 $('#preheat').addEventListener('click', async () => {
-  const res = await api('/market/admin/coupon/preheat', { method: 'POST', token, timeoutMs: 30000 });
+  const res = await adminWrite('/market/admin/coupon/preheat', { method: 'POST', token, timeoutMs: 30000 });
   if (res.json && res.json.code === 'OK') say(`Preheated: ${res.json.loaded} sales loaded, ${res.json.created} new stock fields.`, true);
   else say(`Preheat failed: ${answerText(res)}`, false);
   refresh();

@@ -28,10 +28,12 @@ check_eq "revoke without a token -> 401" 401 "$(http_code POST /market/admin/cou
 # --- lifecycle ---------------------------------------------------------------
 mk_activity 201 1000 -60 3600       # in progress
 mk_activity 202 10 3600 7200        # starts in an hour
-mk_activity 203 10 -60 4            # ends in 4 s
 mk_activity 204 10 -60 3600         # to be revoked
 mk_activity 205 10 -200000 -100000 # ended over a day ago: not preheated
 mk_activity 207 10 -60 3600 1       # on sale, but still status 1 in MySQL
+# Ends in 8 s: made last, so that the preheat surely sees it on sale even on a
+# busy machine; its end is then awaited by the clock (wait_past_ms).
+mk_activity 203 10 -60 8
 preheat
 check_eq "preheat answers 200" 200 "$HTTP_CODE"
 check_eq "preheat loads the live and upcoming activities" 5 "$(json_get "$HTTP_BODY" loaded)"
@@ -63,13 +65,14 @@ wait_for 15 sql_is "SELECT COUNT(*) FROM coupon WHERE activity_id=201 AND user_i
 http GET "/market/consumer/coupon/status?id=201" '' "$(mint_jwt 11)"
 check_eq "mine: persisted after sync" true "$(json_get "$(json_get "$HTTP_BODY" mine)" persisted)"
 
-sleep 4.5
+wait_past_ms "$(end_ms 203)"
 check_eq "seize after the end -> ENDED" ENDED "$(seize_code 203 11)"
 check_eq "status shows ENDED" ENDED "$(status_of 203)"
 preheat
 check_eq "an activity that just ended still answers ENDED after the next preheat" ENDED "$(seize_code 203 12)"
-wait_for 5 sql_is "SELECT status FROM activity WHERE id=203" 3
+wait_for 15 sql_is "SELECT status FROM activity WHERE id=203" 3
 check_eq "status job moved the ended activity to 3" 3 "$(mysql_q 'SELECT status FROM activity WHERE id=203')"
+wait_for 15 sql_is "SELECT status FROM activity WHERE id=207" 2
 check_eq "status job moved the started activity from 1 to 2" 2 "$(mysql_q 'SELECT status FROM activity WHERE id=207')"
 
 # --- revoke ----------------------------------------------------------------

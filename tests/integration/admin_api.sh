@@ -12,7 +12,12 @@ set -u
 # A long sold-out hint, so a second node surely still holds one when the
 # sale is topped up (see "on every node" below).
 RECHECK=3000
-export COUPON_CONF_OVERRIDES="limits.soldout_recheck_ms=$RECHECK"
+# coupon-sync's periodic preheat an hour apart: every change below must show
+# because the admin call published it, never because a preheat (5 s on the
+# test stack) happened to run in between - nor may one run between the HDEL
+# and the top-up of "top-up before preheat".
+export COUPON_CONF_OVERRIDES="limits.soldout_recheck_ms=$RECHECK
+preheat.interval_s=3600"
 cs_stack_up
 
 ACT=/market/admin/coupon/activity
@@ -257,6 +262,72 @@ expect "update of a voided sale" 409 VOIDED
 http POST /market/admin/coupon/preheat '' "$ADMIN"
 expect "preheat" 200 OK
 
+# --- Idempotency-Key on admin writes ------------------------------------------------------------
+# keyed KEY METHOD PATH [BODY]: like http, with an Idempotency-Key header.
+keyed() {
+    local out
+    local -a args=(-s -X "$2" --max-time 30 -D - -H "Authorization: Bearer $ADMIN" -H "Idempotency-Key: $1")
+    if [[ -n ${4:-} ]]; then
+        args+=(-H 'Content-Type: application/json' --data-binary "$4")
+    else
+        args+=(-H 'Content-Length: 0')
+    fi
+    out=$(curl "${args[@]}" -w '\n%{http_code}' "$COUPON_URL$3") || true
+    HTTP_CODE=${out##*$'\n'}
+    out=${out%$'\n'*}
+    HTTP_HEADERS=${out%%$'\r\n\r\n'*}
+    HTTP_BODY=${out#*$'\r\n\r\n'}
+}
+body_sans_now() { sed 's/"now":[0-9]*//' <<<"$1"; }
+k1=topup-$RANDOM$RANDOM
+create "Keyed" 10 -60 3600
+expect "create an activity for the keyed top-ups" 201 OK
+C=$(jat "$HTTP_BODY" idStr)
+keyed "$k1" PUT "$ACT" "{\"id\":$C,\"addStock\":3}"
+expect "top-up with a key" 200 OK
+first=$HTTP_BODY
+check_eq "the top-up counted once: MySQL total, stock; Redis stock" "13 13 13" \
+    "$(mysql_q "SELECT CONCAT(total_num, ' ', stock_num) FROM activity WHERE id = $C") $(stock_of "$C")"
+for i in 1 2; do
+    keyed "$k1" PUT "$ACT" "{\"id\":$C,\"addStock\":3}"
+    expect "the same key again ($i): the same answer" 200 OK
+    check_eq "the same key again ($i): the body the first request got" "$first" "$HTTP_BODY"
+    check_match "the same key again ($i): marked as a replay" $'\n[Ii]dempotent-[Rr]eplayed: true' "$HTTP_HEADERS"
+done
+check_eq "a repeated key changed nothing: MySQL total, stock; Redis stock" "13 13 13" \
+    "$(mysql_q "SELECT CONCAT(total_num, ' ', stock_num) FROM activity WHERE id = $C") $(stock_of "$C")"
+check_eq "one audit row for the keyed top-up" 1 \
+    "$(mysql_q "SELECT COUNT(*) FROM admin_audit WHERE action = 'topup' AND activity_id = $C")"
+keyed "$k1" PUT "$ACT" "{\"id\":$C,\"addStock\":4}"
+expect "the key with another body" 422 IDEMPOTENCY_KEY_REUSED
+keyed "\"sf-$k1\"" PUT "$ACT" "{\"id\":$C,\"addStock\":3}"
+expect "a new key, written as an sf-string (quoted)" 200 OK
+keyed "sf-$k1" PUT "$ACT" "{\"id\":$C,\"addStock\":3}"
+check_eq "the quoted and the bare key are one key" "200 true" \
+    "$HTTP_CODE $(grep -ci '^idempotent-replayed: true' <<<"$HTTP_HEADERS" | sed 's/^1$/true/')"
+check_eq "two top-ups of 3 in all" "16 16" \
+    "$(mysql_q "SELECT total_num FROM activity WHERE id = $C") $(stock_of "$C")"
+keyed "bad key" PUT "$ACT" "{\"id\":$C,\"addStock\":3}"
+expect "a key with a space" 400 BAD_REQUEST
+mysql_q "INSERT INTO admin_idempotency (admin_sub, idem_key, request_method, request_path, request_body)
+    VALUES ('77', 'pending-$k1', 'PUT', '$ACT', '{\"id\":$C,\"addStock\":3}')"
+keyed "pending-$k1" PUT "$ACT" "{\"id\":$C,\"addStock\":3}"
+expect "a key whose first request is unanswered" 409 IDEMPOTENCY_KEY_IN_USE
+check_eq "... and nothing was added" 16 "$(mysql_q "SELECT total_num FROM activity WHERE id = $C")"
+cbody="{\"name\":\"Keyed create\",\"totalNum\":5,\"distributeStartTime\":\"$(iso 600)\",\"distributeEndTime\":\"$(iso 3600)\"}"
+keyed "create-$k1" POST "$ACT" "$cbody"
+expect "create with a key" 201 OK
+cid=$(jat "$HTTP_BODY" idStr)
+keyed "create-$k1" POST "$ACT" "$cbody"
+check_eq "a retried create answers the same id" "201 $cid" "$HTTP_CODE $(jat "$HTTP_BODY" idStr)"
+check_eq "... and created one activity" 1 "$(mysql_q "SELECT COUNT(*) FROM activity WHERE name = 'Keyed create'")"
+USER2=$(mint_jwt 6)
+out=$(curl -s -o /dev/null -w '%{http_code}' -X PUT -H "Authorization: Bearer $USER2" \
+    -H "Idempotency-Key: user-$k1" -H 'Content-Type: application/json' \
+    --data-binary "{\"id\":$C,\"addStock\":3}" "$COUPON_URL$ACT")
+check_eq "a user's keyed write: 403, no key remembered" "403 0" \
+    "$out $(mysql_q "SELECT COUNT(*) FROM admin_idempotency WHERE idem_key = 'user-$k1'")"
+
 # --- exact ids up to 2^63-1 -------------------------------------------------------------------
 mk_activity 9223372036854775806 10 -60 3600
 http GET "$ACT?id=9223372036854775806" '' "$ADMIN"
@@ -269,7 +340,7 @@ check_match "the next id is 2^63-1, exact" '"id":9223372036854775807,"idStr":"92
 check_eq "no audit row for 401/403 answers" 0 \
     "$(mysql_q "SELECT COUNT(*) FROM admin_audit WHERE admin_sub <> '77'")"
 check_eq "audit rows by action (create, preheat, revoke, topup, update)" \
-    "create 21,preheat 1,revoke 1,topup 8,update 8," \
+    "create 23,preheat 1,revoke 1,topup 10,update 8," \
     "$(mysql_q "SELECT action, COUNT(*) FROM admin_audit GROUP BY action ORDER BY action" | tr '\t\n' ' ,')"
 check_eq "the top-up's row: who, what, result" \
     "77	topup	$A	{\"id\":$A,\"addStock\":$K}	200	OK" \
@@ -280,5 +351,40 @@ check_eq "the 409 is recorded" "topup VOIDED" \
     "$(mysql_q "SELECT action, result FROM admin_audit WHERE http_status = 409 AND activity_id = $T" | tr '\t' ' ')"
 check_eq "the revoke's row names its activity" "$T OK" \
     "$(mysql_q "SELECT activity_id, result FROM admin_audit WHERE action = 'revoke'" | tr '\t' ' ')"
+
+# --- a refused create names no activity in the audit trail ---------------------------------------
+http POST "$ACT" "{\"id\":$A,\"name\":\"Claims $A\",\"totalNum\":5,\"distributeStartTime\":\"$(iso 60)\",\"distributeEndTime\":\"$(iso 3600)\",\"validityDays\":7}" "$ADMIN"
+expect "create with an id member" 400 BAD_REQUEST
+check_eq "the refused create's audit row names no activity (not the body's id $A)" "create 400 NULL" \
+    "$(mysql_q "SELECT action, http_status, IFNULL(activity_id, 'NULL') FROM admin_audit WHERE request_body LIKE '%Claims $A%'" | tr '\t' ' ')"
+
+# --- preheat refuses what a cross-site form can send, in the service itself ---------------------
+# Straight on the FastCGI socket: nginx's snippet answers 415 itself, lighttpd's and
+# Apache's do not.
+# fcgi_post PATH CONTENT_TYPE BODY: the app's status line and body.
+fcgi_post() {
+    local -a env=(REQUEST_METHOD=POST REQUEST_URI="$1" QUERY_STRING= SERVER_PROTOCOL=HTTP/1.1
+        GATEWAY_INTERFACE=CGI/1.1 REMOTE_ADDR=127.0.0.1 HTTP_AUTHORIZATION="Bearer $ADMIN"
+        CONTENT_LENGTH="${#3}")
+    [[ -n $2 ]] && env+=(CONTENT_TYPE="$2")
+    printf '%s' "$3" | env -i "${env[@]}" timeout 30 cgi-fcgi -bind -connect "$COUPON_FCGI_SOCK" \
+        2>/dev/null | tr -d '\r' | sed -n '/^Status:/p;/^{/p' | tr '\n' ' '
+}
+if command -v cgi-fcgi >/dev/null 2>&1; then
+    check_match "preheat with a text/plain body: 415" '^Status: 415 .*"code":"UNSUPPORTED_MEDIA_TYPE"' \
+        "$(fcgi_post /market/admin/coupon/preheat text/plain '{"x":1}')"
+    check_match "preheat with an empty urlencoded form: 415" '^Status: 415 ' \
+        "$(fcgi_post /market/admin/coupon/preheat application/x-www-form-urlencoded '')"
+    check_match "preheat with a multipart form: 415" '^Status: 415 ' \
+        "$(fcgi_post /market/admin/coupon/preheat 'multipart/form-data; boundary=x' $'--x--\r\n')"
+    check_match "preheat with a JSON type but not a JSON object: 400" '^Status: 400 .*"code":"BAD_REQUEST"' \
+        "$(fcgi_post /market/admin/coupon/preheat application/json 'a=1')"
+    check_match "preheat with {} as application/json: 200" '"code":"OK"' \
+        "$(fcgi_post /market/admin/coupon/preheat 'application/json; charset=utf-8' '{}')"
+    check_match "preheat with no body and no Content-Type: 200" '"code":"OK"' \
+        "$(fcgi_post /market/admin/coupon/preheat '' '')"
+else
+    ok "preheat body checks # SKIP cgi-fcgi is not installed"
+fi
 
 finish

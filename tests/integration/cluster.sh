@@ -26,7 +26,13 @@ read -ra NODES <<<"${REDIS_NODES//,/ }"
 check_eq "REDIS_NODES lists six nodes" 6 "${#NODES[@]}"
 
 now_ms() { date +%s%3N; }
-ncli() { timeout 10 redis-cli -h 127.0.0.1 -p "$1" "${@:2}"; }
+# addr_of PORT: the node's own address (each node listens on 127.0.1.N).
+addr_of() {
+    local a
+    for a in "${NODES[@]}"; do [[ ${a##*:} == "$1" ]] && { echo "${a%:*}"; return 0; }; done
+    return 1
+}
+ncli() { timeout 10 redis-cli -h "$(addr_of "$1")" -p "$1" "${@:2}"; }
 
 # A node that is up (the killed one is skipped once it is down).
 any_port() {
@@ -38,7 +44,7 @@ any_port() {
     return 1
 }
 
-ccli() { timeout 10 redis-cli -c -h 127.0.0.1 -p "$(any_port)" "$@"; }
+ccli() { local p; p=$(any_port) && timeout 10 redis-cli -c -h "$(addr_of "$p")" -p "$p" "$@"; }
 
 # slot_owner SLOT: the port of the master serving SLOT, as a live node sees it.
 slot_owner() {
@@ -109,7 +115,7 @@ moved_keys=0
 for ((round = 0; round < 50; round++)); do
     mapfile -t keys < <(ncli "$SRC" cluster getkeysinslot "$SLOT" 1)
     [[ ${#keys[@]} -gt 0 && -n ${keys[0]} ]] || break
-    ncli "$SRC" migrate 127.0.0.1 "$DST" "${keys[0]}" 0 5000 >/dev/null
+    ncli "$SRC" migrate "$(addr_of "$DST")" "$DST" "${keys[0]}" 0 5000 >/dev/null
     moved_keys=$((moved_keys + 1))
     sleep 0.4
 done

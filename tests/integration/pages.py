@@ -258,6 +258,47 @@ def operator(b, ids):
                                    os.path.join(OUT, "pages-operator.png")))
 
 
+def token_fragment(b):
+    """A link's #token= never replaces a stored token without asking, and a
+    malformed fragment does not break the page."""
+    key = "couponseize.buyerToken"
+    mine, other = jwt(4242), jwt(31337)
+    stored = lambda: b.js("return localStorage.getItem(arguments[0])", key)
+    cards = lambda: b.js("return document.querySelectorAll('#list .card').length") or 0
+    asked = lambda: b.js("return !!document.querySelector('.token-ask')")
+
+    def load(fragment):
+        b.get("about:blank")  # a new document, not a same-page fragment change
+        b.get(URL + "/market/ui/buyer.html" + fragment)
+        return b.wait(lambda: cards() >= 3, 15)
+
+    b.js("localStorage.setItem(arguments[0], arguments[1])", key, mine)
+    check("token: the page loads with a foreign #token=", load("#token=" + other), cards())
+    check("token: a foreign token is not stored without asking", stored() == mine,
+          "stored sub %s" % (stored() or "")[-12:])
+    check("token: the page asks before replacing the stored token", asked())
+    check("token: the fragment is gone from the address bar",
+          "#" not in b.js("return location.href"), b.js("return location.href"))
+    b.click(b.find(".token-ask .token-keep"))
+    check("token: 'Keep mine' keeps it and closes the question",
+          stored() == mine and not asked(), (asked(), stored() == mine))
+
+    load("#token=" + other)
+    b.click(b.find(".token-ask .token-replace"))
+    ok = b.wait(lambda: stored() == other, 5)
+    check("token: 'Use the new token' stores the link's token", ok)
+    b.wait(lambda: cards() >= 3, 15)
+    check("token: ... and the page then runs without asking again", not asked())
+
+    b.js("localStorage.setItem(arguments[0], arguments[1])", key, mine)
+    load("#token=" + mine)
+    check("token: the stored token again: no question", not asked())
+    for frag in ("#token=%E0", "#token=%", "#token=%E0%A4%A&x=1", "#token="):
+        ok = load(frag)
+        check("token: the page survives %s" % frag, ok and not asked() and stored() == mine,
+              "cards %s, asked %s, stored kept %s" % (cards(), asked(), stored() == mine))
+
+
 def main():
     ids = (create("Coffee 5 off", 5, -60, 3600),
            create("Opens in an hour", 100, 3600, 7200),
@@ -268,6 +309,7 @@ def main():
     t0 = time.time()
     with Browser(workdir, width=412, height=915) as b:
         buyer(b, ids)
+        token_fragment(b)
         operator(b, ids)
     say("# browser part took %.1f s" % (time.time() - t0))
     return 0  # the failed checks are counted by pages.sh

@@ -50,7 +50,12 @@ check_eq "seizes through the activated socket" 200 "$(seized 200000)"
 before=$(pgrep -P "$sup" | sort | tr '\n' ' ')
 seize_load_bg "$COUPON_DIR/hup.json" 501 16 20000 300000
 lpid=$LOAD_PID
-sleep 0.3
+# The reload must land while the load runs: wait until it is under way (by
+# the stock it has taken), not for a fixed while that a busy machine outlasts.
+s0=$(stock_of 501)
+load_under_way() { (($(stock_of 501) <= s0 - 100)); }
+wait_for 30 load_under_way
+check "the load is running when SIGHUP is sent" pid_alive "$lpid"
 kill -HUP "$sup"
 wait "$lpid"
 out=$(cat "$COUPON_DIR/hup.json")
@@ -75,11 +80,20 @@ cp "$COUPON_DIR/conf.good" "$COUPON_CONF"
 # --- A stop while a worker waits for a silent connection's first bytes --------------------
 # libfcgi gives a new connection 2 s to send; a stop signal in that wait must
 # end the worker, not leave it retrying a closed descriptor.
-python3 -c 'import socket, sys, time
-s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); time.sleep(20)' "$COUPON_FCGI_SOCK" &
+python3 -c 'import os, socket, sys, time
+s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
+with open(sys.argv[2] + ".tmp", "w") as f: f.write("%d\n" % os.fstat(s.fileno()).st_ino)
+os.rename(sys.argv[2] + ".tmp", sys.argv[2]); time.sleep(20)' "$COUPON_FCGI_SOCK" "$COUPON_DIR/silent.ino" &
 silent=$!
 cs_defer kill "$silent"
-sleep 0.5
+# A worker has accepted the silent connection: the server end of it (the
+# socket whose peer is the client's inode) belongs to a coupon-fcgi process.
+held() {
+    local ino
+    ino=$(cat "$COUPON_DIR/silent.ino" 2>/dev/null) || return 1
+    ss -xpnH | awk -v ino="$ino" '$8 == ino && /"coupon-fcgi"/ {f = 1} END {exit !f}'
+}
+check "a worker holds the silent connection" wait_for 10 held
 workers=$(pgrep -P "$sup" | tr '\n' ' ')
 kill -TERM $workers
 all_gone() { local p; for p in $workers; do pid_alive "$p" && return 1; done; return 0; }

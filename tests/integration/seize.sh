@@ -90,8 +90,12 @@ expect "a good request still works" 200 SEIZED "${A[@]}" "${J[@]}" --data-binary
 workers_before=$(pgrep -P "$COUPON_FCGI_PID" | sort)
 seize_load_bg "$COUPON_DIR/kill.json" 104 64 6000 900000
 lpid=$LOAD_PID
-sleep 0.3
+# The kill must land while the load runs: wait until it has taken stock (not
+# for a fixed while, which a busy machine outlasts before loadgen even starts).
+load_under_way() { (($(stock_of 104) < 300)); }
+wait_for 30 load_under_way
 victim=$(pgrep -P "$COUPON_FCGI_PID" | head -n 1)
+check "the load is running when a worker is killed" pid_alive "$lpid"
 kill -9 "$victim"
 wait "$lpid"
 out=$(cat "$COUPON_DIR/kill.json")
@@ -107,7 +111,8 @@ else
 fi
 wait_for 5 bash -c "[[ \$(pgrep -P $COUPON_FCGI_PID | wc -l) -eq $(wc -l <<<"$workers_before") ]]"
 check_eq "the supervisor replaced the killed worker" "$(wc -l <<<"$workers_before")" "$(pgrep -P "$COUPON_FCGI_PID" | wc -l)"
-check_match "the supervisor logged why the worker died" "killed by signal 9" "$(cat "$COUPON_DIR/fcgi.log")"
+check "the supervisor logged why the worker died" \
+    wait_for 10 grep -q "killed by signal 9" "$COUPON_DIR/fcgi.log"
 check_eq "health still 200" 200 "$(http_code GET /market/health)"
 
 finish

@@ -110,7 +110,9 @@ if [[ -x $top_builddir/coupon-sync ]]; then
     # shellcheck disable=SC2153 # from DIR/env
     $COUPON_SYNC_CMD 2>>"$COUPON_DIR/sync2.log" &
     extra=$!
-    sleep 0.3
+    # "down" knows it by its executable: wait until the shell has exec'd it.
+    is_sync() { [[ $(readlink "/proc/$extra/exe" 2>/dev/null) == */coupon-sync ]]; }
+    check "the extra coupon-sync is running" wait_for 10 is_sync
 fi
 
 # down: every recorded process, its children, and the extra daemon go away.

@@ -162,13 +162,24 @@ fill_queue 300 5000 2000000
 LOG_SAVE=$LOG LOG=$LOG.mysql
 start_daemon
 LOG=$LOG_SAVE
-deadline=$((SECONDS + 60))
-until (($(coupons 300) > 0)) || drained || ((SECONDS > deadline)); do sleep 0.02; done
+# Mid-drain for sure: once shard 0 has started to drain (one quick Redis read
+# per poll; a MySQL count per poll let a fast daemon finish first), the daemon
+# is frozen while MySQL is killed, then thawed to find it gone.
+shard0_started() { (($(rcli hlen 'QUEUE:COUPON:SEIZE:SYNC:{0}') < 5000)); }
+wait_for 60 shard0_started
+kill -STOP "$DPID"
 stack stop-mysql --kill
-sleep 1 # a batch committed just before the kill finishes its HDEL
+kill -CONT "$DPID"
+# Judged by the daemon's own progress, not by how long a sleep took: it has
+# seen the outage, and then failed two ticks' worth of shard tasks (10 a tick)
+# more, so a batch committed just before the kill has finished its HDEL.
+check "the daemon logs the outage" wait_for 30 grep -q 'MySQL failing' "$LOG.mysql"
+errors() { sed -n 's/^couponseize_sync_errors_total //p' "$COUPON_DIR/sync.prom" 2>/dev/null; }
+errors_reach() { local e; e=$(errors); ((${e:-0} >= $1)); }
+wait_for 60 errors_reach $(($(errors) + 20))
 left=$(queued)
-diag "MySQL stopped with $left entries still queued"
-sleep 2
+check "MySQL went away mid-drain ($left entries still queued)" test "$left" -gt 0
+wait_for 60 errors_reach $(($(errors) + 20))
 check "coupon-sync survives MySQL going away" pid_alive "$DPID"
 check_eq "nothing left the queue while MySQL was down" "$left" "$(queued)"
 check_eq "the outage is logged once, not every tick" 1 "$(grep -c 'MySQL failing' "$LOG.mysql")"

@@ -89,9 +89,16 @@ check_eq "a seize outside the groups under valgrind" NOT_ELIGIBLE "$(json_get "$
 http POST $S "{\"id\":${VIP:-1}}" "$(JWT_EXTRA='"groups":["vip"]' mint_jwt 32)"
 check_eq "a seize inside the groups under valgrind" SEIZED "$(json_get "$HTTP_BODY" code)"
 # A rolling reload replaces the workers (they exit, so their leak checks run).
+old_workers=$(pgrep -P "$COUPON_FCGI_PID" | sort | tr '\n' ' ')
 kill -HUP "$COUPON_FCGI_PID"
-sleep 3
-http GET /market/health
+# Done when none of the old workers is left and as many new ones serve.
+replaced() {
+    local p now
+    for p in $old_workers; do pid_alive "$p" && return 1; done
+    now=$(pgrep -P "$COUPON_FCGI_PID" | wc -l)
+    ((now == COUPON_WORKERS)) && [[ $(http_code GET /market/health) == 200 ]]
+}
+check "the rolling reload under valgrind replaced both workers" wait_for 60 replaced
 
 stack stop-fcgi
 

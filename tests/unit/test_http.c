@@ -11,6 +11,7 @@
 #include "auth.h"
 #include "cs.h"
 #include "http.h"
+#include "params.h"
 #include "runner.h"
 
 static const char SECRET[] = "unit-test-secret-0123456789abcdefghijkl";
@@ -528,6 +529,39 @@ START_TEST(trusted_header_mode)
 }
 END_TEST
 
+/* lighttpd passes a client's X_User_Id, X.User.Id and X-User-Id all as
+ * HTTP_X_USER_ID, before or after what the server set: the identity comes
+ * from a param no header can produce, and a doubled one is flagged. */
+START_TEST(trusted_identity_params)
+{
+    struct req r;
+    char *spoof[] = {"HTTP_X_USER_ID=777", "HTTP_X_USER_ROLE=admin", "HTTP_X_USER_ID=42",
+                     "COUPONSEIZE_USER_ID=42", "REQUEST_URI=/x", NULL};
+    memset(&r, 0, sizeof(r));
+    params_fill(&r, spoof);
+    ck_assert_ptr_nonnull(r.x_user_id);
+    ck_assert_str_eq(r.x_user_id, "42");
+    ck_assert_ptr_null(r.x_user_role);
+    ck_assert_int_eq(r.identity_twice, 0);
+
+    char *twice[] = {"COUPONSEIZE_USER_ID=777", "COUPONSEIZE_USER_ID=42", NULL};
+    memset(&r, 0, sizeof(r));
+    params_fill(&r, twice);
+    ck_assert_int_eq(r.identity_twice, 1);
+    char *role_twice[] = {"COUPONSEIZE_USER_ID=42", "COUPONSEIZE_USER_ROLE=admin",
+                          "COUPONSEIZE_USER_ROLE=", NULL};
+    memset(&r, 0, sizeof(r));
+    params_fill(&r, role_twice);
+    ck_assert_int_eq(r.identity_twice, 1);
+    /* A longer name sharing the prefix is another param. */
+    char *longer[] = {"COUPONSEIZE_USER_ID=42", "COUPONSEIZE_USER_IDX=7", NULL};
+    memset(&r, 0, sizeof(r));
+    params_fill(&r, longer);
+    ck_assert_int_eq(r.identity_twice, 0);
+    ck_assert_str_eq(r.x_user_id, "42");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("http");
@@ -542,6 +576,7 @@ int main(void)
     tcase_add_test(tc, jwt_claims_by_the_rfcs);
     tcase_add_test(tc, jwt_front_end);
     tcase_add_test(tc, trusted_header_mode);
+    tcase_add_test(tc, trusted_identity_params);
     suite_add_tcase(s, tc);
     return cs_run_suite(s, 0);
 }

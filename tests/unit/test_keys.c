@@ -52,6 +52,13 @@ START_TEST(slots_follow_hash_tags)
     lc = keys_window(c, 4);
     ck_assert_str_eq(c, "COUPON:ACTIVITY:WINDOW:{4}");
     ck_assert_uint_eq(keys_slot(a, la), keys_slot(c, lc));
+    /* Preheat's script writes these beside META, WINDOW and stock. */
+    lc = keys_version(c, 4);
+    ck_assert_str_eq(c, "COUPON:ACTIVITY:VER:{4}");
+    ck_assert_uint_eq(keys_slot(a, la), keys_slot(c, lc));
+    lc = keys_ends(c, 4);
+    ck_assert_str_eq(c, "COUPON:ACTIVITY:ENDS:{4}");
+    ck_assert_uint_eq(keys_slot(a, la), keys_slot(c, lc));
     ck_assert_uint_eq(keys_slot(a, la), keys_slot("{4}", 3));
     /* An empty tag does not count: the whole key is hashed. */
     ck_assert_uint_eq(keys_slot("x{}y", 4), 16116);

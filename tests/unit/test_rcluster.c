@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cs.h"
@@ -135,6 +136,52 @@ START_TEST(maps_parse)
 }
 END_TEST
 
+/* One CLUSTER SHARDS node of Redis 7.x, appended to buf. */
+static void shard_node(char *buf, size_t cap, const char *ip, int port, const char *role,
+                       const char *health)
+{
+    char p[8];
+    snprintf(p, sizeof(p), "%d", port);
+    size_t n = strlen(buf);
+    snprintf(buf + n, cap - n,
+             "*10\r\n$2\r\nid\r\n$1\r\nx\r\n$4\r\nport\r\n:%d\r\n$2\r\nip\r\n$%zu\r\n%s\r\n"
+             "$4\r\nrole\r\n$%zu\r\n%s\r\n$6\r\nhealth\r\n$%zu\r\n%s\r\n",
+             port, strlen(ip), ip, strlen(role), role, strlen(health), health);
+}
+
+/* Redis 7.2 lists a failed old master beside the promoted one in its shard:
+ * the map takes the healthy one; the durability rule counts the replicas
+ * that are not failed, from the point of view of the master asked. */
+START_TEST(failed_nodes_are_left_out)
+{
+    char buf[2048] = "*1\r\n*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:16383\r\n$5\r\nnodes\r\n*4\r\n";
+    shard_node(buf, sizeof(buf), "10.0.0.1", 7001, "master", "failed");
+    shard_node(buf, sizeof(buf), "10.0.0.2", 7002, "master", "online");
+    shard_node(buf, sizeof(buf), "10.0.0.3", 7003, "replica", "online");
+    shard_node(buf, sizeof(buf), "10.0.0.4", 7004, "replica", "fail");
+    struct rcluster_range *v;
+    size_t n;
+    redisReply *r = resp(buf);
+    ck_assert_int_eq(rcluster_parse_map(r, 1, "seed", &v, &n), CS_OK);
+    ck_assert_uint_eq(n, 1);
+    ck_assert_str_eq(v[0].host, "10.0.0.2");
+    ck_assert_int_eq(v[0].port, 7002);
+    free(v);
+    ck_assert_int_eq(rcluster_parse_standbys(r, "10.0.0.2", 7002), 1);
+    ck_assert_int_eq(rcluster_parse_standbys(r, "10.0.0.3", 7003), -1); /* a replica */
+    ck_assert_int_eq(rcluster_parse_standbys(r, "10.0.0.9", 7009), -1); /* unknown */
+    freeReplyObject(r);
+
+    /* The promoted master alone: its old master failed, no replica left. */
+    char one[1024] = "*1\r\n*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:16383\r\n$5\r\nnodes\r\n*2\r\n";
+    shard_node(one, sizeof(one), "10.0.0.2", 7002, "master", "online");
+    shard_node(one, sizeof(one), "10.0.0.1", 7001, "replica", "failed");
+    r = resp(one);
+    ck_assert_int_eq(rcluster_parse_standbys(r, "10.0.0.2", 7002), 0);
+    freeReplyObject(r);
+}
+END_TEST
+
 START_TEST(seed_lists_parse)
 {
     struct rcluster_range s[4];
@@ -145,6 +192,110 @@ START_TEST(seed_lists_parse)
     ck_assert_int_eq(rcluster_parse_nodes("h:1,h", s, 4), -1);
     ck_assert_int_eq(rcluster_parse_nodes(":1", s, 4), -1);
     ck_assert_int_eq(rcluster_parse_nodes("a:1,b:2,c:3,d:4,e:5", s, 4), -1);
+}
+END_TEST
+
+/* ---- two fake nodes that send a client back and forth -------------------------------- */
+
+/* A listening socket on 127.0.0.1 and its port. */
+static int fake_listen(int *port)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(sa);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    ck_assert_int_eq(listen(fd, 16), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    *port = ntohs(sa.sin_port);
+    return fd;
+}
+
+/* The fake node (a child process): CLUSTER ... is answered with a map that
+ * gives it every slot; anything else, 150 ms later, with MOVED to other. A
+ * blocking client sends one command at a time, so one read is one command. */
+static void fake_serve(int lfd, int self, int other)
+{
+    signal(SIGCHLD, SIG_IGN);
+    for (;;) {
+        int c = accept(lfd, NULL, NULL);
+        if (c < 0)
+            continue;
+        if (fork() == 0) {
+            char buf[4096], out[512];
+            ssize_t n;
+            while ((n = read(c, buf, sizeof(buf))) > 0) {
+                if (memmem(buf, (size_t)n, "CLUSTER", 7) != NULL) {
+                    snprintf(out, sizeof(out),
+                             "*1\r\n*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:16383\r\n$5\r\nnodes\r\n"
+                             "*1\r\n*8\r\n$4\r\nport\r\n:%d\r\n$2\r\nip\r\n$9\r\n127.0.0.1\r\n"
+                             "$4\r\nrole\r\n$6\r\nmaster\r\n$6\r\nhealth\r\n$6\r\nonline\r\n",
+                             self);
+                } else {
+                    usleep(150000);
+                    snprintf(out, sizeof(out), "-MOVED 1584 127.0.0.1:%d\r\n", other);
+                }
+                if (write(c, out, strlen(out)) < 0)
+                    break;
+            }
+            _exit(0);
+        }
+        close(c);
+    }
+}
+
+/* Two nodes that answer MOVED to each other after 150 ms each: a command
+ * ends by its deadline (command_timeout_ms, or the request deadline when
+ * nearer), not after five slow hops. */
+START_TEST(redirects_end_by_the_deadline)
+{
+    int port[2], lfd[2];
+    pid_t pid[2];
+    lfd[0] = fake_listen(&port[0]);
+    lfd[1] = fake_listen(&port[1]);
+    for (int i = 0; i < 2; i++) {
+        pid[i] = fork();
+        ck_assert_int_ge(pid[i], 0);
+        if (pid[i] == 0)
+            fake_serve(lfd[i], port[i], port[1 - i]);
+    }
+    close(lfd[0]);
+    close(lfd[1]);
+
+    char nodes[64];
+    snprintf(nodes, sizeof(nodes), "127.0.0.1:%d", port[0]);
+    struct rcluster_shared sh;
+    memset(&sh, 0, sizeof(sh));
+    struct rconn_opts o = {.host = "127.0.0.1", .password = "", .connect_timeout_ms = 500,
+                           .command_timeout_ms = 200, .no_backoff = 1, .cluster = 1,
+                           .nodes = nodes, .cluster_shared = &sh};
+    struct rconn *rc = rconn_new(&o);
+    int64_t t0 = cs_mono_ms();
+    redisReply *r = rconn_command(rc, "lo{3}", "SET lo{3} 1");
+    int64_t took = cs_mono_ms() - t0;
+    ck_assert_ptr_null(r);
+    ck_assert_msg(took < 330, "SET took %lld ms with command_timeout_ms = 200", (long long)took);
+    ck_assert_uint_ge(atomic_load(&sh.moved), 1);
+
+    /* A request deadline nearer than the command timeout wins; once it has
+     * passed nothing is sent at all. */
+    rconn_set_deadline(rc, cs_mono_ms() + 60);
+    t0 = cs_mono_ms();
+    r = rconn_command(rc, "lo{3}", "SET lo{3} 1");
+    took = cs_mono_ms() - t0;
+    ck_assert_ptr_null(r);
+    ck_assert_msg(took < 190, "SET took %lld ms with a 60 ms request deadline", (long long)took);
+    struct timespec ts = {0, 70 * 1000000L};
+    nanosleep(&ts, NULL);
+    r = rconn_command(rc, "lo{3}", "SET lo{3} 1");
+    ck_assert_ptr_null(r);
+    ck_assert_int_eq(rc->err, RCONN_ERR_DEADLINE);
+    rconn_free(rc);
+
+    for (int i = 0; i < 2; i++) {
+        kill(pid[i], SIGKILL);
+        waitpid(pid[i], NULL, 0);
+    }
 }
 END_TEST
 
@@ -289,7 +440,7 @@ START_TEST(key_slots_match_the_server)
     int checked = 0;
     for (int i = 0; i < 4 * KEYS_SHARDS; i++) {
         size_t (*shard_keys[])(char *, int) = {keys_stock, keys_queue, keys_dead, keys_sync_lock,
-                                               keys_window};
+                                               keys_window, keys_fence};
         for (size_t b = 0; b < CS_ARRAY_LEN(shard_keys); b++) {
             size_t n = i < KEYS_SHARDS ? shard_keys[b](k, i) : 0;
             if (n == 0)
@@ -487,6 +638,8 @@ int main(void)
     tcase_add_test(tc, redirects_parse);
     tcase_add_test(tc, maps_parse);
     tcase_add_test(tc, seed_lists_parse);
+    tcase_add_test(tc, failed_nodes_are_left_out);
+    tcase_add_test(tc, redirects_end_by_the_deadline);
     suite_add_tcase(s, tc);
     TCase *tr = tcase_create("cluster");
     tcase_add_unchecked_fixture(tr, cluster_start, cluster_stop);

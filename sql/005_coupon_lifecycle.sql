@@ -1,4 +1,4 @@
--- 003_coupon_lifecycle.sql - a coupon after the seize: use and release by an
+-- 005_coupon_lifecycle.sql - a coupon after the seize: use and release by an
 -- order, expiry, and return on expiry (DESIGN.md "Coupon lifecycle and
 -- eligibility").
 --
@@ -49,4 +49,4 @@ ALTER TABLE coupon
   ADD KEY idx_coupon_returned (returned),
   ADD CONSTRAINT chk_coupon_returned CHECK (returned BETWEEN 0 AND 2);
 
-INSERT IGNORE INTO schema_migration (version) VALUES ('003_coupon_lifecycle');
+INSERT IGNORE INTO schema_migration (version) VALUES ('005_coupon_lifecycle');

@@ -1,0 +1,126 @@
+/* reconcile.c - brings one activity's Redis stock back to MySQL's numbers
+ * (after an update whose Redis step failed once MySQL had committed). */
+#include "reconcile.h"
+#include "cs.h"
+#include "keys.h"
+#include "log.h"
+#include "mconn.h"
+#include "rconn.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char SQL_LOCK[] =
+    "SELECT total_num, status, distribute_end_time <= NOW(), "
+    "updated_at >= NOW() - INTERVAL ? SECOND FROM activity WHERE id = ? FOR UPDATE";
+
+/* KEYS: stock hash, seize list. ARGV: activity id, MySQL total. The stock
+ * becomes total - users who seized, never below 0. {-3} no stock field,
+ * {-4} the revoke tombstone, else {before, after, sold}. */
+static const char RECONCILE_LUA[] =
+    "local v = redis.call('HGET', KEYS[1], ARGV[1]) "
+    "if not v then return {-3, 0, 0} end "
+    "v = tonumber(v) "
+    "if v == nil or v < 0 then return {-4, 0, 0} end "
+    "local sold = redis.call('HLEN', KEYS[2]) "
+    "local want = tonumber(ARGV[2]) - sold "
+    "if want < 0 then want = 0 end "
+    "if want ~= v then redis.call('HSET', KEYS[1], ARGV[1], want) end "
+    "return {v, want, sold}";
+
+struct lock_row {
+    int found;
+    int64_t total;
+    int status, ended, recent;
+};
+
+static int lock_row_cb(void *arg, int ncols, char **c)
+{
+    struct lock_row *row = arg;
+    if (ncols != 4 || c[0] == NULL || c[1] == NULL)
+        return CS_ERR;
+    row->found = 1;
+    row->total = strtoll(c[0], NULL, 10);
+    row->status = atoi(c[1]);
+    row->ended = c[2] != NULL && atoi(c[2]) != 0;
+    row->recent = c[3] != NULL && atoi(c[3]) != 0;
+    return CS_OK;
+}
+
+/* Runs RECONCILE_LUA; CS_OK with the script's three numbers in out. */
+static int reconcile_script(struct rconn *rc, int64_t id, int64_t total, long long out[3],
+                            char *err, size_t errlen)
+{
+    char stock[KEYS_MAX], list[KEYS_MAX], field[24], tot[24];
+    const char *argv[7] = {"EVAL", RECONCILE_LUA, "2", stock, list, field, tot};
+    size_t argl[7];
+    argl[0] = 4;
+    argl[1] = strlen(RECONCILE_LUA);
+    argl[2] = 1;
+    argl[3] = keys_stock(stock, keys_shard(id));
+    argl[4] = keys_seize_list(list, id);
+    argl[5] = (size_t)snprintf(field, sizeof(field), "%" PRId64, id);
+    argl[6] = (size_t)snprintf(tot, sizeof(tot), "%" PRId64, total);
+    redisReply *rep = rconn_commandv(rc, stock, 7, argv, argl);
+    if (rep == NULL) {
+        snprintf(err, errlen, "EVAL reconcile %s: %s", stock, rc->errstr);
+        return CS_ERR;
+    }
+    int ok = rep->type == REDIS_REPLY_ARRAY && rep->elements == 3;
+    for (size_t i = 0; ok && i < 3; i++) {
+        ok = rep->element[i]->type == REDIS_REPLY_INTEGER;
+        if (ok)
+            out[i] = rep->element[i]->integer;
+    }
+    if (!ok)
+        snprintf(err, errlen, "EVAL reconcile %s: %s", stock,
+                 rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+    freeReplyObject(rep);
+    return ok ? CS_OK : CS_ERR;
+}
+
+int reconcile_activity(struct mconn *mc, struct rconn *rc, int64_t id, int guard_s,
+                       struct reconcile_result *res, char *err, size_t errlen)
+{
+    struct lock_row row = {0};
+    struct mval p[] = {MV_INT(guard_s), MV_INT(id)};
+    long long out[3];
+
+    memset(res, 0, sizeof(*res));
+    if (mconn_begin(mc) != CS_OK
+        || mconn_query(mc, SQL_LOCK, p, (int)CS_ARRAY_LEN(p), lock_row_cb, &row) != CS_OK) {
+        snprintf(err, errlen, "MySQL: %s", mc->errstr);
+        mconn_rollback(mc);
+        return CS_ERR;
+    }
+    res->total = row.total;
+    if (!row.found)
+        res->outcome = RECONCILE_NO_SUCH;
+    else if (row.status == 4)
+        res->outcome = RECONCILE_VOIDED;
+    else if (row.ended || row.status == 3)
+        res->outcome = RECONCILE_ENDED;
+    else if (row.recent)
+        res->outcome = RECONCILE_BUSY;
+    if (!row.found || res->outcome != RECONCILE_DONE) {
+        mconn_rollback(mc);
+        return CS_OK;
+    }
+    /* Under the row lock: no update commits a new total meanwhile. */
+    int rc_ok = reconcile_script(rc, id, row.total, out, err, errlen);
+    mconn_rollback(mc);        /* nothing was written in MySQL: release the lock */
+    if (rc_ok != CS_OK)
+        return CS_ERR;
+    if (out[0] == -3) {
+        res->outcome = RECONCILE_NOT_PREHEATED;
+    } else if (out[0] == -4) {
+        res->outcome = RECONCILE_VOIDED;
+    } else {
+        res->before = out[0];
+        res->after = out[1];
+        res->sold = out[2];
+    }
+    return CS_OK;
+}

@@ -1,0 +1,300 @@
+#!/usr/bin/env bash
+# partition.sh - one sale over all ten shards on a Redis Cluster (3 masters +
+# 3 replicas, wait_replicas = 1, each node on its own loopback address) through
+# (c) a replica cut off from every other node, then healed; (b) a master cut
+# off from every other node while the workers and coupon-sync still reach it,
+# for cluster-node-timeout + 3 s, then healed; (a) kill -9 of a master that
+# never comes back. After each: per activity Redis stock + MySQL rows = total,
+# every user told SEIZED holds a coupon, nobody told anything but SEIZED or
+# UNKNOWN_OUTCOME holds one, nobody holds two; after (a) the lost master's
+# shards answer SEIZED again within cluster-node-timeout + 5 s and health
+# says the durability is degraded.
+# shellcheck source=tests/lib.sh
+. "${top_srcdir:-$(dirname "$0")/../..}/tests/lib.sh"
+
+[[ -x $LOADGEN ]] || skip_all "tests/bench/loadgen is not built (make check builds it)"
+net_skip_unless_nft
+export COUPON_CONF_OVERRIDES="redis.command_timeout_ms=500
+${COUPON_CONF_OVERRIDES:-}"
+cs_stack_up --redis-cluster
+ADMIN=$(mint_jwt 1 admin)
+BASE=900
+TOTAL=1000000
+NODE_TIMEOUT_MS=2000
+TAG_SLOTS=(13907 9842 5649 1584 14039 9974 5781 1716 14171 10106)
+LOGS=$COUPON_DIR/load
+mkdir -p "$LOGS"
+
+read -ra NODES <<<"${REDIS_NODES//,/ }"
+check_eq "REDIS_NODES lists six nodes" 6 "${#NODES[@]}"
+check "each node has its own address in 127.0.1.0/24" \
+    test "$(printf '%s\n' "${NODES[@]%:*}" | sort -u | grep -c '^127\.0\.1\.')" -eq 6
+
+now_ms() { date +%s%3N; }
+# ncli ADDR:PORT ARGS: redis-cli on one node.
+ncli() { timeout 10 redis-cli -h "${1%:*}" -p "${1##*:}" "${@:2}"; }
+DEAD=""
+any_node() {
+    local a
+    for a in "${NODES[@]}"; do
+        [[ $a == "$DEAD" ]] && continue
+        [[ $(ncli "$a" ping 2>/dev/null) == PONG ]] && { echo "$a"; return 0; }
+    done
+    return 1
+}
+ccli() { local a; a=$(any_node) && timeout 10 redis-cli -c -h "${a%:*}" -p "${a##*:}" "$@"; }
+
+# slot_owner SLOT [NODE]: ADDR:PORT of the master serving SLOT as NODE sees it.
+slot_owner() {
+    ncli "${2:-$(any_node)}" cluster nodes | awk -v s="$1" '
+        $3 ~ /master/ && $3 !~ /fail/ {
+            for (i = 9; i <= NF; i++) {
+                if ($i ~ /^\[/) continue
+                n = split($i, r, "-"); lo = r[1]; hi = (n == 2 ? r[2] : r[1])
+                if (s + 0 >= lo + 0 && s + 0 <= hi + 0) { split($2, a, "@"); print a[1]; exit }
+            }
+        }'
+}
+# replica_of MASTER: ADDR:PORT of a replica of MASTER.
+replica_of() {
+    local id
+    id=$(ncli "$1" cluster myid)
+    ncli "$(any_node)" cluster nodes | awk -v m="$id" '$4 == m && $3 !~ /fail/ { split($2, a, "@"); print a[1]; exit }'
+}
+others() {
+    local a out=""
+    for a in "${NODES[@]}"; do [[ $a == "$1" ]] || out+="$a "; done
+    echo "$out"
+}
+node_no() {
+    local i
+    for i in "${!NODES[@]}"; do [[ ${NODES[$i]} == "$1" ]] && { echo $((i + 1)); return 0; }; done
+    return 1
+}
+# stable: every live node sees the cluster ok and every master that owns
+# slots has a replica online.
+stable() {
+    local a info masters=0 with=0
+    for a in "${NODES[@]}"; do
+        [[ $a == "$DEAD" ]] && continue
+        [[ $(ncli "$a" cluster info 2>/dev/null) == *cluster_state:ok* ]] || return 1
+        info=$(ncli "$a" info replication 2>/dev/null) || return 1
+        if [[ $info == *role:master* ]]; then
+            masters=$((masters + 1))
+            [[ $info =~ slave0:[^$'\r']*state=online ]] && with=$((with + 1))
+        fi
+    done
+    ((masters == 3 && with == 3))
+}
+
+for ((i = 0; i < 10; i++)); do mk_activity $((BASE + i)) "$TOTAL" -60 3600; done
+http POST /market/admin/coupon/preheat '' "$ADMIN"
+check_eq "preheat on the cluster answers 200" 200 "$HTTP_CODE"
+
+# --- load: ten activities, two connections each, one fresh user per seize ------
+LOADPIDS=()
+PHASE_NO=0
+start_load() {
+    local i
+    PHASE_NO=$((PHASE_NO + 1))
+    for ((i = 0; i < 10; i++)); do
+        "$LOADGEN" -p "${COUPON_URL##*:}" -s "$COUPON_JWT_SECRET" -a $((BASE + i)) -c 2 \
+            -n 100000000 -D 120 -b $((PHASE_NO * 100000000 + (i + 1) * 1000000)) -j \
+            -L "$LOGS/$1.$i.log" >"$LOGS/$1.$i.json" 2>"$LOGS/$1.$i.err" &
+        LOADPIDS+=($!)
+    done
+}
+stop_load() {
+    local p
+    for p in "${LOADPIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    for p in "${LOADPIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+    LOADPIDS=()
+}
+cs_defer stop_load
+
+queued() {
+    local i n sum=0
+    for ((i = 0; i < 10; i++)); do
+        n=$(ccli hlen "QUEUE:COUPON:SEIZE:SYNC:{$i}") || return 1
+        sum=$((sum + n))
+    done
+    echo "$sum"
+}
+drained() { [[ $(queued) == 0 ]]; }
+
+# check_books LABEL PHASE: the invariants, after coupon-sync drained every
+# shard, over the answers of every phase so far; prints PHASE's answers by code.
+check_books() {
+    local phase=$1 i a stock rows
+    check "$phase: coupon-sync drains every shard" wait_for 90 drained
+    for ((i = 0; i < 10; i++)); do
+        a=$((BASE + i))
+        stock=$(ccli hget "COUPON:RESOURCE:STOCK:{$i}" "$a")
+        mysql_q "SELECT user_id FROM coupon WHERE activity_id = $a" >"$LOGS/rows.$i"
+        rows=$(wc -l <"$LOGS/rows.$i")
+        check_eq "$phase: activity $a: Redis stock + MySQL rows == total" "$TOTAL" $((stock + rows))
+    done
+    check_eq "$phase: nobody holds two coupons of one activity" "" \
+        "$(mysql_q "SELECT activity_id, user_id FROM coupon WHERE activity_id BETWEEN $BASE AND $((BASE + 9)) GROUP BY activity_id, user_id HAVING COUNT(*) > 1 LIMIT 3")"
+    local report
+    report=$(python3 - "$LOGS" "$2" "$ALL_PHASES" <<'EOF'
+import sys, glob
+logs, phase, phases = sys.argv[1], sys.argv[2], sys.argv[3].split()
+bad, totals = [], {}
+for i in range(10):
+    seized, unknown = set(), set()
+    for ph in phases:
+        start = None
+        for line in open(f"{logs}/{ph}.{i}.log"):
+            if line.startswith("# start_epoch_ms"):
+                continue
+            ms, status, code, user, _lat = line.split()
+            if ph == phase:
+                totals[code] = totals.get(code, 0) + 1
+            if code == "SEIZED":
+                seized.add(int(user))
+            elif code == "UNKNOWN_OUTCOME":
+                unknown.add(int(user))
+    rows = set(int(x) for x in open(f"{logs}/rows.{i}").read().split())
+    missing = seized - rows
+    unexplained = rows - seized - unknown
+    if missing:
+        bad.append(f"shard {i}: {len(missing)} users told SEIZED hold no coupon, e.g. {sorted(missing)[:3]}")
+    if unexplained:
+        bad.append(f"shard {i}: {len(unexplained)} holders were told neither SEIZED nor UNKNOWN_OUTCOME, e.g. {sorted(unexplained)[:3]}")
+print("# " + phase + " answers: " + ", ".join(f"{k} {v}" for k, v in sorted(totals.items())))
+for b in bad:
+    print("BAD " + b)
+EOF
+)
+    printf '%s\n' "$report" | grep '^#' || true
+    check_eq "$phase: every user's answer agrees with MySQL" "" \
+        "$(printf '%s\n' "$report" | grep '^BAD' || true)"
+}
+
+# pauses PHASE T0 T1 SHARDS: per shard, the longest time without a SEIZED
+# that ends after T0 (epoch ms), when it ended (ms after T0: selling again;
+# -1 when no SEIZED came after T0) and the SEIZED answers between T0 and T1.
+pauses() {
+    python3 - "$LOGS" "$1" "$2" "$3" "$4" <<'EOF'
+import sys
+logs, phase, t0, t1, shards = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5].split()
+for i in map(int, shards):
+    start, last, gap, resumed, inside = None, None, 0, None, 0
+    for line in open(f"{logs}/{phase}.{i}.log"):
+        if line.startswith("# start_epoch_ms"):
+            start = int(line.split()[2]); continue
+        ms, status, code, user, _lat = line.split()
+        t = start + float(ms)
+        if code != "SEIZED":
+            continue
+        if last is not None and t >= t0 and t - last >= gap:
+            gap, resumed = t - last, t
+        elif t >= t0 and resumed is None:
+            resumed = t
+        inside += t0 <= t <= t1
+        last = t
+    print(f"shard {i} {int(gap)} {int(resumed - t0) if resumed is not None else -1} {inside}")
+EOF
+}
+
+check "the cluster is stable before the sale" wait_for 30 stable
+ALL_PHASES=""
+
+# --- (c) a replica cut off from every other node, then healed ------------------
+M0=$(slot_owner "${TAG_SLOTS[0]}")
+R0=$(replica_of "$M0")
+diag "(c): replica $R0 of $M0 (shard 0's master) is cut off"
+ALL_PHASES+=" replica"
+start_load replica
+sleep 3
+net_cut "$R0" "$(others "$R0")"
+T_CUT=$(now_ms)
+replica_failed() { ncli "$M0" cluster nodes | grep -q "^[0-9a-f]* $R0@[0-9]* slave,fail "; }
+check "(c): the masters mark the cut replica failed" wait_for 20 replica_failed
+T_FAILED=$(now_ms)
+sleep 4
+net_heal
+T_HEAL=$(now_ms)
+check "(c): healed, every master has its replica again" wait_for 60 stable
+sleep 2
+stop_load
+SH0=""
+for ((i = 0; i < 10; i++)); do [[ $(slot_owner "${TAG_SLOTS[i]}") == "$M0" ]] && SH0+="$i "; done
+diag "(c): cut for $((T_HEAL - T_CUT)) ms; shards of $M0: $SH0"
+while read -r _ sh gap first _; do
+    diag "(c): shard $sh: longest pause without SEIZED $gap ms"
+done < <(pauses replica "$T_CUT" "$T_HEAL" "$SH0")
+seen=0
+while read -r _ sh _ first inside; do
+    seen=$((seen + 1))
+    check "(c): shard $sh answers SEIZED once its cut replica is marked failed ($inside)" \
+        test "$inside" -gt 0
+done < <(pauses replica "$((T_FAILED + 1500))" "$T_HEAL" "$SH0")
+check_eq "(c): every shard of that master was timed" "$(echo "$SH0" | wc -w)" "$seen"
+check_books "(c)" replica
+
+# --- (b) a master cut off from every other node, clients still reach it --------
+M0=$(slot_owner "${TAG_SLOTS[0]}")
+diag "(b): master $M0 is cut off from the other nodes for $((NODE_TIMEOUT_MS + 3000)) ms"
+ALL_PHASES+=" master"
+start_load master
+sleep 3
+net_cut "$M0" "$(others "$M0")"
+T_CUT=$(now_ms)
+sleep $(((NODE_TIMEOUT_MS + 3000) / 1000))
+net_heal
+T_HEAL=$(now_ms)
+check "(b): healed, the cluster is stable again" wait_for 60 stable
+sleep 2
+stop_load
+NEW0=$(slot_owner "${TAG_SLOTS[0]}")
+diag "(b): cut for $((T_HEAL - T_CUT)) ms; shard 0 is served by $NEW0 after the heal"
+while read -r _ sh gap _; do
+    diag "(b): shard $sh: longest pause without SEIZED $gap ms"
+done < <(pauses master "$T_CUT" "$T_HEAL" "$(seq -s ' ' 0 9)")
+check_books "(b)" master
+
+# --- (a) kill -9 of a master that never returns --------------------------------
+VICTIM=$(slot_owner "${TAG_SLOTS[0]}")
+LOST=""
+for ((i = 0; i < 10; i++)); do [[ $(slot_owner "${TAG_SLOTS[i]}") == "$VICTIM" ]] && LOST+="$i "; done
+ALL_PHASES+=" kill"
+start_load kill
+sleep 3
+# The helper takes a while on a loaded machine: the kill is somewhere between
+# T_KILL and T_DEAD. A lost shard's outage is its longest pause ending after
+# T_KILL, from its last SEIZED before the kill (so no later than the kill) to
+# its first SEIZED after.
+T_KILL=$(now_ms)
+stack "stop-redis$(node_no "$VICTIM")" --kill
+T_DEAD=$(now_ms)
+DEAD=$VICTIM
+diag "(a): master $VICTIM (shards $LOST) killed for good"
+promoted() {
+    local o
+    o=$(slot_owner "${TAG_SLOTS[0]}")
+    [[ -n $o && $o != "$VICTIM" ]]
+}
+check "(a): a replica is promoted" wait_for 30 promoted
+sleep $(((NODE_TIMEOUT_MS + 5000) / 1000 + 1))
+http GET /market/health
+check_match "(a): health says the durability is degraded" '"durability":"degraded"' "$HTTP_BODY"
+deg=$(printf '%s' "$HTTP_BODY" | sed -n 's/.*"degraded_shards":\[\([0-9,]*\)\].*/\1/p')
+check_eq "(a): health names the lost master's shards" "$(echo "$LOST" | xargs | tr ' ' ',')" "$deg"
+metrics=$(curl -s --max-time 5 "$COUPON_URL/market/admin/metrics")
+check_eq "(a): the metric counts them" "$(echo "$LOST" | wc -w)" \
+    "$(awk '$1 == "couponseize_durability_degraded_shards" { print $2 }' <<<"$metrics")"
+stop_load
+seen=0
+while read -r _ sh gap first _; do
+    seen=$((seen + 1))
+    diag "(a): shard $sh: no SEIZED for $gap ms around the kill (kill helper ran" \
+        "$((T_DEAD - T_KILL)) ms; SEIZED again $first ms after it started)"
+    check "(a): shard $sh answers SEIZED within cluster-node-timeout + 5 s of the kill" \
+        test "$first" -ge 0 -a "$gap" -le $((NODE_TIMEOUT_MS + 5000))
+done < <(pauses kill "$T_KILL" "$(now_ms)" "$LOST")
+check_eq "(a): every lost shard was timed" "$(echo "$LOST" | wc -w)" "$seen"
+check_books "(a)" kill
+
+finish
