@@ -1,5 +1,7 @@
 /* metrics.c - GET /market/admin/metrics: Prometheus text, summed over workers. */
 #include "metrics.h"
+#include "activity.h"
+#include "alist.h"
 #include "conf.h"
 #include "cs.h"
 #include "keys.h"
@@ -11,6 +13,13 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
+
+/* Activities on sale now whose stock the metrics show, at most: a label
+ * value each, so a marketplace with thousands of sales at once does not
+ * flood Prometheus. */
+#define METRICS_MAX_ACTIVITIES 100
+#define METRICS_LIST_PAGE 500
 
 struct out {
     char *buf;
@@ -218,6 +227,94 @@ static void metrics_read_queues(struct worker *w)
     atomic_store(&q->lease_ms, 0);
 }
 
+/* The node's workers from the registry in shared memory: how many are alive
+ * and the resident memory of each (from /proc; a slot whose process is gone
+ * is skipped). */
+static void metrics_workers(const struct shm_node *node, struct out *o)
+{
+    long page = sysconf(_SC_PAGESIZE);
+    int alive = 0;
+
+    emit(o, "# HELP couponseize_worker_rss_bytes Resident memory of each worker process, "
+            "by registry slot.\n# TYPE couponseize_worker_rss_bytes gauge\n");
+    for (int i = 0; i < SHM_MAX_WORKERS; i++) {
+        int32_t pid = atomic_load((_Atomic int32_t *)&node->worker_pid[i]);
+        if (pid <= 0)
+            continue;
+        char path[64];
+        unsigned long size, resident;
+        snprintf(path, sizeof(path), "/proc/%d/statm", (int)pid);
+        FILE *f = fopen(path, "r");
+        if (f == NULL)
+            continue;
+        int got = fscanf(f, "%lu %lu", &size, &resident);
+        fclose(f);
+        if (got != 2)
+            continue;
+        alive++;
+        emit(o, "couponseize_worker_rss_bytes{worker=\"%d\"} %llu\n", i,
+             (unsigned long long)resident * (unsigned long long)page);
+    }
+    emit(o, "# HELP couponseize_workers Worker processes of this node that are alive.\n"
+            "# TYPE couponseize_workers gauge\ncouponseize_workers %d\n", alive);
+}
+
+/* Live stock of the activities on sale now (first METRICS_MAX_ACTIVITIES in
+ * list order), from the node's copy of the activity list and one pipelined
+ * read of their stock fields. Nothing while the breaker is open: a scrape
+ * must not add load to a Redis that is failing. */
+static void metrics_activities(struct worker *w, struct out *o)
+{
+    struct activity_stock st[METRICS_MAX_ACTIVITIES];
+    int64_t total[METRICS_MAX_ACTIVITIES];
+    size_t n = 0;
+    int64_t now = cs_now_ms();
+
+    if (atomic_load(&w->shm->breaker_state) == BREAKER_OPEN)
+        return;
+    for (size_t page = 1; n < METRICS_MAX_ACTIVITIES; page++) {
+        struct alist_page pg;
+        if (alist_page(w, page, METRICS_LIST_PAGE, &pg) != CS_OK)
+            break;
+        int last = pg.n < METRICS_LIST_PAGE || page * METRICS_LIST_PAGE >= pg.total;
+        for (size_t i = 0; i < pg.n && n < METRICS_MAX_ACTIVITIES; i++) {
+            /* The list is in start-time order: the rest start later still. */
+            if (pg.acts[i].start_ms > now) {
+                last = 1;
+                break;
+            }
+            if (activity_status_at(&pg.acts[i], now) != ACT_IN_PROGRESS)
+                continue;
+            st[n] = (struct activity_stock){.id = pg.acts[i].id};
+            total[n++] = pg.acts[i].total_num;
+        }
+        alist_page_free(&pg);
+        if (last)
+            break;
+    }
+    if (n == 0)
+        return;
+    activity_stock_read(w->rc, st, n); /* what was not read is left out below */
+    emit(o, "# HELP couponseize_activity_remaining Coupons left in Redis, per activity on "
+            "sale now.\n# TYPE couponseize_activity_remaining gauge\n");
+    for (size_t i = 0; i < n; i++)
+        if (st[i].state == ACT_STOCK_SET && st[i].value >= 0)
+            emit(o, "couponseize_activity_remaining{activity=\"%lld\"} %lld\n",
+                 (long long)st[i].id, (long long)st[i].value);
+    emit(o, "# HELP couponseize_activity_sold_out 1 when an activity on sale now has no "
+            "coupon left.\n# TYPE couponseize_activity_sold_out gauge\n");
+    for (size_t i = 0; i < n; i++)
+        if (st[i].state == ACT_STOCK_SET && st[i].value >= 0)
+            emit(o, "couponseize_activity_sold_out{activity=\"%lld\"} %d\n",
+                 (long long)st[i].id, st[i].value == 0);
+    emit(o, "# HELP couponseize_activity_coupons Coupons an activity on sale now offers in "
+            "all (totalNum).\n# TYPE couponseize_activity_coupons gauge\n");
+    for (size_t i = 0; i < n; i++)
+        if (st[i].state == ACT_STOCK_SET && st[i].value >= 0)
+            emit(o, "couponseize_activity_coupons{activity=\"%lld\"} %lld\n",
+                 (long long)st[i].id, (long long)total[i]);
+}
+
 void metrics_handle(struct worker *w, struct req *r)
 {
     struct auth_identity who;
@@ -233,9 +330,12 @@ void metrics_handle(struct worker *w, struct req *r)
     metrics_read_queues(w);
     int copies[KEYS_SHARDS];
     worker_durability(w, copies);
-    size_t cap = 64 * 1024;
+    size_t cap = 128 * 1024;
     char *buf = xmalloc(cap);
-    size_t n = metrics_render(w->shm, buf, cap);
+    struct out o = {buf, cap, metrics_render(w->shm, buf, cap)};
+    metrics_workers(w->shm, &o);
+    metrics_activities(w, &o);
+    size_t n = o.len;
     r->code = CODE_OK;
     http_reply_raw(r->out, 200, "text/plain; version=0.0.4; charset=utf-8", buf, n, NULL);
     free(buf);

@@ -257,6 +257,7 @@ int super_run(struct cs_conf *conf, const char *conf_path, int listen_fd, int ow
         pid_t pid;
         while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
             int found = 0;
+            shm_worker_unregister(shm, (int32_t)pid); /* a worker that crashed left it */
             for (int i = 0; i < nretiring; i++)
                 if (retiring[i].pid == pid) {
                     retiring[i] = retiring[--nretiring];

@@ -32,7 +32,7 @@ static volatile sig_atomic_t worker_kept_fd = -1; /* a kept connection being rea
 /*
  * SIGTERM and SIGINT run with SA_RESTART, so inside a request an interrupted
  * read or write of libfcgi resumes instead of losing the answer (a poll or a
- * Redis connect still ends early: see the README). A blocked accept() resumes
+ * Redis connect still ends early: see doc/tuning.md). A blocked accept() resumes
  * too; so while waiting for the next request, the handler puts a socket that
  * does not listen under the listening descriptor's number (and under a kept
  * connection's, should the web server keep connections), and the resumed
@@ -345,11 +345,16 @@ static int worker_init(struct worker *w, const struct cs_conf *conf, struct shm_
         log_error("auth: OpenSSL has no HMAC-SHA-256");
         return CS_ERR;
     }
+    /* Counted by the metrics route; a full registry only hides this worker there. */
+    if (shm_worker_register(shm, (int32_t)getpid()) < 0)
+        log_warn("worker %d: no free slot in the worker registry (metrics omit it)", index);
     return CS_OK;
 }
 
 static void worker_fini(struct worker *w)
 {
+    if (w->shm != NULL)
+        shm_worker_unregister(w->shm, (int32_t)getpid());
     auth_fini(&w->auth);
     meta_free(w->meta);
     mconn_free(w->mc);

@@ -31,9 +31,11 @@ static const char SQL_PREHEAT[] = SQL_PREHEAT_COLS "WHERE " SQL_PREHEAT_SERVED
     "ORDER BY distribute_start_time, id";
 /* The periodic pass between full ones: rows changed since a time (by
  * idx_activity_updated) and rows whose start entered the horizon since then
- * (by idx_activity_start); each half reads only what its index finds. */
+ * (by idx_activity_start); each half reads only what its index finds. A row
+ * in both comes twice (no temporary table to remove it): writing it twice is
+ * harmless. */
 static const char SQL_PREHEAT_CHANGED[] =
-    "(" SQL_PREHEAT_COLS "WHERE updated_at >= FROM_UNIXTIME(?) AND " SQL_PREHEAT_SERVED ") UNION "
+    "(" SQL_PREHEAT_COLS "WHERE updated_at >= FROM_UNIXTIME(?) AND " SQL_PREHEAT_SERVED ") UNION ALL "
     "(" SQL_PREHEAT_COLS "WHERE distribute_start_time >= FROM_UNIXTIME(?) + INTERVAL ? DAY AND "
     SQL_PREHEAT_SERVED ")";
 /* MySQL's own clock: the marks of the periodic pass are compared with

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -11,7 +12,11 @@
 #include <unistd.h>
 
 #define SHM_MAGIC 0x4353484d4e4f4445ULL /* "CSHMNODE" */
+<<<<<<< HEAD
 #define SHM_VERSION 6
+=======
+#define SHM_VERSION 7
+>>>>>>> main
 #define SHM_PROBES 16
 
 const int64_t shm_lat_bounds_us[SHM_LAT_BUCKETS] = {
@@ -273,4 +278,28 @@ void shm_observe_latency(struct shm_node *node, int64_t us)
     atomic_fetch_add_explicit(&node->m.seize_lat_sum_us, (uint64_t)(us > 0 ? us : 0),
                               memory_order_relaxed);
     atomic_fetch_add_explicit(&node->m.seize_lat_count, 1, memory_order_relaxed);
+}
+
+int shm_worker_register(struct shm_node *node, int32_t pid)
+{
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < SHM_MAX_WORKERS; i++) {
+            int32_t cur = atomic_load(&node->worker_pid[i]);
+            /* First pass: free slots only; second: slots of dead processes. */
+            if (cur != 0 && (pass == 0 || kill(cur, 0) == 0 || errno != ESRCH))
+                continue;
+            if (atomic_compare_exchange_strong(&node->worker_pid[i], &cur, pid))
+                return i;
+        }
+    }
+    return -1;
+}
+
+void shm_worker_unregister(struct shm_node *node, int32_t pid)
+{
+    for (int i = 0; i < SHM_MAX_WORKERS; i++) {
+        int32_t cur = pid;
+        if (atomic_compare_exchange_strong(&node->worker_pid[i], &cur, 0))
+            return;
+    }
 }

@@ -20,6 +20,7 @@
 #define SHM_LAT_BUCKETS 12       /* seize latency histogram, last is +Inf */
 
 #define SHM_QUEUE_SHARDS 10      /* KEYS_SHARDS */
+#define SHM_MAX_WORKERS 1024     /* fcgi.workers (up to 512) and those a reload replaces */
 
 enum breaker_state { BREAKER_CLOSED = 0, BREAKER_OPEN = 1, BREAKER_HALF_OPEN = 2 };
 
@@ -105,6 +106,11 @@ struct shm_node {
     /* Redis Cluster: map epoch, refresh throttle and routing counters. */
     struct rcluster_shared cluster;
     struct shm_qdepth qdepth;
+
+    /* The node's worker processes, for the metrics route (worker count and
+     * RSS): a pid per slot, 0 for a free slot. A crashed worker's slot is
+     * cleared by the supervisor, or taken over once its pid is gone. */
+    _Atomic int32_t worker_pid[SHM_MAX_WORKERS];
 };
 
 /* Latency bucket upper bounds in microseconds (the last is +Inf). */
@@ -147,5 +153,12 @@ int shm_bucket_take(struct shm_node *node, int64_t now_us, int rps, int burst,
                     int *retry_after_s);
 
 void shm_observe_latency(struct shm_node *node, int64_t us);
+
+/* Worker registry. shm_worker_register() puts PID in a free slot (or in the
+ * slot of a process that no longer exists) and returns the slot, or -1 when
+ * every slot holds a live process. shm_worker_unregister() frees the slot of
+ * PID, wherever it is (no-op when PID holds none). */
+int shm_worker_register(struct shm_node *node, int32_t pid);
+void shm_worker_unregister(struct shm_node *node, int32_t pid);
 
 #endif

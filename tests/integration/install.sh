@@ -44,13 +44,16 @@ cs-print-install-dirs:
 	@echo "sysusersdir=$(sysusersdir)"
 	@echo "tmpfilesdir=$(tmpfilesdir)"
 	@echo "localstatedir=$(localstatedir)"
+	@echo "mandir=$(mandir)"
+	@echo "docdir=$(docdir)"
 EOF
 declare -A D=()
 while IFS='=' read -r k v; do
     [[ $k =~ ^[a-z]+$ ]] && D[$k]=$v
 done < <("$MAKE" -s --no-print-directory -C "$top_builddir" -f Makefile -f "$TMP/vars.mk" \
     cs-print-install-dirs 2>/dev/null)
-for k in sbindir pkgdatadir pkgsysconfdir systemdsystemunitdir sysusersdir tmpfilesdir localstatedir; do
+for k in sbindir pkgdatadir pkgsysconfdir systemdsystemunitdir sysusersdir tmpfilesdir localstatedir \
+    mandir docdir; do
     [[ ${D[$k]:-} == /* ]] || { echo "Bail out! cannot read $k from $top_builddir/Makefile"; exit 99; }
 done
 diag "unit dir: ${D[systemdsystemunitdir]}"
@@ -97,8 +100,30 @@ for f in nginx/couponseize.conf lighttpd/couponseize.conf apache2/couponseize.co
         "$(cat "$DATA/examples/$f" 2>/dev/null)"
 done
 
-left=$(grep -rlE '@[a-z_]+@' "$UNITS" "$DEST${D[tmpfilesdir]}" "$DATA/examples" 2>/dev/null)
-check_eq "no @placeholder@ left in units, tmpfiles, examples" "" "$left"
+# The manual pages, where man(1) looks, naming this build's paths; the
+# documents README.md points to; the dashboard and the alert rules.
+MANDIR=$DEST${D[mandir]}
+for p in man8/coupon-fcgi.8 man8/coupon-sync.8 man5/couponseize.conf.5; do
+    check "$p installed under ${D[mandir]}" test -s "$MANDIR/$p"
+done
+check_match "coupon-fcgi.8 names this build's configuration file" \
+    "${D[pkgsysconfdir]}/couponseize\\.conf" "$(cat "$MANDIR/man8/coupon-fcgi.8" 2>/dev/null)"
+if command -v man >/dev/null 2>&1; then
+    check_match "man -M finds coupon-sync(8) in the installed tree" 'coupon-sync' \
+        "$(MANPAGER=cat man -M "$MANDIR" -P cat 8 coupon-sync 2>/dev/null | head -n 5)"
+fi
+DOCS=$DEST${D[docdir]}
+check "README.md in docdir" test -f "$DOCS/README.md"
+for f in "$top_srcdir"/doc/*.md; do
+    check "doc/${f##*/} installed beside README.md" cmp -s "$f" "$DOCS/doc/${f##*/}"
+done
+check "Grafana dashboard in pkgdatadir/grafana" \
+    cmp -s "$top_srcdir/etc/grafana/couponseize.json" "$DATA/grafana/couponseize.json"
+check "alert rules in pkgdatadir/prometheus" \
+    cmp -s "$top_srcdir/etc/prometheus/couponseize-alerts.yml" "$DATA/prometheus/couponseize-alerts.yml"
+
+left=$(grep -rlE '@[a-z_]+@' "$UNITS" "$DEST${D[tmpfilesdir]}" "$DATA/examples" "$MANDIR" 2>/dev/null)
+check_eq "no @placeholder@ left in units, tmpfiles, examples, man pages" "" "$left"
 check_match "coupon-fcgi.service runs this build's binary on this build's config" \
     "ExecStart=${D[sbindir]}/coupon-fcgi -c ${D[pkgsysconfdir]}/couponseize.conf" \
     "$(cat "$UNITS/coupon-fcgi.service" 2>/dev/null)"
