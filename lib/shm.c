@@ -12,11 +12,7 @@
 #include <unistd.h>
 
 #define SHM_MAGIC 0x4353484d4e4f4445ULL /* "CSHMNODE" */
-<<<<<<< HEAD
-#define SHM_VERSION 6
-=======
-#define SHM_VERSION 7
->>>>>>> main
+#define SHM_VERSION 8
 #define SHM_PROBES 16
 
 const int64_t shm_lat_bounds_us[SHM_LAT_BUCKETS] = {
