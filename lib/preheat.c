@@ -912,25 +912,144 @@ int activity_preheat(struct mconn *mc, struct rconn *rc, int horizon_days, int g
     return activity_preheat_pass(mc, rc, horizon_days, grace_s, NULL, 0, res, err, errlen);
 }
 
+static const char *act_skip_ws(const char *p, const char *end)
+{
+    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
+        p++;
+    return p;
+}
+
+/* Builds into out the list value LIST (len bytes) with ID's element removed
+ * and, when txt is not NULL, txt inserted at its place by (start, id), the
+ * order of SQL_PREHEAT. Element by element, never a cJSON tree of the whole
+ * list. CS_ERR when LIST is not an array of activities. */
+static int act_list_splice_text(const char *list, size_t len, int64_t id, const struct activity *a,
+                                const char *txt, struct act_buf *out)
+{
+    const char *p = act_skip_ws(list, list + len), *end = list + len;
+    int n = 0, placed = txt == NULL;
+
+    if (p == end || *p != '[')
+        return CS_ERR;
+    act_buf_add(out, "[", 1);
+    p = act_skip_ws(p + 1, end);
+    while (p < end && *p != ']') {
+        const char *next = NULL;
+        struct activity e;
+        cJSON *o = cJSON_ParseWithLengthOpts(p, (size_t)(end - p), &next, 0);
+        int ok = o != NULL && next != NULL && activity_from_json(o, &e) == CS_OK;
+        cJSON_Delete(o);
+        if (!ok)
+            return CS_ERR;
+        if (!placed && (e.start_ms > a->start_ms || (e.start_ms == a->start_ms && e.id > id))) {
+            if (n++ > 0)
+                act_buf_add(out, ",", 1);
+            act_buf_add(out, txt, strlen(txt));
+            placed = 1;
+        }
+        if (e.id != id) {
+            if (n++ > 0)
+                act_buf_add(out, ",", 1);
+            act_buf_add(out, p, (size_t)(next - p));
+        }
+        p = act_skip_ws(next, end);
+        if (p < end && *p == ',')
+            p = act_skip_ws(p + 1, end);
+    }
+    if (p == end)
+        return CS_ERR;
+    if (!placed) {
+        if (n > 0)
+            act_buf_add(out, ",", 1);
+        act_buf_add(out, txt, strlen(txt));
+    }
+    act_buf_add(out, "]", 1);
+    return CS_OK;
+}
+
+/* Puts activity ID's element into ACTIVITY:LIST in place: vec holds ID as
+ * MySQL had it after generation GEN was read (or nothing: it left the list).
+ * One read and one write of the list, not a read of every activity in MySQL.
+ * CS_OK with *stale = 1 when another writer wrote since GEN (nothing
+ * written: the caller reads the row again); CS_ERR when the list cannot be
+ * read or written, or is malformed (then *malformed = 1). */
+static int act_list_splice(struct rconn *rc, int64_t id, const struct act_vec *vec, long long gen,
+                           int *stale, int *malformed, char *err, size_t errlen)
+{
+    struct act_buf b = {0};
+    int ret = CS_ERR;
+
+    *stale = 0;
+    *malformed = 0;
+    redisReply *r = rconn_command(rc, KEY_ACTIVITY_LIST, "GET %s", KEY_ACTIVITY_LIST);
+    if (rconn_expect(rc, r, 0, "GET", KEY_ACTIVITY_LIST, err, errlen) != CS_OK)
+        return CS_ERR;
+    const struct activity *a = vec->n > 0 ? &vec->v[0] : NULL;
+    const char *txt = vec->n > 0 ? vec->txt[0] : NULL;
+    if (r->type == REDIS_REPLY_NIL) {
+        act_buf_add(&b, "[", 1);
+        if (txt != NULL)
+            act_buf_add(&b, txt, strlen(txt));
+        act_buf_add(&b, "]", 1);
+    } else if (r->type != REDIS_REPLY_STRING
+               || act_list_splice_text(r->str, r->len, id, a, txt, &b) != CS_OK) {
+        snprintf(err, errlen, "%s is not a JSON array of activities", KEY_ACTIVITY_LIST);
+        *malformed = 1;
+        goto out;
+    }
+    if (r->type == REDIS_REPLY_STRING && r->len == b.len && memcmp(r->str, b.p, b.len) == 0) {
+        ret = CS_OK; /* already in place: nothing to write */
+        goto out;
+    }
+    freeReplyObject(r);
+    r = rconn_command(rc, KEY_ACTIVITY_LIST, "EVAL %s 2 %s %s %b %lld", ACT_LIST_CAS,
+                      KEY_ACTIVITY_LIST, KEY_ACTIVITY_LIST_GEN, b.p, b.len, gen);
+    if (rconn_expect(rc, r, REDIS_REPLY_INTEGER, "EVAL list write", KEY_ACTIVITY_LIST, err,
+                     errlen) != CS_OK) {
+        r = NULL;
+        goto out;
+    }
+    *stale = r->integer < 0;
+    ret = CS_OK;
+out:
+    if (r != NULL)
+        freeReplyObject(r);
+    free(b.p);
+    return ret;
+}
+
 int activity_preheat_one(struct mconn *mc, struct rconn *rc, int64_t id, int horizon_days,
                          int grace_s, struct preheat_result *res, char *err, size_t errlen)
 {
-    struct act_vec vec;
-    int ret = CS_ERR;
+    for (int tries = 0; tries < ACT_LIST_TRIES; tries++) {
+        struct act_vec vec;
+        long long gen;
+        int stale = 0, malformed = 0, ret;
 
-    memset(res, 0, sizeof(*res));
-    if (act_select(mc, horizon_days, grace_s, id, 0, &vec, err, errlen) != CS_OK)
-        return CS_ERR;
-    if (act_drop_voided(rc, &vec, err, errlen) != CS_OK ||
-        act_publish(mc, rc, &vec, res, err, errlen) != CS_OK)
-        goto out;
-    res->loaded = (int)vec.n;
-    /* Its place in ACTIVITY:LIST (added, moved, or gone when it left the
-     * horizon), after its stock field exists. */
-    ret = act_list_rewrite(mc, rc, horizon_days, grace_s, err, errlen);
-out:
-    act_vec_free(&vec);
-    return ret;
+        memset(res, 0, sizeof(*res));
+        /* The list's generation before the row is read: a write of the list
+         * after that (another change of ID included) makes us read again,
+         * so an older row can never replace a newer one in the list. */
+        if (act_list_gen(rc, &gen, err, errlen) != CS_OK
+            || act_select(mc, horizon_days, grace_s, id, 0, &vec, err, errlen) != CS_OK)
+            return CS_ERR;
+        ret = act_drop_voided(rc, &vec, err, errlen);
+        if (ret == CS_OK)
+            ret = act_publish(mc, rc, &vec, res, err, errlen);
+        res->loaded = (int)vec.n;
+        /* Its place in ACTIVITY:LIST (added, moved, or gone when it left the
+         * horizon), after its stock field exists. */
+        if (ret == CS_OK) {
+            ret = act_list_splice(rc, id, &vec, gen, &stale, &malformed, err, errlen);
+            if (ret != CS_OK && malformed) /* rebuilt whole from MySQL */
+                ret = act_list_rewrite(mc, rc, horizon_days, grace_s, err, errlen);
+        }
+        act_vec_free(&vec);
+        if (ret != CS_OK || !stale)
+            return ret;
+    }
+    snprintf(err, errlen, "%s: %d writers came between", KEY_ACTIVITY_LIST, ACT_LIST_TRIES);
+    return CS_ERR;
 }
 
 /* ---- revoke ---------------------------------------------------------------- */

@@ -183,6 +183,8 @@ g1=$(rcli GET '{ACTIVITY:LIST}:GEN')
 create "Third sale" 3 -60 3600
 g2=$(rcli GET '{ACTIVITY:LIST}:GEN')
 check "each list write moves the list's generation ($g1 -> $g2)" test "${g2:-0}" -gt "${g1:-0}"
+http GET /market/consumer/coupon/status
+check_eq "the new sale takes its place by start time" "Third sale,Renamed sale" "$(names "$HTTP_BODY")"
 http POST /market/admin/coupon/preheat '{}' "$ADMIN"
 check_eq "a full preheat answers 200" 200 "$HTTP_CODE"
 http GET /market/consumer/coupon/status
