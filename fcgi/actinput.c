@@ -25,6 +25,8 @@ static const struct {
     {ACTIN_END, "distributeEndTime"},
     {ACTIN_VALIDITY, "validityDays"},
     {ACTIN_ADD, "addStock"},
+    {ACTIN_RETURN, "returnOnExpiry"},
+    {ACTIN_GROUPS, "eligibleGroups"},
 };
 
 const char *actinput_field(unsigned bit)
@@ -237,6 +239,48 @@ static int actin_printable_key(const char *k)
     return 1;
 }
 
+static int actin_group_ok(const char *g)
+{
+    size_t n = strlen(g);
+    if (n == 0 || n > ACTIN_MAX_GROUP_LEN)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)g[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')
+              || c == '_' || c == '.' || c == ':' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+/* eligibleGroups: an array of group names, written back as compact JSON. */
+static int actin_groups(const cJSON *m, const char *f, char *out, size_t outlen,
+                        struct actinput_err *e)
+{
+    const cJSON *g, *h;
+    int n = 0;
+    size_t len = 0;
+
+    if (!cJSON_IsArray(m))
+        return actin_fail(e, f, "must be an array of group names");
+    out[0] = '\0';
+    cJSON_ArrayForEach(g, m)
+    {
+        if (!cJSON_IsString(g) || !actin_group_ok(g->valuestring))
+            return actin_fail(e, f, "each group is 1..32 characters of A-Z a-z 0-9 _ . : -");
+        if (++n > ACTIN_MAX_GROUPS)
+            return actin_fail(e, f, "at most 16 groups");
+        for (h = m->child; h != g; h = h->next)
+            if (strcmp(h->valuestring, g->valuestring) == 0)
+                return actin_fail(e, f, "names a group twice");
+        len += (size_t)snprintf(out + len, outlen - len, "%s\"%s\"", n == 1 ? "[" : ",",
+                                g->valuestring);
+    }
+    if (n > 0)
+        snprintf(out + len, outlen - len, "]");
+    return CS_OK;
+}
+
 int actinput_parse(const cJSON *doc, int for_update, struct actinput *in,
                    struct actinput_err *e)
 {
@@ -301,6 +345,13 @@ int actinput_parse(const cJSON *doc, int for_update, struct actinput *in,
         case ACTIN_VALIDITY:
             rc = actin_int(m, f, 1, ACTIN_MAX_VALIDITY, &v, e);
             in->validity_days = (int)v;
+            break;
+        case ACTIN_RETURN:
+            rc = cJSON_IsBool(m) ? CS_OK : actin_fail(e, f, "must be true or false");
+            in->return_on_expiry = cJSON_IsTrue(m);
+            break;
+        case ACTIN_GROUPS:
+            rc = actin_groups(m, f, in->groups, sizeof(in->groups), e);
             break;
         default: /* ACTIN_ADD */
             rc = actin_int(m, f, 1, ACTIN_MAX_TOTAL, &in->add_stock, e);

@@ -19,7 +19,12 @@ enum {
     ACTIN_END = 1u << 7,
     ACTIN_VALIDITY = 1u << 8,
     ACTIN_ADD = 1u << 9,       /* addStock: updates only */
+    ACTIN_RETURN = 1u << 10,   /* returnOnExpiry */
+    ACTIN_GROUPS = 1u << 11,   /* eligibleGroups */
 };
+
+#define ACTIN_MAX_GROUPS 16
+#define ACTIN_MAX_GROUP_LEN 32
 
 #define ACTIN_MAX_TOTAL 1000000000LL   /* total_num is INT UNSIGNED; stay well inside */
 #define ACTIN_MAX_VALIDITY 36500
@@ -36,6 +41,11 @@ struct actinput {
     int64_t end_s;
     int validity_days;
     int64_t add_stock;
+    int return_on_expiry;       /* 0 or 1 */
+    /* eligibleGroups as compact JSON ("[\"new\",\"vip\"]"), "" for [] (anyone):
+     * 1..ACTIN_MAX_GROUPS names of 1..ACTIN_MAX_GROUP_LEN bytes of
+     * [A-Za-z0-9_.:-], no name twice. */
+    char groups[ACTIN_MAX_GROUPS * (ACTIN_MAX_GROUP_LEN + 3) + 3];
 };
 
 struct actinput_err {

@@ -29,7 +29,8 @@
     "stock_num, CAST(UNIX_TIMESTAMP(distribute_start_time) AS SIGNED) * 1000, "              \
     "CAST(UNIX_TIMESTAMP(distribute_end_time) AS SIGNED) * 1000, validity_days, status, "    \
     "CAST(UNIX_TIMESTAMP(created_at) AS SIGNED) * 1000, "                                   \
-    "CAST(UNIX_TIMESTAMP(NOW()) AS SIGNED) * 1000"
+    "CAST(UNIX_TIMESTAMP(NOW()) AS SIGNED) * 1000, return_on_expiry, "                     \
+    "COALESCE(eligible_groups, '')"
 
 static const char SQL_GET[] = "SELECT " ACT_COLS " FROM activity WHERE id = ?";
 static const char SQL_LOCK[] = "SELECT " ACT_COLS " FROM activity WHERE id = ? FOR UPDATE";
@@ -39,10 +40,15 @@ static const char SQL_COUNT[] = "SELECT COUNT(*) FROM activity";
 /* status follows from the window, as the status job would set it. */
 static const char SQL_INSERT[] =
     "INSERT INTO activity (name, coupon_name, coupon_type, coupon_amount, coupon_threshold, "
-    "total_num, stock_num, distribute_start_time, distribute_end_time, validity_days, status) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, FROM_UNIXTIME(?), FROM_UNIXTIME(?), ?, "
+    "total_num, stock_num, distribute_start_time, distribute_end_time, validity_days, "
+    "return_on_expiry, eligible_groups, status) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, FROM_UNIXTIME(?), FROM_UNIXTIME(?), ?, ?, NULLIF(?, ''), "
     "CASE WHEN FROM_UNIXTIME(?) > NOW() THEN 1 WHEN FROM_UNIXTIME(?) > NOW() THEN 2 ELSE 3 END)";
 static const char SQL_LAST_ID[] = "SELECT LAST_INSERT_ID()";
+/* Coupons of one activity by state, from idx_coupon_activity_state alone. */
+static const char SQL_COUPON_COUNTS[] =
+    "SELECT status, returned <> 0, COUNT(*) FROM coupon WHERE activity_id = ? "
+    "GROUP BY status, returned <> 0";
 /* NULL keeps a column; total and stock move by the same delta, so the
  * invariant total = stock + coupons holds in this one statement. MariaDB
  * assigns left to right: status sees the new window. */
@@ -54,6 +60,8 @@ static const char SQL_UPDATE[] =
     "distribute_start_time = COALESCE(FROM_UNIXTIME(?), distribute_start_time), "
     "distribute_end_time = COALESCE(FROM_UNIXTIME(?), distribute_end_time), "
     "validity_days = COALESCE(?, validity_days), "
+    "return_on_expiry = COALESCE(?, return_on_expiry), "
+    "eligible_groups = IF(? IS NULL, eligible_groups, NULLIF(?, '')), "
     "status = CASE WHEN distribute_start_time > NOW() THEN 1 "
     "WHEN distribute_end_time > NOW() THEN 2 ELSE 3 END WHERE id = ?";
 
@@ -93,7 +101,7 @@ static int64_t act_ll(const char *s)
 static int act_row_cb(void *arg, int ncols, char **c)
 {
     struct act_rows *rows = arg;
-    if (ncols != 14)
+    if (ncols != 16)
         return CS_ERR;
     if (rows->n == rows->cap) {
         rows->cap = rows->cap ? rows->cap * 2 : 8;
@@ -116,6 +124,8 @@ static int act_row_cb(void *arg, int ncols, char **c)
     r->a.status = (int)act_ll(c[11]);
     r->created_ms = act_ll(c[12]);
     r->db_now_ms = act_ll(c[13]);
+    r->a.return_on_expiry = act_ll(c[14]) != 0;
+    snprintf(r->a.groups, sizeof(r->a.groups), "%s", c[15] ? c[15] : "");
     return CS_OK;
 }
 
@@ -246,6 +256,43 @@ static int act_refresh(struct worker *w, int64_t id)
 
 /* ---- answers --------------------------------------------------------------------- */
 
+struct act_counts {
+    int64_t by_status[5];      /* index: coupon.status 1..4 */
+    int64_t returned;
+};
+
+static int act_counts_row(void *arg, int ncols, char **c)
+{
+    struct act_counts *k = arg;
+    if (ncols != 3 || c[0] == NULL || c[2] == NULL)
+        return CS_ERR;
+    int st = atoi(c[0]);
+    int64_t n = strtoll(c[2], NULL, 10);
+    if (st >= 1 && st <= 4)
+        k->by_status[st] += n;
+    if (c[1] != NULL && atoi(c[1]) != 0)
+        k->returned += n;
+    return CS_OK;
+}
+
+/* Adds "coupons": {unused, used, expired, returned, voided} of activity id
+ * to o (null when MySQL could not tell). */
+static void act_add_counts(struct worker *w, int64_t id, cJSON *o)
+{
+    struct act_counts k = {0};
+    struct mval p[] = {MV_INT(id)};
+    if (mconn_query(w->mc, SQL_COUPON_COUNTS, p, 1, act_counts_row, &k) != CS_OK) {
+        cJSON_AddNullToObject(o, "coupons");
+        return;
+    }
+    cJSON *c = cJSON_AddObjectToObject(o, "coupons");
+    cJSON_AddNumberToObject(c, "unused", (double)k.by_status[1]);
+    cJSON_AddNumberToObject(c, "used", (double)k.by_status[2]);
+    cJSON_AddNumberToObject(c, "expired", (double)k.by_status[3]);
+    cJSON_AddNumberToObject(c, "returned", (double)k.returned);
+    cJSON_AddNumberToObject(c, "voided", (double)k.by_status[4]);
+}
+
 static cJSON *act_json(const struct act_row *r, int64_t now_ms, enum act_stock kind,
                        int64_t stock)
 {
@@ -342,7 +389,9 @@ static void act_answer_one(struct worker *w, struct req *r, int status, const ch
     int stale = act_redis_stock(w, &row, 1, &kind, &stock) != CS_OK;
     if (root == NULL)
         root = act_root(msg);
-    cJSON_AddItemToObject(root, "activity", act_json(&row, cs_now_ms(), kind, stock));
+    cJSON *one = act_json(&row, cs_now_ms(), kind, stock);
+    act_add_counts(w, id, one);
+    cJSON_AddItemToObject(root, "activity", one);
     cJSON_AddBoolToObject(root, "stale", stale);
     act_send(r, status, msg, root);
 }
@@ -424,8 +473,11 @@ static void act_get(struct worker *w, struct req *r)
     cJSON_AddNumberToObject(root, "total", (double)total);
     cJSON *arr = cJSON_AddArrayToObject(root, "activities");
     int64_t now = cs_now_ms();
-    for (size_t i = 0; i < rows.n; i++)
-        cJSON_AddItemToArray(arr, act_json(&rows.v[i], now, kind[i], stock[i]));
+    for (size_t i = 0; i < rows.n; i++) {
+        cJSON *o = act_json(&rows.v[i], now, kind[i], stock[i]);
+        act_add_counts(w, rows.v[i].a.id, o);
+        cJSON_AddItemToArray(arr, o);
+    }
     /* What an operator watches besides the stock: the sync backlog and the
      * node's Redis breaker. */
     if (qsum >= 0) {
@@ -497,6 +549,8 @@ static void act_create(struct worker *w, struct req *r)
         MV_INT(in.start_s),
         MV_INT(in.end_s),
         MV_INT(in.validity_days),
+        MV_INT(in.return_on_expiry),
+        MV_TXT(in.groups, strlen(in.groups)),
         MV_INT(in.start_s),
         MV_INT(in.end_s),
     };
@@ -732,6 +786,9 @@ static void act_update(struct worker *w, struct req *r)
         act_opt_int(ch, ACTIN_START, in.start_s),
         act_opt_int(ch, ACTIN_END, in.end_s),
         act_opt_int(ch, ACTIN_VALIDITY, in.validity_days),
+        act_opt_int(ch, ACTIN_RETURN, in.return_on_expiry),
+        act_opt_txt(ch, ACTIN_GROUPS, in.groups),
+        act_opt_txt(ch, ACTIN_GROUPS, in.groups),
         MV_INT(id),
     };
     if (mconn_exec(w->mc, SQL_UPDATE, p, (int)CS_ARRAY_LEN(p), NULL) != CS_OK) {

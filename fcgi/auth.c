@@ -295,6 +295,18 @@ static enum auth_result check_claims(const struct auth_cfg *cfg, const json_t *c
     }
     const char *role = json_string_value(json_object_get(claims, "role"));
     id->is_admin = role != NULL && strcmp(role, "admin") == 0;
+    id->is_service = role != NULL && strcmp(role, "service") == 0;
+    const json_t *groups = json_object_get(claims, "groups"), *g;
+    size_t gi;
+    id->ngroups = 0;
+    json_array_foreach(groups, gi, g)
+    {
+        /* A name that cannot be an activity's group never matches: skipped. */
+        if (id->ngroups < AUTH_MAX_GROUPS && json_is_string(g)
+            && json_string_length(g) < sizeof(id->groups[0]) && json_string_length(g) > 0)
+            snprintf(id->groups[id->ngroups++], sizeof(id->groups[0]), "%s",
+                     json_string_value(g));
+    }
     return AUTH_OK;
 }
 
@@ -314,6 +326,7 @@ enum auth_result auth_check(const struct auth_cfg *cfg, const char *authorizatio
             return AUTH_INVALID;
         }
         id->is_admin = x_user_role != NULL && strcmp(x_user_role, "admin") == 0;
+        id->is_service = x_user_role != NULL && strcmp(x_user_role, "service") == 0;
         return AUTH_OK;
     }
 

@@ -29,9 +29,16 @@ struct auth_cfg {
 
 enum auth_result { AUTH_OK, AUTH_MISSING, AUTH_INVALID };
 
+#define AUTH_MAX_GROUPS 16
+
 struct auth_identity {
     int64_t user_id;
     int is_admin;
+    int is_service;            /* role "service": the order system (coupon use/release) */
+    /* The token's "groups" claim (array of strings): its first
+     * AUTH_MAX_GROUPS names of at most 39 bytes; others are ignored. */
+    int ngroups;
+    char groups[AUTH_MAX_GROUPS][40];
 };
 
 /* Keys the HMAC context of cfg once (JWT mode, OpenSSL verifier), so no
@@ -46,7 +53,8 @@ void auth_fini(struct auth_cfg *cfg);
  * "nbf", when present, not in the future (both with leeway_s); when
  * cfg->issuer is set, "iss" must equal it; when cfg->audience is set, "aud"
  * (a string or an array of strings) must contain it; "sub" a decimal user
- * id 1..2^63-1 (a string, or a JSON integer); "role":"admin" makes an admin. In trusted-header mode the user id
+ * id 1..2^63-1 (a string, or a JSON integer); "role":"admin" makes an admin, "role":"service"
+ * the order system; "groups" (an array of strings, optional) fills id->groups. In trusted-header mode the user id
  * comes from x_user_id and x_user_role "admin" makes an admin (the params
  * COUPONSEIZE_USER_ID and COUPONSEIZE_USER_ROLE, see params.h).
  * Returns AUTH_OK and fills *id, AUTH_MISSING when no credential was sent,

@@ -40,6 +40,11 @@ static const struct {
                                      "answered; retry with the same key shortly"},
     [CODE_IDEMPOTENCY_KEY_REUSED] = {422, "IDEMPOTENCY_KEY_REUSED",
                                      "this Idempotency-Key was used for another request"},
+    [CODE_NOT_ELIGIBLE] = {403, "NOT_ELIGIBLE", "this activity is for other user groups"},
+    [CODE_NO_SUCH_COUPON] = {404, "NO_SUCH_COUPON", "no such coupon"},
+    [CODE_ALREADY_USED] = {409, "ALREADY_USED", "the coupon was used by another order"},
+    [CODE_EXPIRED] = {409, "EXPIRED", "the coupon has expired"},
+    [CODE_UNUSED] = {409, "UNUSED", "the coupon is not used by any order"},
 };
 
 int http_code_status(enum cs_code code)

@@ -20,12 +20,13 @@
  * few hundred kilobytes, not size x sizeof(struct activity). */
 struct meta_entry {
     enum meta_kind kind;
-    int status, validity_days;
+    int status, validity_days, return_on_expiry;
     int64_t id, total_num, start_ms, end_ms;
     int64_t remaining;         /* last stock seen, -1 unknown */
     char coupon_amount[24], coupon_threshold[24];
     size_t coupon_name_off;    /* into text */
-    char text[];               /* name NUL coupon_name NUL */
+    size_t groups_off;         /* into text */
+    char text[];               /* name NUL coupon_name NUL groups NUL */
 };
 
 struct meta {
@@ -78,11 +79,12 @@ void meta_free(struct meta *m)
 static struct meta_entry *meta_entry_new(enum meta_kind kind, const struct activity *a,
                                          int64_t remaining)
 {
-    size_t nl = strlen(a->name), cl = strlen(a->coupon_name);
-    struct meta_entry *e = xmalloc(sizeof(*e) + nl + cl + 2);
+    size_t nl = strlen(a->name), cl = strlen(a->coupon_name), gl = strlen(a->groups);
+    struct meta_entry *e = xmalloc(sizeof(*e) + nl + cl + gl + 3);
     e->kind = kind;
     e->status = a->status;
     e->validity_days = a->validity_days;
+    e->return_on_expiry = a->return_on_expiry;
     e->id = a->id;
     e->total_num = a->total_num;
     e->start_ms = a->start_ms;
@@ -93,6 +95,8 @@ static struct meta_entry *meta_entry_new(enum meta_kind kind, const struct activ
     memcpy(e->text, a->name, nl + 1);
     e->coupon_name_off = nl + 1;
     memcpy(e->text + nl + 1, a->coupon_name, cl + 1);
+    e->groups_off = nl + cl + 2;
+    memcpy(e->text + e->groups_off, a->groups, gl + 1);
     return e;
 }
 
@@ -109,6 +113,8 @@ static void meta_entry_copy(const struct meta_entry *e, struct activity *a)
     memcpy(a->coupon_threshold, e->coupon_threshold, sizeof(a->coupon_threshold));
     snprintf(a->name, sizeof(a->name), "%s", e->text);
     snprintf(a->coupon_name, sizeof(a->coupon_name), "%s", e->text + e->coupon_name_off);
+    a->return_on_expiry = e->return_on_expiry;
+    snprintf(a->groups, sizeof(a->groups), "%s", e->text + e->groups_off);
 }
 
 /* Reads ID's META field and its membership of ACTIVITY:VOIDED in one round

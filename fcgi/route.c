@@ -16,6 +16,9 @@ const char *const route_names[ROUTE__COUNT] = {
     [ROUTE_METRICS] = "metrics",
     [ROUTE_ACTIVITY] = "activity",
     [ROUTE_RECONCILE] = "reconcile",
+    [ROUTE_MINE] = "mine",
+    [ROUTE_USE] = "use",
+    [ROUTE_RELEASE] = "release",
     [ROUTE_OTHER] = "other",
 };
 
@@ -35,6 +38,10 @@ static const struct {
     {"/market/health", "GET", ROUTE_HEALTH, admin_health, NULL, 0},
     {"/market/admin/metrics", "GET", ROUTE_METRICS, metrics_handle, NULL, 0},
     {"/market/admin/coupon/activity", NULL, ROUTE_ACTIVITY, activity_handle, NULL, 1},
+    {"/market/consumer/coupon/mine", "GET", ROUTE_MINE, coupon_mine_handle, NULL, 0},
+    /* Audited when an admin token calls (the handler sets the action). */
+    {"/market/service/coupon/use", "POST", ROUTE_USE, coupon_use_handle, NULL, 0},
+    {"/market/service/coupon/release", "POST", ROUTE_RELEASE, coupon_release_handle, NULL, 0},
 };
 
 void route_dispatch(struct worker *w, struct req *r)

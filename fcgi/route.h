@@ -14,6 +14,9 @@ enum route_id {
     ROUTE_METRICS,
     ROUTE_ACTIVITY,
     ROUTE_RECONCILE,
+    ROUTE_MINE,
+    ROUTE_USE,
+    ROUTE_RELEASE,
     ROUTE_OTHER,
     ROUTE__COUNT
 };
@@ -35,5 +38,10 @@ void admin_health(struct worker *w, struct req *r);
 void metrics_handle(struct worker *w, struct req *r);
 /* GET / POST / PUT /market/admin/coupon/activity (activity_api.c). */
 void activity_handle(struct worker *w, struct req *r);
+/* GET /market/consumer/coupon/mine, POST /market/service/coupon/{use,release}
+ * (coupon_api.c). use and release set r->audit_action when an admin calls. */
+void coupon_mine_handle(struct worker *w, struct req *r);
+void coupon_use_handle(struct worker *w, struct req *r);
+void coupon_release_handle(struct worker *w, struct req *r);
 
 #endif

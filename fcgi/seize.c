@@ -311,6 +311,12 @@ void seize_handle(struct worker *w, struct req *r)
     case META_FOUND:
         break;
     }
+    /* Eligibility is the activity's rule alone: decided here, before the
+     * script, so a user outside its groups never costs Redis a call. */
+    if (!activity_groups_allow(&a, (const char (*)[40])who.groups, who.ngroups)) {
+        req_reply(r, CODE_NOT_ELIGIBLE, NULL, NULL, 0);
+        return;
+    }
     /* A fast path only: the script judges the window by Redis' clock. */
     enum cs_code window = seize_window(&a, now);
     if (window != CODE_OK) {

@@ -80,7 +80,45 @@ cJSON *activity_to_json(const struct activity *a)
     cJSON_AddNumberToObject(o, "endTime", (double)a->end_ms);
     cJSON_AddNumberToObject(o, "validityDays", a->validity_days);
     cJSON_AddNumberToObject(o, "status", a->status);
+    cJSON_AddBoolToObject(o, "returnOnExpiry", a->return_on_expiry);
+    cJSON *g = a->groups[0] ? cJSON_Parse(a->groups) : NULL;
+    cJSON_AddItemToObject(o, "eligibleGroups", cJSON_IsArray(g) ? g : cJSON_CreateArray());
+    if (g != NULL && !cJSON_IsArray(g))
+        cJSON_Delete(g);
     return o;
+}
+
+int activity_groups_allow(const struct activity *a, const char (*names)[40], int n)
+{
+    char quoted[48];
+
+    if (a->groups[0] == '\0')
+        return 1;
+    for (int i = 0; i < n; i++) {
+        /* "name" with its quotes: the activity's names hold no quote or
+         * backslash, so this is exact for a token's name without them. */
+        if (strpbrk(names[i], "\"\\") != NULL)
+            continue;
+        if (snprintf(quoted, sizeof(quoted), "\"%s\"", names[i]) < (int)sizeof(quoted)
+            && strstr(a->groups, quoted) != NULL)
+            return 1;
+    }
+    return 0;
+}
+
+/* eligibleGroups of a META / ACTIVITY:LIST entry back into compact text. */
+static void act_json_groups(const cJSON *obj, char *dst, size_t size)
+{
+    const cJSON *g = cJSON_GetObjectItemCaseSensitive(obj, "eligibleGroups");
+    dst[0] = '\0';
+    if (!cJSON_IsArray(g) || cJSON_GetArraySize(g) == 0)
+        return;
+    char *txt = cJSON_PrintUnformatted(g);
+    if (txt != NULL && strlen(txt) < size)
+        memcpy(dst, txt, strlen(txt) + 1);
+    else
+        snprintf(dst, size, "[\"\"]"); /* too long to hold: nobody's group matches */
+    cJSON_free(txt);
 }
 
 /* Reads an integral number field (a number, or a decimal string). */
@@ -146,6 +184,8 @@ int activity_from_json(const cJSON *obj, struct activity *a)
     act_json_text(obj, "couponAmount", a->coupon_amount, sizeof(a->coupon_amount), "0.00");
     act_json_text(obj, "couponThreshold", a->coupon_threshold, sizeof(a->coupon_threshold),
                   "0.00");
+    a->return_on_expiry = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(obj, "returnOnExpiry"));
+    act_json_groups(obj, a->groups, sizeof(a->groups));
     return CS_OK;
 }
 

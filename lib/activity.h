@@ -30,7 +30,16 @@ struct activity {
     int64_t end_ms;            /* distribute_end_time */
     int validity_days;
     int status;                /* activity.status as stored in MySQL */
+    int return_on_expiry;      /* an expired unused coupon gives its stock back */
+    /* eligible_groups: compact JSON array of group names ("[\"new\"]"), ""
+     * when anyone may seize. Names are [A-Za-z0-9_.:-] (the admin API checks),
+     * so a name never holds a quote. */
+    char groups[600];
 };
+
+/* Whether a caller whose token names the groups names[0..n) may seize A:
+ * always when A has no groups, else when one of the names is one of A's. */
+int activity_groups_allow(const struct activity *a, const char (*names)[40], int n);
 
 /* Status of A at NOW_MS: VOIDED if voided in MySQL, else from the window
  * (start <= now < end is IN_PROGRESS). */

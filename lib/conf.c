@@ -70,6 +70,7 @@ static const struct conf_key conf_keys[] = {
     I("auth.leeway_s", auth_leeway_s, 0, 3600, 0),
     S("auth.audience", auth_audience, 0, "", NULL),
     S("auth.issuer", auth_issuer, 0, "", NULL),
+    B("auth.user_may_use", auth_user_may_use, 0),
 
     I("limits.node_rps", limits_node_rps, 0, 100000000, 0),
     I("limits.burst", limits_burst, 0, 100000000, 0),
@@ -91,6 +92,7 @@ static const struct conf_key conf_keys[] = {
     I("sync.redis_timeout_ms", sync_redis_timeout_ms, 1, 600000, 2000),
     S("sync.metrics_file", sync_metrics_file, 0, "", NULL),
     I("sync.status_interval_s", sync_status_interval_s, 1, 86400, 60),
+    I("sync.expire_batch", sync_expire_batch, 1, 100000, 1000),
     I("sync.cleanup_grace_s", sync_cleanup_grace_s, 0, 31536000, 86400),
     I("sync.reconcile_full_s", sync_reconcile_full_s, 1, 604800, 600),
 };

@@ -54,6 +54,7 @@ struct cs_conf {
     int auth_leeway_s;
     char *auth_audience;
     char *auth_issuer;
+    int auth_user_may_use;         /* boolean: a coupon's owner may use/release it */
 
     /* limits */
     int limits_node_rps;
@@ -80,6 +81,7 @@ struct cs_conf {
     char *sync_metrics_file;
     int sync_status_interval_s;
     int sync_reconcile_full_s;     /* reconcile every open sale at least this often */
+    int sync_expire_batch;
     int sync_cleanup_grace_s;
 };
 

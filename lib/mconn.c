@@ -238,9 +238,14 @@ int mconn_query(struct mconn *mc, const char *sql, const struct mval *params, in
     int rc = CS_OK, f;
     while ((f = mysql_stmt_fetch(st)) == 0 || f == MYSQL_DATA_TRUNCATED) {
         for (int i = 0; i < ncols; i++) {
+            /* The client leaves the length of a NULL column unset. */
+            if (nulls[i]) {
+                cols[i] = NULL;
+                continue;
+            }
             unsigned long l = lens[i] < MCONN_COL_BUF - 1 ? lens[i] : MCONN_COL_BUF - 1;
             bufs[i][l] = '\0';
-            cols[i] = nulls[i] ? NULL : bufs[i];
+            cols[i] = bufs[i];
         }
         if (rc == CS_OK && fn(arg, ncols, cols) != CS_OK)
             rc = CS_ERR; /* keep fetching so the statement is reusable */

@@ -22,7 +22,8 @@
     "UNIX_TIMESTAMP(distribute_start_time)*1000, UNIX_TIMESTAMP(distribute_end_time)*1000, " \
     "validity_days, status, " \
     "EXISTS (SELECT 1 FROM coupon c WHERE c.activity_id = activity.id), " \
-    "CAST(UNIX_TIMESTAMP(updated_at) * 1000000 AS SIGNED) FROM activity "
+    "CAST(UNIX_TIMESTAMP(updated_at) * 1000000 AS SIGNED), " \
+    "return_on_expiry, COALESCE(eligible_groups, '') FROM activity "
 #define SQL_PREHEAT_SERVED \
     "status <> 4 AND distribute_end_time > NOW() - INTERVAL ? SECOND " \
     "AND distribute_start_time < NOW() + INTERVAL ? DAY "
@@ -88,7 +89,7 @@ static int64_t act_atoll(const char *s)
 static int act_row(void *arg, int ncols, char **cols)
 {
     struct act_vec *vec = arg;
-    if (ncols != 12)
+    if (ncols != 14)
         return CS_ERR;
     if (vec->n == vec->cap) {
         vec->cap = vec->cap ? vec->cap * 2 : 16;
@@ -113,6 +114,8 @@ static int act_row(void *arg, int ncols, char **cols)
     a->end_ms = act_atoll(cols[7]);
     a->validity_days = (int)act_atoll(cols[8]);
     a->status = (int)act_atoll(cols[9]);
+    a->return_on_expiry = act_atoll(cols[12]) != 0;
+    activity_copy_text(a->groups, sizeof(a->groups), cols[13] ? cols[13] : "");
     vec->txt[vec->n - 1] = activity_to_text(a);
     snprintf(vec->win[vec->n - 1], sizeof(vec->win[0]), "%" PRId64 ",%" PRId64, a->start_ms,
              a->end_ms);

@@ -16,9 +16,11 @@
 /* Pairs per HSET when rebuilding a seize list, so no single command gets huge. */
 #define ACT_HSET_CHUNK 1000
 
+/* Only coupons that count: a returned coupon gave its stock back and its
+ * user left the seize list (sql/005_coupon_lifecycle.sql). */
 static const char SQL_COUPON_USERS[] =
     "SELECT user_id, CAST(UNIX_TIMESTAMP(seized_at)*1000 AS SIGNED) FROM coupon "
-    "WHERE activity_id = ?";
+    "WHERE activity_id = ? AND returned = 0";
 
 /* Pending HSET of seize-list pairs, flushed every ACT_HSET_CHUNK pairs. */
 struct act_hset {

@@ -15,8 +15,8 @@
 #include "rcluster.h"
 
 #define SHM_FLAGS 1024           /* slots per flag table, power of two */
-#define SHM_ROUTES 9
-#define SHM_CODES 24
+#define SHM_ROUTES 16
+#define SHM_CODES 32
 #define SHM_LAT_BUCKETS 12       /* seize latency histogram, last is +Inf */
 
 #define SHM_QUEUE_SHARDS 10      /* KEYS_SHARDS */

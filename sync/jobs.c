@@ -1,6 +1,7 @@
 /* jobs.c - preheat, status job, reconciliation and queue depth for coupon-sync. */
 #include "jobs.h"
 #include "activity.h"
+#include "coupon.h"
 #include "cs.h"
 #include "drain.h"
 #include "keys.h"
@@ -35,9 +36,13 @@
 static const char SQL_REC_IDS_CHANGED[] = "SELECT a.id FROM activity a WHERE " SQL_REC_CHANGED;
 static const char SQL_REC_IDS_OPEN[] = "SELECT a.id FROM activity a WHERE " SQL_REC_OPEN;
 /* Total and coupons of the same activities, in one query: one per activity
- * was 2,000 round trips a shard with 20,000 on sale. */
+ * was 2,000 round trips a shard with 20,000 on sale. A return whose Redis
+ * step is still to follow (returned = 1) counts here as Redis still sees it:
+ * its user in the seize list, its stock not back (the coupon job does that
+ * step and marks it 2 under the shard lock). */
 #define SQL_REC_COUNTS \
-    "SELECT a.id, a.total_num, (SELECT COUNT(*) FROM coupon c WHERE c.activity_id = a.id) " \
+    "SELECT a.id, a.total_num, (SELECT COUNT(*) FROM coupon c WHERE c.activity_id = a.id " \
+    "AND c.returned <> 2) " \
     "FROM activity a WHERE "
 static const char SQL_RECONCILE_CHANGED[] = SQL_REC_COUNTS SQL_REC_CHANGED;
 static const char SQL_RECONCILE_OPEN[] = SQL_REC_COUNTS SQL_REC_OPEN;
@@ -281,6 +286,100 @@ int jobs_expire(struct rconn *rc, int grace_s, int full, int *removed)
 fail:
     jobs_fail(NULL, rc, "expire", err);
     return CS_ERR;
+}
+
+/* ---- coupons: expiry and return on expiry ------------------------------------------ */
+
+/* The Redis step of the returns in ret[0..n): per shard under its sync lock,
+ * script then mark, so reconciliation (which takes the same lock) never sees
+ * one done without the other. A busy shard waits for the next pass. */
+static int coupons_redis(struct mconn *mc, struct rconn *rc, const struct coupon_return *ret,
+                         size_t n, int lock_ttl_ms, char *err, size_t errlen)
+{
+    for (int shard = 0; shard < KEYS_SHARDS; shard++) {
+        char token[DRAIN_TOKEN_MAX];
+        size_t mine = 0;
+        for (size_t i = 0; i < n; i++)
+            mine += keys_shard(ret[i].activity_id) == shard;
+        if (mine == 0)
+            continue;
+        int got = drain_lock_take(rc, shard, lock_ttl_ms, token, sizeof(token));
+        if (got < 0) {
+            snprintf(err, errlen, "sync lock of shard %d: %s", shard, rc->errstr);
+            return CS_ERR;
+        }
+        if (got == 0)
+            continue;
+        int ok = 1;
+        for (size_t i = 0; ok && i < n; i++) {
+            if (keys_shard(ret[i].activity_id) != shard)
+                continue;
+            int r = coupon_return_redis(rc, &ret[i], err, errlen);
+            if (r == CS_ERR) {
+                ok = 0;
+                break;
+            }
+            if (coupon_return_mark(mc, ret[i].id) != CS_OK) {
+                snprintf(err, errlen, "marking coupon %" PRId64 " returned: %s", ret[i].id,
+                         mc->errstr);
+                ok = 0;
+                break;
+            }
+            log_info("coupon %" PRId64 " of activity %" PRId64 " expired: stock given back%s",
+                     ret[i].id, ret[i].activity_id,
+                     r == 1 ? "" : " (in MySQL; Redis had nothing to give back)");
+        }
+        if (drain_lock_release(rc, shard, token) < 0 && ok) {
+            snprintf(err, errlen, "sync lock of shard %d: %s", shard, rc->errstr);
+            ok = 0;
+        }
+        if (!ok)
+            return CS_ERR;
+    }
+    return CS_OK;
+}
+
+int jobs_coupons(struct mconn *mc, struct rconn *rc, int batch, int lock_ttl_ms,
+                 uint64_t *expired, uint64_t *returned)
+{
+    char err[512] = "";
+    int64_t t0 = cs_mono_ms();
+
+    *expired = *returned = 0;
+    /* Returns first: a coupon due in an open sale with return_on_expiry is
+     * theirs; the plain pass below leaves those activities alone. */
+    for (int round = 0; round < 1000; round++) {
+        struct coupon_return *pend;
+        size_t n;
+        uint64_t now_returned;
+        if (coupon_return_due(mc, batch, &now_returned, &pend, &n) != CS_OK) {
+            snprintf(err, sizeof(err), "return on expiry: %s", mc->errstr);
+            jobs_fail(mc, NULL, "coupon job", err);
+            return CS_ERR;
+        }
+        *returned += now_returned;
+        int ok = coupons_redis(mc, rc, pend, n, lock_ttl_ms, err, sizeof(err)) == CS_OK;
+        free(pend);
+        if (!ok) {
+            jobs_fail(mc, rc, "coupon job", err);
+            return CS_ERR;
+        }
+        if (now_returned < (uint64_t)batch)
+            break;
+    }
+    if (coupon_expire_due(mc, batch, expired) != CS_OK) {
+        snprintf(err, sizeof(err), "expiry: %s", mc->errstr);
+        jobs_fail(mc, NULL, "coupon job", err);
+        return CS_ERR;
+    }
+    smetrics_add_expired(*expired + *returned);
+    smetrics_add_returned(*returned);
+    smetrics_dep_ok(SM_DEP_MYSQL);
+    if (*expired > 0 || *returned > 0)
+        log_info("coupon job: %" PRIu64 " coupons expired, %" PRIu64
+                 " of them returned to stock (%" PRId64 " ms)",
+                 *expired + *returned, *returned, cs_mono_ms() - t0);
+    return CS_OK;
 }
 
 /* ---- reconciliation ----------------------------------------------------------------- */

@@ -45,6 +45,16 @@ int jobs_reconcile_shard(struct mconn *mc, struct rconn *rc, int shard, int lock
  * SEIZED. *removed gets the count. */
 int jobs_expire(struct rconn *rc, int grace_s, int full, int *removed);
 
+/*
+ * The coupon lifecycle's pass (lib/coupon.c): first return on expiry (MySQL
+ * per coupon, then the Redis step per shard under the shard's sync lock,
+ * lock_ttl_ms), then the plain expiry in batches of batch rows. *expired
+ * gets the coupons expired without return, *returned those returned; both
+ * counted in the metrics. CS_OK or CS_ERR (logged through smetrics).
+ */
+int jobs_coupons(struct mconn *mc, struct rconn *rc, int batch, int lock_ttl_ms,
+                 uint64_t *expired, uint64_t *returned);
+
 /* HLEN of every queue shard into the queue-depth gauges; *total gets the sum. */
 int jobs_queue_depth(struct rconn *rc, int64_t *total);
 

@@ -242,6 +242,7 @@ static int syncd_jobs(struct syncd *d, int64_t now)
     }
     if (now >= d->next_status_ms || full) {
         int removed = 0;
+        uint64_t expired, returned;
         if (jobs_status(d->mc, d->rc) != CS_OK
             || jobs_expire(d->rc, c->sync_cleanup_grace_s, full || d->expire_full, &removed)
                    != CS_OK)
@@ -250,6 +251,9 @@ static int syncd_jobs(struct syncd *d, int64_t now)
             d->expire_full = 0;
         if (removed > 0)
             d->relist = 1;
+        if (jobs_coupons(d->mc, d->rc, c->sync_expire_batch, c->sync_lock_ttl_ms, &expired,
+                         &returned) != CS_OK)
+            ret = CS_ERR;
         d->next_status_ms = now + (int64_t)c->sync_status_interval_s * 1000;
     }
     if (full)

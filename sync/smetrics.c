@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 static atomic_uint_fast64_t sm_rows, sm_batches, sm_errors, sm_dead, sm_mismatches;
+static atomic_uint_fast64_t sm_expired, sm_returned;
 static atomic_int_fast64_t sm_depth[KEYS_SHARDS];
 static atomic_int_fast64_t sm_last_success_ms;
 static atomic_int sm_down[2];
@@ -42,6 +43,16 @@ void smetrics_add_errors(uint64_t n)
 void smetrics_add_dead(uint64_t n)
 {
     atomic_fetch_add(&sm_dead, n);
+}
+
+void smetrics_add_expired(uint64_t n)
+{
+    atomic_fetch_add(&sm_expired, n);
+}
+
+void smetrics_add_returned(uint64_t n)
+{
+    atomic_fetch_add(&sm_returned, n);
 }
 
 void smetrics_add_mismatches(uint64_t n)
@@ -126,6 +137,12 @@ int smetrics_write(const char *path)
                "Unix time of the last drain task that finished without error.\n"
                "# TYPE couponseize_sync_last_success_timestamp_seconds gauge\n"
                "couponseize_sync_last_success_timestamp_seconds %.3f\n", (double)last / 1000.0);
+    sm_counter(f, "couponseize_sync_coupons_expired_total",
+               "Unused coupons past valid_until marked expired (returned ones included).",
+               atomic_load(&sm_expired));
+    sm_counter(f, "couponseize_sync_coupons_returned_total",
+               "Expired coupons whose stock went back to their open sale (return on expiry).",
+               atomic_load(&sm_returned));
     sm_counter(f, "couponseize_sync_reconcile_mismatches_total",
                "Activities where Redis stock + queued + MySQL coupons != total_num.",
                atomic_load(&sm_mismatches));

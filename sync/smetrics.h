@@ -12,6 +12,8 @@ void smetrics_add_batches(uint64_t n);    /* batches committed */
 void smetrics_add_errors(uint64_t n);     /* failed tasks and jobs */
 void smetrics_add_dead(uint64_t n);       /* entries moved to a dead-letter hash */
 void smetrics_add_mismatches(uint64_t n); /* reconciliation mismatches */
+void smetrics_add_expired(uint64_t n);    /* coupons marked expired */
+void smetrics_add_returned(uint64_t n);   /* expired coupons whose stock went back */
 void smetrics_set_depth(int shard, int64_t depth);
 /* Records a shard task that finished without error at wall-clock now_ms. */
 void smetrics_success(int64_t now_ms);

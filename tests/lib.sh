@@ -228,7 +228,8 @@ b64url() {
 # $COUPON_JWT_SECRET: sub = SUB, exp = now + EXP_OFFSET_S (default 3600;
 # negative for an expired token, "none" for no exp claim), role = ROLE when
 # not empty. JWT_SECRET overrides the key (forged tokens), JWT_ALG the header
-# alg (the signature stays HS256).
+# alg (the signature stays HS256), JWT_EXTRA more claims (a JSON fragment
+# such as '"groups":["vip"]').
 mint_jwt() {
     local sub=$1 role=${2:-} off=${3:-3600} now header payload input sig
     local key=${JWT_SECRET:-$COUPON_JWT_SECRET} alg=${JWT_ALG:-HS256}
@@ -237,6 +238,7 @@ mint_jwt() {
     payload=$(printf '{"sub":"%s","iat":%d' "$sub" "$now")
     if [[ $off != none ]]; then payload+=$(printf ',"exp":%d' $((now + off))); fi
     if [[ -n $role ]]; then payload+=$(printf ',"role":"%s"' "$role"); fi
+    if [[ -n ${JWT_EXTRA:-} ]]; then payload+=",$JWT_EXTRA"; fi
     payload=$(printf '%s}' "$payload" | b64url)
     input=$header.$payload
     if command -v openssl >/dev/null 2>&1; then

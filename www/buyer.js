@@ -1,9 +1,11 @@
 // buyer.js - the buyer page: every preheated sale from `status`, a countdown
-// by the server's clock, one seize button per sale.
+// by the server's clock, one seize button per sale (off for a sale limited to
+// groups the token does not name), and the buyer's own coupons from `mine`.
 import { $, api, takeToken, syncClock, serverNow, duration, stateAt, STATE_WORDS } from './ui.js';
 
 const STATUS = '/market/consumer/coupon/status';
 const SEIZE = '/market/consumer/coupon/seize';
+const MINE = '/market/consumer/coupon/mine';
 const TOKEN_KEY = 'couponseize.buyerToken';
 
 // The outcome in words, by `code`. final: the button stays off afterwards.
@@ -20,12 +22,33 @@ const OUTCOMES = {
   UNKNOWN_OUTCOME: { text: 'No clear answer; checking whether the coupon is yours...', cls: 'wait' },
   UNAUTHORIZED: { text: 'Sign in first: paste your token above.', cls: 'bad' },
   FORBIDDEN: { text: 'Not allowed.', cls: 'bad' },
+  NOT_ELIGIBLE: { text: 'This sale is for other user groups.', cls: 'bad', final: true },
   BAD_REQUEST: { text: 'The request was refused as malformed.', cls: 'bad' },
 };
 const NO_ANSWER = { text: 'No answer from the server: try again.', cls: 'wait' };
 
 let token = takeToken(TOKEN_KEY);
 const cards = new Map(); // idStr -> {a, node, busy, done}
+
+// The token's "groups" claim, read without checking it (the server decides;
+// this only keeps the button off for a sale the buyer cannot join).
+function tokenGroups() {
+  try {
+    const p = token.split('.')[1].replace(/-/g, '+').replace(/_/g, '/');
+    const claims = JSON.parse(atob(p + '='.repeat((4 - (p.length % 4)) % 4)));
+    return Array.isArray(claims.groups) ? claims.groups.filter((g) => typeof g === 'string') : [];
+  } catch {
+    return [];
+  }
+}
+
+// Whether this buyer may seize sale a: anyone, unless it names groups.
+function eligible(a) {
+  const want = Array.isArray(a.eligibleGroups) ? a.eligibleGroups : [];
+  if (want.length === 0) return true;
+  const have = tokenGroups();
+  return want.some((g) => have.includes(g));
+}
 
 function showWho() {
   $('#who').textContent = token ? 'token set' : 'no token: seizing needs one';
@@ -55,8 +78,15 @@ function render(c) {
     left === null ? `${a.totalNum} coupons` : `${left} of ${a.totalNum} left`;
   const pct = left === null || !a.totalNum ? 100 : Math.max(0, Math.min(100, (100 * left) / a.totalNum));
   $('.bar > span', node).style.width = `${pct}%`;
-  // Off while a request is in flight, after a final answer, and outside the window.
-  $('.seize', node).disabled = c.busy || c.done || st !== 'IN_PROGRESS';
+  const groups = Array.isArray(a.eligibleGroups) ? a.eligibleGroups : [];
+  const may = eligible(a);
+  const whoEl = $('.who-may', node);
+  whoEl.textContent = groups.length === 0 ? 'Open to everyone'
+    : `Only for: ${groups.join(', ')}${may ? '' : ' (not you)'}`;
+  whoEl.classList.toggle('bad', !may);
+  // Off while a request is in flight, after a final answer, outside the
+  // window, and for a buyer outside the sale's groups.
+  $('.seize', node).disabled = c.busy || c.done || st !== 'IN_PROGRESS' || !may;
 }
 
 async function seize(c) {
@@ -143,15 +173,55 @@ async function load() {
   }
 }
 
+const MINE_WORDS = { UNUSED: 'Unused', USED: 'Used', EXPIRED: 'Expired', VOIDED: 'Cancelled' };
+
+// "My coupons": the first 100, newest first, with their state.
+async function loadMine() {
+  const table = $('#mine');
+  if (!token) {
+    table.hidden = true;
+    $('#mine-info').textContent = 'Paste your token to see your coupons.';
+    return;
+  }
+  const res = await api(`${MINE}?size=100`, { token });
+  if (!res.json || res.json.code !== 'OK') {
+    $('#mine-info').textContent = res.json && res.json.code === 'UNAUTHORIZED'
+      ? 'Your token was refused.' : 'Your coupons could not be loaded; retrying...';
+    return;
+  }
+  const rows = res.json.coupons || [];
+  $('#mine-info').textContent = rows.length ? `${res.json.total} coupon(s)`
+    : 'No coupons yet (a new one shows here within a few seconds).';
+  const body = $('tbody', table);
+  body.replaceChildren(...rows.map((c) => {
+    const tr = document.createElement('tr');
+    tr.dataset.id = c.idStr;
+    tr.dataset.state = c.status;
+    const amount = c.couponAmount && c.couponAmount !== '0.00' ? `${c.couponAmount} off` : '';
+    const over = c.couponThreshold && c.couponThreshold !== '0.00' ? ` over ${c.couponThreshold}` : '';
+    for (const text of [c.activityName, amount + over, MINE_WORDS[c.status] || c.status,
+      new Date(c.validUntil).toLocaleString(), c.orderId || '']) {
+      const td = document.createElement('td');
+      td.textContent = text;
+      tr.append(td);
+    }
+    return tr;
+  }));
+  table.hidden = rows.length === 0;
+}
+
 $('#token-form').addEventListener('submit', (ev) => {
   ev.preventDefault();
   const v = $('#token').value.trim();
   if (v) { token = v; localStorage.setItem(TOKEN_KEY, v); $('#token').value = ''; }
   showWho();
-  for (const c of cards.values()) checkMine(c);
+  for (const c of cards.values()) { checkMine(c); render(c); }
+  loadMine();
 });
 
 showWho();
 load();
+loadMine();
 setInterval(load, 2000);
+setInterval(loadMine, 5000);
 setInterval(() => { for (const c of cards.values()) render(c); }, 250);

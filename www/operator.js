@@ -57,6 +57,12 @@ function render(r) {
   $('.remaining', node).dataset.value = live ? String(a.remaining) : '';
   $('.stock', node).textContent =
     `live in Redis${live ? '' : ' (not preheated)'}; MySQL stock ${a.stockNum}`;
+  const k = a.coupons;
+  const groups = Array.isArray(a.eligibleGroups) && a.eligibleGroups.length
+    ? `; only for ${a.eligibleGroups.join(', ')}` : '';
+  $('.coupons', node).textContent = k
+    ? `coupons: ${k.unused} unused, ${k.used} used, ${k.expired} expired (${k.returned} returned), ${k.voided} voided${a.returnOnExpiry ? '; expired ones return to stock' : ''}${groups}`
+    : 'coupons: unknown (MySQL unavailable)';
   const pct = live && a.totalNum ? Math.max(0, Math.min(100, (100 * a.remaining) / a.totalNum)) : 0;
   $('.bar > span', node).style.width = `${pct}%`;
   const open = st === 'NOT_STARTED' || st === 'IN_PROGRESS';
@@ -187,6 +193,9 @@ $('#create').addEventListener('submit', async (ev) => {
   if (v('validityDays')) body.validityDays = Number(v('validityDays'));
   if (v('couponName')) body.couponName = v('couponName');
   if (v('couponAmount')) body.couponAmount = v('couponAmount');
+  const groups = v('eligibleGroups').split(',').map((g) => g.trim()).filter(Boolean);
+  if (groups.length) body.eligibleGroups = groups;
+  if ($('#create [name="returnOnExpiry"]').checked) body.returnOnExpiry = true;
   const res = await adminWrite(ACTIVITY, { method: 'POST', body, token, timeoutMs: 30000 });
   if (res.status === 201 && res.json) {
     say(`Created "${body.name}" as #${res.json.idStr}.`, true);

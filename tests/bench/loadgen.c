@@ -7,8 +7,12 @@
  *
  *   loadgen -p PORT -s SECRET -a ACTIVITY [-c 64] [-n 2000] [-b USERBASE]
  *           [-U] [-u PATH] [-m METHOD] [-d BODY] [-T trusted-header] [-j]
- *           [-D SECONDS] [-L FILE]
+ *           [-D SECONDS] [-L FILE] [-r ROLE] [-B FILE]
  *
+ * -r ROLE adds a "role" claim to every token (e.g. "service" for the coupon
+ * use route). -B FILE takes the bodies from FILE, one a line: request n
+ * sends line n (modulo the count), so each request can name its own coupon
+ * and order.
  * -D runs for SECONDS instead of stopping after N requests (N is then only a
  * cap). -L writes one line per response: "ms_since_start status code user
  * latency_us", after a first line "# start_epoch_ms E". SIGTERM or SIGINT ends
@@ -45,13 +49,40 @@ struct conn {
 };
 
 static struct {
-    const char *host, *path, *method, *secret, *body, *mode;
+    const char *host, *path, *method, *secret, *body, *mode, *role, *bodyfile;
     int port, conc, total, same_user, json;
     int64_t activity, user_base;
     double duration;
     const char *logpath;
-} opt = {"127.0.0.1", "/market/consumer/coupon/seize", "POST", NULL, NULL, "jwt", 0, 64, 2000,
-         0, 0, 1, 1000000, 0, NULL};
+} opt = {"127.0.0.1", "/market/consumer/coupon/seize", "POST", NULL, NULL, "jwt", NULL, NULL,
+         0, 64, 2000, 0, 0, 1, 1000000, 0, NULL};
+
+static char **bodies; /* -B: one body per line */
+static int nbodies;
+
+static void load_bodies(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    char line[512];
+    if (f == NULL) {
+        perror(path);
+        exit(2);
+    }
+    while (fgets(line, sizeof(line), f) != NULL) {
+        line[strcspn(line, "\r\n")] = '\0';
+        if (line[0] == '\0')
+            continue;
+        bodies = realloc(bodies, (size_t)(nbodies + 1) * sizeof(*bodies));
+        if (bodies == NULL || (bodies[nbodies] = strdup(line)) == NULL)
+            abort();
+        nbodies++;
+    }
+    fclose(f);
+    if (nbodies == 0) {
+        fprintf(stderr, "loadgen: %s has no bodies\n", path);
+        exit(2);
+    }
+}
 
 static FILE *resp_log;
 static volatile sig_atomic_t stop_now; /* SIGTERM/SIGINT: no new requests, then report */
@@ -105,6 +136,8 @@ static char *mint(int64_t user)
     if (jwt_new(&j) != 0)
         abort();
     jwt_add_grant(j, "sub", sub);
+    if (opt.role != NULL)
+        jwt_add_grant(j, "role", opt.role);
     jwt_add_grant_int(j, "exp", (long)time(NULL) + 3600);
     jwt_set_alg(j, JWT_ALG_HS256, (const unsigned char *)opt.secret, (int)strlen(opt.secret));
     char *t = jwt_encode_str(j);
@@ -117,7 +150,9 @@ static void build_request(struct conn *c, int n)
     c->user = opt.same_user ? opt.user_base : opt.user_base + n;
     int64_t user = opt.same_user ? opt.user_base : opt.user_base + n;
     char body[512], auth[1200];
-    if (opt.body)
+    if (nbodies > 0)
+        snprintf(body, sizeof(body), "%s", bodies[n % nbodies]);
+    else if (opt.body)
         snprintf(body, sizeof(body), "%s", opt.body);
     else
         snprintf(body, sizeof(body), "{\"id\":%lld}", (long long)opt.activity);
@@ -252,7 +287,7 @@ static int cmp64(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     int o;
-    while ((o = getopt(argc, argv, "h:p:u:m:s:a:c:n:b:Ud:T:jD:L:")) != -1) {
+    while ((o = getopt(argc, argv, "h:p:u:m:s:a:c:n:b:Ud:T:jD:L:r:B:")) != -1) {
         switch (o) {
         case 'h': opt.host = optarg; break;
         case 'p': opt.port = atoi(optarg); break;
@@ -269,13 +304,17 @@ int main(int argc, char **argv)
         case 'j': opt.json = 1; break;
         case 'D': opt.duration = atof(optarg); break;
         case 'L': opt.logpath = optarg; break;
+        case 'r': opt.role = optarg; break;
+        case 'B': opt.bodyfile = optarg; break;
         default:
             fprintf(stderr, "usage: loadgen -p PORT [-s SECRET] [-a ID] [-c CONC] [-n TOTAL] "
                             "[-b USERBASE] [-U] [-u PATH] [-m METHOD] [-d BODY] "
-                            "[-T jwt|trusted-header|none] [-j]\n");
+                            "[-T jwt|trusted-header|none] [-j] [-r ROLE] [-B BODYFILE]\n");
             return 2;
         }
     }
+    if (opt.bodyfile != NULL)
+        load_bodies(opt.bodyfile);
     if (opt.port <= 0 || opt.conc <= 0 || opt.total <= 0) {
         fprintf(stderr, "loadgen: -p PORT is required; -c and -n must be positive\n");
         return 2;

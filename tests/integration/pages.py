@@ -97,11 +97,12 @@ def rfc3339(t):
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
-def create(name, total, start_off, end_off):
+def create(name, total, start_off, end_off, **extra):
     now = time.time()
-    st, j = call("POST", "/market/admin/coupon/activity", {
-        "name": name, "totalNum": total, "distributeStartTime": rfc3339(now + start_off),
-        "distributeEndTime": rfc3339(now + end_off), "couponName": name, "couponAmount": "5"})
+    body = {"name": name, "totalNum": total, "distributeStartTime": rfc3339(now + start_off),
+            "distributeEndTime": rfc3339(now + end_off), "couponName": name, "couponAmount": "5"}
+    body.update(extra)
+    st, j = call("POST", "/market/admin/coupon/activity", body)
     if st != 201:
         raise SystemExit("create %s: %s %s" % (name, st, j))
     return j["idStr"]
@@ -117,7 +118,7 @@ def card_js(sel, field):
 
 
 def buyer(b, ids):
-    a, later, load = ids
+    a, later, load, vip = ids
     names = {a: "Coffee 5 off", later: "Opens in an hour", load: "Load test sale"}
     b.get(URL + "/market/ui/buyer.html#token=" + jwt(4242))
     n = b.wait(lambda: b.js("return document.querySelectorAll('#list .card').length") >= 3, 15)
@@ -186,13 +187,28 @@ def buyer(b, ids):
     _, st = call("GET", "/market/consumer/coupon/status?id=" + a, token=jwt(4242))
     check("buyer: the server holds the coupon for the page's user",
           st.get("mine", {}).get("seized") is True, st)
+    sel = '#list [data-id="%s"]' % vip
+    check("buyer: a sale for other groups says who may seize",
+          "Only for: vip (not you)" == b.js(card_js(sel + " .who-may", "textContent")),
+          b.js(card_js(sel + " .who-may", "textContent")))
+    check("buyer: its button is off for this buyer", b.js(card_js(sel + " .seize", "disabled")) is True)
+    check("buyer: an open sale says so", "Open to everyone" == b.js(
+        card_js('#list [data-id="%s"] .who-may' % a, "textContent")))
+    # coupon-sync writes the coupon within a tick; the list refreshes every 5 s.
+    mine = '#mine tbody tr[data-id]'
+    ok = b.wait(lambda: b.js("return document.querySelectorAll('%s').length" % mine) == 1, 20)
+    check("buyer: my coupons lists the seized coupon", ok,
+          b.js(card_js("#mine-info", "textContent")))
+    cells = b.js("return [...document.querySelectorAll('%s td')].map(x => x.textContent)" % mine)
+    check("buyer: my coupon shows its sale and state",
+          cells and cells[0] == "Coffee 5 off" and cells[2] == "Unused", cells)
     b.js("window.scrollTo(0, 0)")
     b.screenshot(os.path.join(OUT, "pages-buyer.png"))
     say("# screenshot: %s" % os.path.join(OUT, "pages-buyer.png"))
 
 
 def operator(b, ids):
-    _, _, load = ids
+    a, _, load, _ = ids
     sel = '#rows [data-id="%s"]' % load
     b._s("POST", "/window/rect", {"width": 1100, "height": 1000})
     b.get(URL + "/market/ui/operator.html#token=" + ADMIN)
@@ -248,6 +264,10 @@ def operator(b, ids):
     act = j.get("activity", {})
     check("operator: the API has total 100025 and remaining %d" % (want + 25),
           act.get("totalNum") == 100025 and act.get("remaining") == want + 25, act)
+    used = '#rows [data-id="%s"] .coupons' % a
+    ok = b.wait(lambda: (b.js(card_js(used, "textContent")) or "").startswith(
+        "coupons: 1 unused, 0 used, 0 expired (0 returned)"), 10)
+    check("operator: coupon counts by state shown", ok, b.js(card_js(used, "textContent")))
     row = mysql("SELECT action, result FROM admin_audit WHERE activity_id = %s "
                 "ORDER BY id DESC LIMIT 1" % load)
     check("operator: the top-up is in admin_audit", row == "topup\tOK", row)
@@ -300,7 +320,8 @@ def token_fragment(b):
 def main():
     ids = (create("Coffee 5 off", 5, -60, 3600),
            create("Opens in an hour", 100, 3600, 7200),
-           create("Load test sale", 100000, -60, 3600))
+           create("Load test sale", 100000, -60, 3600),
+           create("VIP only", 10, -60, 3600, eligibleGroups=["vip"]))
     say("# activities %s" % (ids,))
     workdir = os.environ["COUPON_DIR"]
     t0 = time.time()

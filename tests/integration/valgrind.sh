@@ -68,6 +68,26 @@ http POST $ACT '{"name":"x","totalNum":0,"colour":1}' "$ADMIN"
 http GET "$ACT?page=1&size=10" '' "$ADMIN"
 check_eq "activity page under valgrind" 200 "$HTTP_CODE"
 http GET "$ACT?id=${NEW:-1}" '' "$ADMIN"
+# The coupon lifecycle: mine, use, release, their refusals, a groups sale.
+mysql_q "INSERT INTO coupon (activity_id, user_id, status, valid_until) VALUES (401, 77, 1, NOW(3) + INTERVAL 1 DAY)"
+CID=$(mysql_q "SELECT id FROM coupon WHERE user_id = 77")
+SVC=$(mint_jwt 8 service)
+http GET /market/consumer/coupon/mine '' "$(mint_jwt 77)"
+check_eq "mine under valgrind" "200 1" "$HTTP_CODE $(json_get "$HTTP_BODY" total)"
+http GET '/market/consumer/coupon/mine?status=used&size=500' '' "$(mint_jwt 77)"
+http POST /market/service/coupon/use "{\"couponId\":${CID:-1},\"orderId\":\"vg-1\"}" "$SVC"
+check_eq "use under valgrind" 200 "$HTTP_CODE"
+http POST /market/service/coupon/use "{\"couponId\":${CID:-1},\"orderId\":\"vg-2\"}" "$ADMIN"
+http POST /market/service/coupon/use '{"couponId":"x","orderId":"vg-2"}' "$SVC"
+http POST /market/service/coupon/release "{\"couponId\":${CID:-1},\"orderId\":\"vg-1\"}" "$SVC"
+check_eq "release under valgrind" 200 "$HTTP_CODE"
+http POST /market/service/coupon/release "{\"couponId\":${CID:-1},\"orderId\":\"vg-1\"}" "$(mint_jwt 77)"
+http POST $ACT '{"name":"vip sale","totalNum":5,"distributeStartTime":"2026-01-01T00:00:00Z","distributeEndTime":"2037-01-01T00:00:00Z","eligibleGroups":["vip"],"returnOnExpiry":true}' "$ADMIN"
+VIP=$(json_get "$HTTP_BODY" idStr)
+http POST $S "{\"id\":${VIP:-1}}" "$(mint_jwt 31)"
+check_eq "a seize outside the groups under valgrind" NOT_ELIGIBLE "$(json_get "$HTTP_BODY" code)"
+http POST $S "{\"id\":${VIP:-1}}" "$(JWT_EXTRA='"groups":["vip"]' mint_jwt 32)"
+check_eq "a seize inside the groups under valgrind" SEIZED "$(json_get "$HTTP_BODY" code)"
 # A rolling reload replaces the workers (they exit, so their leak checks run).
 old_workers=$(pgrep -P "$COUPON_FCGI_PID" | sort | tr '\n' ' ')
 kill -HUP "$COUPON_FCGI_PID"
@@ -85,15 +105,21 @@ stack stop-fcgi
 # coupon-sync: one full tick (preheat, drain with a dead letter, status job,
 # reconciliation) under memcheck; its exit status carries valgrind's verdict.
 rcli HSET 'QUEUE:COUPON:SEIZE:SYNC:{1}' 'not-a-field' 1700000000000 >/dev/null
+# ... and the coupon job: one plain expiry, one return on expiry.
+mysql_q "UPDATE coupon SET valid_until = NOW(3) - INTERVAL 1 SECOND WHERE user_id = 77;
+    INSERT INTO coupon (activity_id, user_id, status, valid_until) VALUES (${VIP:-1}, 33, 1, NOW(3) - INTERVAL 1 SECOND);
+    UPDATE activity SET stock_num = stock_num - 1 WHERE id = ${VIP:-1}"
 valgrind --quiet --leak-check=full --show-leak-kinds=definite,indirect \
     --errors-for-leak-kinds=definite,indirect --error-exitcode=99 \
     --log-file="$COUPON_DIR/valgrind.sync.log" \
     "$top_builddir/coupon-sync" -c "$COUPON_CONF" --once >"$COUPON_DIR/sync-once.log" 2>&1
 check_eq "coupon-sync --once under valgrind exits 0" 0 "$?"
 check_eq "... and wrote every coupon granted" "$((3 - $(stock_of 401)))" \
-    "$(mysql_q 'SELECT COUNT(*) FROM coupon WHERE activity_id = 401')"
+    "$(mysql_q 'SELECT COUNT(*) FROM coupon WHERE activity_id = 401 AND user_id <> 77')"
 check_match "... and dead-lettered the bad entry" "malformed" \
     "$(rcli HGET 'QUEUE:COUPON:SEIZE:DEAD:{1}' not-a-field)"
+check_eq "... and expired one coupon, returned the other" $'3\t0\n3\t2' \
+    "$(mysql_q "SELECT status, returned FROM coupon WHERE user_id IN (77, 33) ORDER BY user_id DESC")"
 
 logs=("$COUPON_DIR"/valgrind.*.log)
 check "valgrind wrote logs for the supervisor, workers and sync (${#logs[@]})" test "${#logs[@]}" -ge 4

@@ -314,6 +314,15 @@ exercise() {
     check_match "$n: status has the remaining stock" '^[0-9]+$' "$remaining"
     check_eq "$n: status knows the token's user seized" true "$(json_at "$HTTP_BODY" mine.seized)"
 
+    # The order system's routes reach the app through every server.
+    on "$url" POST /market/service/coupon/use '{"couponId":999999,"orderId":"o-1"}' \
+        "$(mint_jwt 9 service)"
+    expect "$n: /market/service/coupon/use reaches the app" 404 NO_SUCH_COUPON
+    on "$url" POST /market/service/coupon/release '{"couponId":999999,"orderId":"o-1"}'
+    expect "$n: /market/service/coupon/release without a token" 401 UNAUTHORIZED
+    on "$url" GET /market/consumer/coupon/mine '' "$user"
+    expect "$n: /market/consumer/coupon/mine" 200 OK
+
     on "$url" GET /market/consumer/coupon/nope
     expect "$n: unknown route" 404 NOT_FOUND
     on "$url" GET /market/consumer/coupon/st%61tus

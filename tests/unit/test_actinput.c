@@ -41,6 +41,44 @@ START_TEST(rfc3339_times)
 END_TEST
 
 /* Parses json with actinput_parse; returns its result and fills *in, *e. */
+static int parse(const char *json, int for_update, struct actinput *in, struct actinput_err *e);
+
+/* returnOnExpiry and eligibleGroups: read, written back compact, and refused
+ * with their field named when malformed. */
+START_TEST(lifecycle_fields)
+{
+    struct actinput in;
+    struct actinput_err e;
+
+    ck_assert_int_eq(parse("{\"returnOnExpiry\":true,\"eligibleGroups\":[\"new-user\", \"vip.1\"]}",
+                           0, &in, &e), CS_OK);
+    ck_assert_int_eq(in.return_on_expiry, 1);
+    ck_assert_str_eq(in.groups, "[\"new-user\",\"vip.1\"]");
+    ck_assert_uint_eq(in.set, ACTIN_RETURN | ACTIN_GROUPS);
+    ck_assert_int_eq(parse("{\"returnOnExpiry\":false,\"eligibleGroups\":[]}", 1, &in, &e), CS_OK);
+    ck_assert_int_eq(in.return_on_expiry, 0);
+    ck_assert_str_eq(in.groups, "");
+
+    static const char *const bad[][2] = {
+        {"{\"returnOnExpiry\":1}", "returnOnExpiry"},
+        {"{\"returnOnExpiry\":\"yes\"}", "returnOnExpiry"},
+        {"{\"eligibleGroups\":\"vip\"}", "eligibleGroups"},
+        {"{\"eligibleGroups\":[\"a b\"]}", "eligibleGroups"},
+        {"{\"eligibleGroups\":[\"\"]}", "eligibleGroups"},
+        {"{\"eligibleGroups\":[\"x\\\"y\"]}", "eligibleGroups"},
+        {"{\"eligibleGroups\":[1]}", "eligibleGroups"},
+        {"{\"eligibleGroups\":[\"vip\",\"vip\"]}", "eligibleGroups"},
+        {"{\"eligibleGroups\":[\"123456789012345678901234567890123\"]}", "eligibleGroups"},
+        {"{\"eligibleGroups\":[\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\",\"i\",\"j\",\"k\","
+         "\"l\",\"m\",\"n\",\"o\",\"p\",\"q\"]}", "eligibleGroups"},
+    };
+    for (size_t i = 0; i < CS_ARRAY_LEN(bad); i++) {
+        ck_assert_msg(parse(bad[i][0], 0, &in, &e) == CS_ERR, "accepted %s", bad[i][0]);
+        ck_assert_str_eq(e.field, bad[i][1]);
+    }
+}
+END_TEST
+
 static int parse(const char *json, int for_update, struct actinput *in, struct actinput_err *e)
 {
     cJSON *doc = cJSON_Parse(json);
@@ -127,6 +165,7 @@ int main(void)
     tcase_add_test(tc, rfc3339_times);
     tcase_add_test(tc, fields_are_read);
     tcase_add_test(tc, errors_name_the_field);
+    tcase_add_test(tc, lifecycle_fields);
     suite_add_tcase(s, tc);
     return cs_run_suite(s, 0);
 }
