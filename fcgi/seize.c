@@ -4,6 +4,7 @@
 #include "keys.h"
 #include "log.h"
 #include "meta.h"
+#include "params.h"
 #include "route.h"
 #include "shm.h"
 #include "worker.h"
@@ -38,6 +39,7 @@ struct seize_call {
     const char *argv[6];
     size_t argl[6];
     int shard;
+    int64_t deadline_ms;       /* monotonic: the answer is due by then */
 };
 
 static void seize_call_init(struct seize_call *sc, int64_t id, int64_t uid)
@@ -58,9 +60,54 @@ static void seize_call_init(struct seize_call *sc, int64_t id, int64_t uid)
     sc->argv[5] = sc->s_uid;
 }
 
-static redisReply *seize_send(struct worker *w, struct seize_call *sc)
+/*
+ * The seize's own deadline: fallback.budget_ms from when the worker took
+ * the request, less a margin (10 %, at most 100 ms) for the answer's way
+ * back to the client through a busy machine.
+ */
+static int64_t seize_deadline(const struct worker *w, const struct req *r)
 {
-    return rconn_evalsha(w->rc, &w->script, 4, 6, sc->argv, sc->argl);
+    int budget = w->conf->fallback_budget_ms;
+    int margin = budget / 10 < 100 ? budget / 10 : 100;
+    int64_t taken = r->start_us / 1000, deadline = taken + budget - margin;
+    int64_t got = params_request_start_ms(FCGX_GetParam("HTTP_X_REQUEST_START", r->fr->envp));
+    if (got > 0) {
+        /* The time it waited for a worker (the shipped snippets send when
+         * the web server got it) counts too. By the web server's clock
+         * against ours, so only a plausible wait is believed: it can only
+         * shorten the deadline, and a clock far off changes nothing. */
+        int64_t queued = cs_now_ms() - (cs_mono_ms() - taken) - got;
+        if (queued > 0 && queued < 10 * (int64_t)budget)
+            deadline -= queued;
+    }
+    return deadline;
+}
+
+/*
+ * How long the first EVALSHA may wait for its answer, with `left` ms to the
+ * deadline: a slow Redis is waited for, but room is kept for the one resend
+ * on a fresh connection that settles a lost reply (a command timeout, at
+ * most a quarter of what is left). Rounded to 50 ms so that the socket's
+ * timeout stays the same from one seize to the next (no system call).
+ */
+static int seize_first_wait(const struct worker *w, int64_t left)
+{
+    int64_t reserve = w->conf->redis_command_timeout_ms;
+    if (reserve > left / 4)
+        reserve = left / 4;
+    int64_t t = left - reserve;
+    if (t > 100)
+        t = (t + 25) / 50 * 50;
+    return (int)t;
+}
+
+/* One EVALSHA that waits at most wait_ms for its answer. */
+static redisReply *seize_send(struct worker *w, struct seize_call *sc, int wait_ms)
+{
+    rconn_set_timeout(w->rc, wait_ms);
+    redisReply *rep = rconn_evalsha(w->rc, &w->script, 4, 6, sc->argv, sc->argl);
+    rconn_set_timeout(w->rc, 0);
+    return rep;
 }
 
 static void seize_count_failure(struct worker *w)
@@ -129,26 +176,45 @@ static int seize_heal_window(struct worker *w, struct seize_call *sc, const stru
 }
 
 /*
- * Sends the seize script and feeds the breaker with how it went. CODE_OK
- * with the script's answer in *res; CODE_UNAVAILABLE when Redis certainly
- * did not run it (no connection, or an error reply such as OOM, READONLY,
- * BUSY: Redis refused it); CODE_UNKNOWN_OUTCOME when it was written, its
- * answer was lost, and sending it once more on a fresh connection got no
- * answer either. *resent is set when it was sent a second time.
+ * Sends the seize script within the seize's deadline and feeds the breaker
+ * with how it went. CODE_OK with the script's answer in *res;
+ * CODE_UNAVAILABLE when Redis certainly did not run it (no connection, no
+ * time left to send it, or an error reply such as OOM, READONLY, BUSY:
+ * Redis refused it); CODE_UNKNOWN_OUTCOME when it was written, its answer
+ * was lost, and sending it once more on a fresh connection got no answer
+ * before the deadline either. *resent is set when it was sent a second time.
+ *
+ * A slow Redis is waited for: only a refused or failed connection, an error
+ * reply, or a seize left unanswered for its whole budget counts against the
+ * breaker; an answer that came late but in time does not.
  */
 static enum cs_code seize_eval(struct worker *w, struct seize_call *sc, long long *res,
                                int *resent)
 {
-    redisReply *rep = seize_send(w, sc);
+    int64_t left = sc->deadline_ms - cs_mono_ms();
+    if (left < 10) {
+        /* Nothing sent: the budget went to what came before (a metadata
+         * read on a cold cache). */
+        rconn_set_err(w->rc, RCONN_ERR_BACKOFF, "seize", "no time left in the budget");
+        return CODE_UNAVAILABLE;
+    }
+    redisReply *rep = seize_send(w, sc, seize_first_wait(w, left));
     if (rep == NULL && w->rc->maybe_sent) {
         /* The script is idempotent per user, so the same call once more
          * tells the truth (rconn dropped the old connection). */
         seize_count_failure(w);
+        left = sc->deadline_ms - cs_mono_ms();
+        if (left < 5) {
+            log_debug("seize %s for %s: %s; no time left to ask again", sc->s_aid, sc->s_uid,
+                      w->rc->errstr);
+            worker_seize_done(w, sc->shard, RCONN_FAULT_DOWN);
+            return CODE_UNKNOWN_OUTCOME;
+        }
         atomic_fetch_add_explicit(&w->shm->m.seize_resends, 1, memory_order_relaxed);
         log_debug("seize %s for %s: %s; sending it once more", sc->s_aid, sc->s_uid,
                   w->rc->errstr);
         *resent = 1;
-        rep = seize_send(w, sc);
+        rep = seize_send(w, sc, (int)left);
         if (rep == NULL || rep->type != REDIS_REPLY_INTEGER) {
             log_debug("seize %s for %s: no answer to the resend either (%s)", sc->s_aid,
                       sc->s_uid, rep != NULL && rep->type == REDIS_REPLY_ERROR ? rep->str
@@ -182,12 +248,19 @@ static enum cs_code seize_eval(struct worker *w, struct seize_call *sc, long lon
 
 /* With redis.wait_replicas, a grant is SEIZED only once that many replicas
  * have it: a failover right after cannot lose a coupon someone was told of. */
-static int seize_replicated(struct worker *w)
+static int seize_replicated(struct worker *w, int64_t deadline_ms)
 {
     const struct cs_conf *c = w->conf;
     if (c->redis_wait_replicas <= 0)
         return CS_OK;
-    return rconn_wait(w->rc, c->redis_wait_replicas, c->redis_wait_timeout_ms);
+    /* The wait, too, ends within the seize's budget. */
+    int64_t left = deadline_ms - cs_mono_ms();
+    if (left < 1) {
+        rconn_set_err(w->rc, RCONN_ERR_REPLY, "WAIT", "no time left in the budget");
+        return CS_ERR;
+    }
+    return rconn_wait(w->rc, c->redis_wait_replicas,
+                      left < c->redis_wait_timeout_ms ? (int)left : c->redis_wait_timeout_ms);
 }
 
 void seize_handle(struct worker *w, struct req *r)
@@ -219,7 +292,20 @@ void seize_handle(struct worker *w, struct req *r)
         req_reply(r, CODE_VOIDED, NULL, NULL, 0);
         return;
     }
-    switch (meta_lookup(w, id, &a, &stale)) {
+    /* A seize that waited for a worker past its budget (every worker held
+     * by a silent Redis) is turned away before it asks Redis anything, and
+     * a metadata read gets at most a third of what is left. */
+    sc.deadline_ms = seize_deadline(w, r);
+    int64_t left = sc.deadline_ms - cs_mono_ms();
+    if (left < 10) {
+        seize_unavailable(w, r);
+        return;
+    }
+    if (left / 3 < c->redis_command_timeout_ms)
+        rconn_set_timeout(w->rc, (int)(left / 3));
+    enum meta_kind kind = meta_lookup(w, id, &a, &stale);
+    rconn_set_timeout(w->rc, 0);
+    switch (kind) {
     case META_ABSENT:
         req_reply(r, CODE_NO_SUCH_ACTIVITY, NULL, NULL, 0);
         return;
@@ -268,7 +354,7 @@ void seize_handle(struct worker *w, struct req *r)
     if (code == CODE_SEIZED) {
         char extra[96];
         atomic_fetch_add_explicit(&w->shm->m.seized_shard[sc.shard], 1, memory_order_relaxed);
-        if (seize_replicated(w) != CS_OK) {
+        if (seize_replicated(w, sc.deadline_ms) != CS_OK) {
             log_warn("seize %" PRId64 " for %" PRId64 " granted, not confirmed: %s", id,
                      who.user_id, w->rc->errstr);
             req_reply(r, CODE_UNKNOWN_OUTCOME, NULL, NULL, worker_retry_after(w));

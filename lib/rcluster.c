@@ -613,6 +613,7 @@ static redisReply *rc_send(struct rcluster *cl, int i, int asking, const char *c
     void *r = NULL;
 
     rc->ctx = c;
+    rconn_apply_timeout(rc, c);
     if ((asking && redisAppendCommand(c, "ASKING") != REDIS_OK) ||
         redisAppendFormattedCommand(c, cmd, len) != REDIS_OK)
         goto io;
@@ -636,7 +637,7 @@ static redisReply *rc_exec_slot(struct rconn *rc, unsigned slot, const char *cmd
                                 struct rscript *s)
 {
     struct rcluster *cl = rc->cl;
-    int64_t deadline = cs_mono_ms() + rc->opts.command_timeout_ms;
+    int64_t deadline = cs_mono_ms() + rconn_timeout(rc);
     int ask = -1, redirects = 0, waits = 0, loaded = 0;
 
     for (;;) {
@@ -743,6 +744,7 @@ int rcluster_append(struct rconn *rc, const char *key, char *cmd, size_t len)
     /* Unsent commands are sent on their own once the others are read. */
     if (i < 0 || rc_node_ctx(cl, i) == NULL)
         return CS_OK;
+    rconn_apply_timeout(rc, cl->nodes[i].ctx);
     if (redisAppendFormattedCommand(cl->nodes[i].ctx, cmd, len) != REDIS_OK) {
         rc_node_fail(cl, i);
         return CS_OK;

@@ -101,6 +101,26 @@ static void rconn_fail(struct rconn *rc)
     rc->retry_at_ms = cs_mono_ms() + rc->backoff_ms;
 }
 
+void rconn_set_timeout(struct rconn *rc, int ms)
+{
+    rc->timeout_ms = ms > 0 ? ms : 0;
+}
+
+int rconn_timeout(const struct rconn *rc)
+{
+    return rc->timeout_ms > 0 ? rc->timeout_ms : rc->opts.command_timeout_ms;
+}
+
+void rconn_apply_timeout(struct rconn *rc, redisContext *c)
+{
+    int ms = rconn_timeout(rc);
+    if (c == NULL || (c == rc->tmo_ctx && ms == rc->tmo_ms))
+        return;
+    redisSetTimeout(c, ms_to_tv(ms));
+    rc->tmo_ctx = c;
+    rc->tmo_ms = ms;
+}
+
 redisContext *rconn_open(struct rconn *rc, const char *host, int port)
 {
     redisContext *c = redisConnectWithTimeout(host, port, ms_to_tv(rc->opts.connect_timeout_ms));
@@ -114,6 +134,10 @@ redisContext *rconn_open(struct rconn *rc, const char *host, int port)
         return NULL;
     }
     redisSetTimeout(c, ms_to_tv(rc->opts.command_timeout_ms));
+    /* A new context may reuse a freed one's address: what its socket has
+     * is what was just set. */
+    rc->tmo_ctx = c;
+    rc->tmo_ms = rc->opts.command_timeout_ms;
     if (rc->opts.password[0] != '\0') {
         redisReply *r = redisCommand(c, "AUTH %s", rc->opts.password);
         if (r == NULL || r->type == REDIS_REPLY_ERROR) {
@@ -200,6 +224,7 @@ redisReply *rconn_command(struct rconn *rc, const char *key, const char *fmt, ..
     redisContext *c = rconn_ctx_for_key(rc, key);
     if (c == NULL)
         return NULL;
+    rconn_apply_timeout(rc, c);
     va_list ap;
     va_start(ap, fmt);
     redisReply *r = redisvCommand(c, fmt, ap);
@@ -224,6 +249,7 @@ redisReply *rconn_commandv(struct rconn *rc, const char *key, int argc, const ch
     redisContext *c = rconn_ctx_for_key(rc, key);
     if (c == NULL)
         return NULL;
+    rconn_apply_timeout(rc, c);
     redisReply *r = redisCommandArgv(c, argc, argv, argvlen);
     return rconn_check(rc, r, "redis command failed");
 }
@@ -245,6 +271,7 @@ int rconn_append(struct rconn *rc, const char *key, const char *fmt, ...)
     redisContext *c = rconn_ctx_for_key(rc, key);
     if (c == NULL)
         return CS_ERR;
+    rconn_apply_timeout(rc, c);
     va_list ap;
     va_start(ap, fmt);
     int r = redisvAppendCommand(c, fmt, ap);
@@ -272,6 +299,7 @@ int rconn_appendv(struct rconn *rc, const char *key, int argc, const char **argv
     redisContext *c = rconn_ctx_for_key(rc, key);
     if (c == NULL)
         return CS_ERR;
+    rconn_apply_timeout(rc, c);
     if (redisAppendCommandArgv(c, argc, argv, argvlen) != REDIS_OK) {
         rconn_set_err(rc, RCONN_ERR_IO, "redisAppendCommandArgv() failed", c->errstr);
         rconn_fail(rc);
@@ -492,12 +520,12 @@ int rconn_wait(struct rconn *rc, int replicas, int timeout_ms)
     }
     /* The reply may take the whole WAIT timeout: the socket must outlast it. */
     redisSetTimeout(c, ms_to_tv(timeout_ms + rc->opts.command_timeout_ms));
+    rc->tmo_ctx = NULL; /* set again before the next command */
     redisReply *r = redisCommand(c, "WAIT %d %d", replicas, timeout_ms);
     if (r == NULL) {
         rconn_check(rc, NULL, "WAIT failed");
         return CS_ERR;
     }
-    redisSetTimeout(c, ms_to_tv(rc->opts.command_timeout_ms));
     int ret = CS_OK;
     if (r->type != REDIS_REPLY_INTEGER || r->integer < replicas) {
         char why[96];

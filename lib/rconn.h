@@ -62,6 +62,10 @@ struct rconn {
     char errstr[256];
     int64_t retry_at_ms;       /* monotonic; no reconnect attempt before this */
     int backoff_ms;
+    int timeout_ms;            /* read timeout of the next commands; 0: opts'
+                                * command_timeout_ms (rconn_set_timeout()) */
+    const redisContext *tmo_ctx; /* the socket whose timeout was last set, */
+    int tmo_ms;                /* and to what: a repeat costs no system call */
 };
 
 /* A Lua script loaded from a file: source and its SHA1 as Redis computes it. */
@@ -96,6 +100,19 @@ void rconn_set_err(struct rconn *rc, int err, const char *what, const char *why)
 /* Opens a connection to host:port with rc's timeouts and password. NULL with
  * rc->err set on failure. The caller owns the context (redisFree). */
 redisContext *rconn_open(struct rconn *rc, const char *host, int port);
+
+/* Sets the read timeout of the commands that follow (until set again) to
+ * ms; 0 goes back to opts.command_timeout_ms. Costs nothing until a command
+ * is sent; a socket is only touched when its timeout must change. On a
+ * cluster it also bounds a command's redirections and back-offs. */
+void rconn_set_timeout(struct rconn *rc, int ms);
+
+/* The read timeout the next command gets, in ms. */
+int rconn_timeout(const struct rconn *rc);
+
+/* Puts the timeout of rconn_set_timeout() on c (a connection of rc) before
+ * a command is sent on it. */
+void rconn_apply_timeout(struct rconn *rc, redisContext *c);
 
 /* The rconn_err of a failed hiredis context (a read timeout shows as EAGAIN). */
 int rconn_ctx_errno(const redisContext *c);
