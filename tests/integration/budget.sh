@@ -125,9 +125,15 @@ check_eq "down: every seize answered UNAVAILABLE (or UNKNOWN_OUTCOME on a dead c
 check "down: UNKNOWN_OUTCOME only on connections made before ($UNKNOWN)" test "$UNKNOWN" -le 8
 check "down: the breaker opened" test "$(metric couponseize_breaker_opened_total)" -gt "$opened1"
 check "down: answered at once (p99 $P99_MS ms < 300 ms)" test "$P99_MS" -lt 300
+http GET /market/health
+check_eq "down: health says no seize can be granted" "503 none" \
+    "$HTTP_CODE $(json_get "$HTTP_BODY" seize)"
 stack start-redis
 check "down: health is 200 once Redis is back" wait_for 15 \
     bash -c "[[ \$(curl -s -o /dev/null -w '%{http_code}' $COUPON_URL/market/health) == 200 ]]"
+http GET /market/health
+check_eq "down: ... and then that seizes are granted from Redis" "200 redis" \
+    "$HTTP_CODE $(json_get "$HTTP_BODY" seize)"
 check_eq "down: nothing was granted while it was down" $((100000 - granted)) "$(stock_of 2203)"
 
 finish
