@@ -60,15 +60,22 @@ static void seize_call_init(struct seize_call *sc, int64_t id, int64_t uid)
     sc->argv[5] = sc->s_uid;
 }
 
+/* A tenth of the budget, at most 100 ms. */
+static int seize_margin(const struct worker *w)
+{
+    int budget = w->conf->fallback_budget_ms;
+    return budget / 10 < 100 ? budget / 10 : 100;
+}
+
 /*
- * The seize's own deadline: fallback.budget_ms from when the worker took
- * the request, less a margin (10 %, at most 100 ms) for the answer's way
- * back to the client through a busy machine.
+ * The seize's own deadline: fallback.budget_ms from when the web server got
+ * the request (or the worker took it), less a margin (seize_margin()) for
+ * the answer's way back to the client through a busy machine.
  */
 static int64_t seize_deadline(const struct worker *w, const struct req *r)
 {
     int budget = w->conf->fallback_budget_ms;
-    int margin = budget / 10 < 100 ? budget / 10 : 100;
+    int margin = seize_margin(w);
     int64_t taken = r->start_us / 1000, deadline = taken + budget - margin;
     int64_t got = params_request_start_ms(FCGX_GetParam("HTTP_X_REQUEST_START", r->fr->envp));
     if (got > 0) {
@@ -87,24 +94,22 @@ static int64_t seize_deadline(const struct worker *w, const struct req *r)
  * How long the first EVALSHA may wait for its answer, with `left` ms to the
  * deadline: a slow Redis is waited for, but room is kept for the one resend
  * on a fresh connection that settles a lost reply (a command timeout, at
- * most a quarter of what is left). Rounded to 50 ms so that the socket's
- * timeout stays the same from one seize to the next (no system call).
+ * most a quarter of what is left).
  */
 static int seize_first_wait(const struct worker *w, int64_t left)
 {
     int64_t reserve = w->conf->redis_command_timeout_ms;
     if (reserve > left / 4)
         reserve = left / 4;
-    int64_t t = left - reserve;
-    if (t > 100)
-        t = (t + 25) / 50 * 50;
-    return (int)t;
+    return (int)(left - reserve);
 }
 
-/* One EVALSHA that waits at most wait_ms for its answer. */
+/* One EVALSHA that waits at most wait_ms for its answer (and at least wait_ms
+ * less 10 %: a socket already set within that range is left alone, so that
+ * a deadline moving by a few ms between seizes costs no system call). */
 static redisReply *seize_send(struct worker *w, struct seize_call *sc, int wait_ms)
 {
-    rconn_set_timeout(w->rc, wait_ms);
+    rconn_set_timeout_range(w->rc, wait_ms - wait_ms / 10, wait_ms);
     redisReply *rep = rconn_evalsha(w->rc, &w->script, 4, 6, sc->argv, sc->argl);
     rconn_set_timeout(w->rc, 0);
     return rep;
@@ -292,14 +297,16 @@ void seize_handle(struct worker *w, struct req *r)
         req_reply(r, CODE_VOIDED, NULL, NULL, 0);
         return;
     }
-    /* A seize that waited for a worker past its budget (every worker held
-     * by a silent Redis) is turned away before it asks Redis anything, and
-     * a metadata read gets at most a third of what is left. */
+    /* A seize that waited for a worker until its budget was (nearly) gone
+     * still gets one short try, the margin: a Redis that answers at once
+     * (another shard, a stall that just ended) serves it, a silent one holds
+     * it no longer than that. A metadata read gets at most a third of what
+     * is left. */
     sc.deadline_ms = seize_deadline(w, r);
     int64_t left = sc.deadline_ms - cs_mono_ms();
-    if (left < 10) {
-        seize_unavailable(w, r);
-        return;
+    if (left < seize_margin(w)) {
+        left = seize_margin(w);
+        sc.deadline_ms = cs_mono_ms() + left;
     }
     if (left / 3 < c->redis_command_timeout_ms)
         rconn_set_timeout(w->rc, (int)(left / 3));

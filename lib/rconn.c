@@ -104,6 +104,13 @@ static void rconn_fail(struct rconn *rc)
 void rconn_set_timeout(struct rconn *rc, int ms)
 {
     rc->timeout_ms = ms > 0 ? ms : 0;
+    rc->timeout_lo_ms = 0;
+}
+
+void rconn_set_timeout_range(struct rconn *rc, int lo_ms, int hi_ms)
+{
+    rconn_set_timeout(rc, hi_ms);
+    rc->timeout_lo_ms = lo_ms > 0 && lo_ms <= hi_ms ? lo_ms : 0;
 }
 
 int rconn_timeout(const struct rconn *rc)
@@ -115,6 +122,9 @@ void rconn_apply_timeout(struct rconn *rc, redisContext *c)
 {
     int ms = rconn_timeout(rc);
     if (c == NULL || (c == rc->tmo_ctx && ms == rc->tmo_ms))
+        return;
+    if (c == rc->tmo_ctx && rc->timeout_lo_ms > 0 && rc->tmo_ms >= rc->timeout_lo_ms
+        && rc->tmo_ms <= ms)
         return;
     redisSetTimeout(c, ms_to_tv(ms));
     rc->tmo_ctx = c;

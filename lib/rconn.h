@@ -64,6 +64,7 @@ struct rconn {
     int backoff_ms;
     int timeout_ms;            /* read timeout of the next commands; 0: opts'
                                 * command_timeout_ms (rconn_set_timeout()) */
+    int timeout_lo_ms;         /* a socket already at lo..timeout_ms is left so */
     const redisContext *tmo_ctx; /* the socket whose timeout was last set, */
     int tmo_ms;                /* and to what: a repeat costs no system call */
 };
@@ -106,6 +107,11 @@ redisContext *rconn_open(struct rconn *rc, const char *host, int port);
  * is sent; a socket is only touched when its timeout must change. On a
  * cluster it also bounds a command's redirections and back-offs. */
 void rconn_set_timeout(struct rconn *rc, int ms);
+
+/* As rconn_set_timeout(rc, hi_ms), but a socket whose timeout already lies
+ * in lo_ms..hi_ms keeps it: a deadline that moves by a few ms from one call
+ * to the next then costs no system call. */
+void rconn_set_timeout_range(struct rconn *rc, int lo_ms, int hi_ms);
 
 /* The read timeout the next command gets, in ms. */
 int rconn_timeout(const struct rconn *rc);
