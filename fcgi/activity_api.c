@@ -2,6 +2,7 @@
  * activities (stock top-up included) over HTTP. */
 #include "actinput.h"
 #include "activity.h"
+#include "alist.h"
 #include "conf.h"
 #include "cs.h"
 #include "keys.h"
@@ -228,11 +229,18 @@ static int act_refresh(struct worker *w, int64_t id)
 {
     struct preheat_result res;
     char err[256];
-    int rc = activity_preheat_one(w->mc, w->rc, id, w->conf->preheat_horizon_days,
+    /* Its own connection, with coupon-sync's longer timeout: the list it
+     * rewrites may be megabytes, more than a seize may wait for. */
+    struct rconn_opts ro;
+    rconn_opts_from_conf(&ro, w->conf, w->conf->sync_redis_timeout_ms);
+    struct rconn *lrc = rconn_new(&ro);
+    int rc = activity_preheat_one(w->mc, lrc, id, w->conf->preheat_horizon_days,
                                   w->conf->sync_cleanup_grace_s, &res, err, sizeof(err));
+    rconn_free(lrc);
     if (rc != CS_OK)
         log_error("preheat after an activity change failed: %s", err);
-    meta_invalidate(w->meta);
+    meta_invalidate_node(w);
+    alist_invalidate(w);
     return rc;
 }
 

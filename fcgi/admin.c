@@ -1,4 +1,5 @@
 /* admin.c - preheat, revoke and health routes. */
+#include "alist.h"
 #include "conf.h"
 #include "cs.h"
 #include "keys.h"
@@ -39,7 +40,8 @@ void admin_preheat(struct worker *w, struct req *r)
         req_reply(r, CODE_UNAVAILABLE, "preheat failed: MySQL or Redis unavailable", NULL, 5);
         return;
     }
-    meta_invalidate(w->meta);
+    meta_invalidate_node(w);
+    alist_invalidate(w);
     log_notice("preheat by admin %" PRId64 ": %d loaded, %d created, %d restored "
                "(MySQL %" PRId64 " ms, Redis %" PRId64 " ms)",
                who.user_id, res.loaded, res.created, res.restored, res.select_ms, res.write_ms);
@@ -64,8 +66,13 @@ void admin_revoke(struct worker *w, struct req *r)
         req_reply(r, CODE_BAD_REQUEST, why, NULL, 0);
         return;
     }
-    if (activity_revoke(w->mc, w->rc, id, w->conf->preheat_horizon_days, &found, err,
-                        sizeof(err)) != CS_OK) {
+    struct rconn_opts ro;
+    rconn_opts_from_conf(&ro, w->conf, w->conf->sync_redis_timeout_ms);
+    struct rconn *rc = rconn_new(&ro);
+    int ok = activity_revoke(w->mc, rc, id, w->conf->preheat_horizon_days, &found, err,
+                             sizeof(err));
+    rconn_free(rc);
+    if (ok != CS_OK) {
         log_error("revoke of activity %" PRId64 " failed: %s", id, err);
         req_reply(r, CODE_UNAVAILABLE, "revoke failed: MySQL or Redis unavailable", NULL, 5);
         return;
@@ -76,7 +83,8 @@ void admin_revoke(struct worker *w, struct req *r)
     }
     /* Every worker of this node answers VOIDED from now on. */
     shm_flag_set(w->shm->voided, id, INT64_MAX);
-    meta_invalidate(w->meta);
+    meta_invalidate_node(w);
+    alist_invalidate(w);
     log_notice("activity %" PRId64 " revoked by admin %" PRId64, id, who.user_id);
     snprintf(extra, sizeof(extra), "\"activityId\":%" PRId64, id);
     req_reply(r, CODE_OK, "activity revoked", extra, 0);

@@ -152,25 +152,45 @@ static int alist_write_segment(const char *shm_name, uint64_t gen, const struct 
 }
 
 /* Reads ACTIVITY:LIST and ACTIVITY:VOIDED and publishes them as the next
- * generation. The caller holds the lease. On a connection of its own, with
+ * generation, begun at START (cs_mono_ms). The caller holds the lease. When
+ * the list's generation in Redis is the one the copy was read at, and the
+ * list was read less than ALIST_FULL_MS ago, only the copy's time moves: one
+ * small GET instead of megabytes. On a connection of its own, with
  * coupon-sync's longer timeout: a list of megabytes may take longer than a
  * seize may wait, and the connection's read buffer (as big as the list)
  * goes away with it instead of staying in the worker. */
-static int alist_rebuild(struct worker *w)
+static int alist_rebuild(struct worker *w, int64_t start)
 {
     struct shm_node *shm = w->shm;
     struct rconn_opts ro;
     struct rconn *rc;
-    redisReply *list = NULL, *vs = NULL;
+    redisReply *list = NULL, *vs = NULL, *gr = NULL;
     struct alist_build b = {0};
     int64_t *voided = NULL;
     size_t nvoided = 0;
+    long long rgen = -1;
     int ret = CS_ERR;
 
     if (!worker_redis_readable(w))
         return CS_ERR;
     rconn_opts_from_conf(&ro, w->conf, w->conf->sync_redis_timeout_ms);
     rc = rconn_new(&ro);
+    gr = rconn_command(rc, KEY_ACTIVITY_LIST_GEN, "GET %s", KEY_ACTIVITY_LIST_GEN);
+    if (gr == NULL) {
+        log_warn("reading %s for the list copy: %s", KEY_ACTIVITY_LIST_GEN, rc->errstr);
+        goto out;
+    }
+    if (gr->type == REDIS_REPLY_ERROR)
+        goto out; /* LOADING, BUSY ...: the copy there is stands */
+    rgen = gr->type == REDIS_REPLY_STRING ? strtoll(gr->str, NULL, 10) : 0;
+    if (atomic_load(&shm->list_gen) != 0 && rgen == atomic_load(&shm->list_redis_gen)
+        && start - atomic_load(&shm->list_full_ms) < ALIST_FULL_MS) {
+        atomic_store(&shm->list_built_ms, start);
+        ret = CS_OK;
+        goto out;
+    }
+    /* The generation was read first: a write after it is seen at the next
+     * refresh, never hidden behind an old generation. */
     if (rconn_append(rc, KEY_ACTIVITY_VOIDED, "SMEMBERS %s", KEY_ACTIVITY_VOIDED) != CS_OK
         || rconn_append(rc, KEY_ACTIVITY_LIST, "GET %s", KEY_ACTIVITY_LIST) != CS_OK
         || rconn_get_reply(rc, &vs) != CS_OK || rconn_get_reply(rc, &list) != CS_OK) {
@@ -208,8 +228,10 @@ static int alist_rebuild(struct worker *w)
     uint64_t old = atomic_load(&shm->list_gen), gen = old + 1;
     if (alist_write_segment(w->conf->fcgi_shm_name, gen, &b) != CS_OK)
         goto out;
+    atomic_store(&shm->list_redis_gen, rgen);
+    atomic_store(&shm->list_full_ms, start);
     atomic_store(&shm->list_gen, gen);
-    atomic_store(&shm->list_built_ms, cs_mono_ms());
+    atomic_store(&shm->list_built_ms, start);
     if (old != 0) {
         char name[256];
         alist_name(name, sizeof(name), w->conf->fcgi_shm_name, old);
@@ -217,6 +239,8 @@ static int alist_rebuild(struct worker *w)
     }
     ret = CS_OK;
 out:
+    if (gr)
+        freeReplyObject(gr);
     if (list)
         freeReplyObject(list);
     if (vs)
@@ -227,12 +251,14 @@ out:
     free(b.off);
     /* Megabytes were just allocated and freed: give them back, so a worker's
      * footprint does not keep the list's size. */
-    malloc_trim(0);
+    if (b.len > 0)
+        malloc_trim(0);
     return ret;
 }
 
-/* Rebuilds the copy when it is older than ALIST_REFRESH_MS and no other
- * worker is at it. *failed when this worker tried and failed. */
+/* Rebuilds the copy when it is older than cache.refresh_ms, or was read
+ * before an admin change on this node, and no other worker is at it.
+ * *failed when this worker tried and failed. */
 static void alist_refresh(struct worker *w, int *failed)
 {
     struct shm_node *shm = w->shm;
@@ -240,17 +266,36 @@ static void alist_refresh(struct worker *w, int *failed)
     int64_t built = atomic_load(&shm->list_built_ms);
 
     *failed = 0;
-    if (atomic_load(&shm->list_gen) != 0 && now - built < ALIST_REFRESH_MS)
+    if (atomic_load(&shm->list_gen) != 0 && now - built < w->conf->cache_refresh_ms
+        && built > atomic_load(&shm->list_invalid_ms))
         return;
     int64_t lease = atomic_load(&shm->list_lease_until_ms);
     if (lease > now || !atomic_compare_exchange_strong(&shm->list_lease_until_ms, &lease,
                                                        now + ALIST_LEASE_MS))
         return; /* someone else rebuilds; their copy or the current one serves */
-    if (alist_rebuild(w) != CS_OK)
+    if (alist_rebuild(w, now) != CS_OK)
         *failed = 1;
     /* Failing, the lease is kept until the refresh interval is over, so a
      * dead Redis is asked once a second per node, not once per request. */
     atomic_store(&shm->list_lease_until_ms, *failed ? now + ALIST_REFRESH_MS : 0);
+}
+
+void alist_invalidate(struct worker *w)
+{
+    struct shm_node *shm = w->shm;
+    int64_t now = cs_mono_ms(), deadline = now + ALIST_FIRST_WAIT_MS;
+    int failed = 0;
+
+    atomic_store(&shm->list_invalid_ms, now);
+    /* A rebuild another worker began before now may be publishing: wait
+     * for the lease, then read again. */
+    while (!failed && atomic_load(&shm->list_built_ms) <= now && cs_mono_ms() < deadline) {
+        alist_refresh(w, &failed);
+        if (atomic_load(&shm->list_built_ms) <= now) {
+            struct timespec ts = {0, 5 * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+    }
 }
 
 /* Reads the page from segment GEN. CS_ERR with errno ENOENT when the segment

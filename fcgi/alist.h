@@ -1,5 +1,6 @@
 /* alist.h - the list route's per-node copy of ACTIVITY:LIST. One worker at a
- * time, at most once a second, reads the list from Redis and writes it into a
+ * time, every cache.refresh_ms, checks the list's generation and when it
+ * changed reads the list from Redis and writes it into a
  * POSIX shared-memory segment (an offset index + each activity's JSON); every
  * worker of the node answers pages from that segment, parsing only the
  * activities of the page. No worker keeps the whole list in its own memory. */
@@ -14,8 +15,11 @@
 struct worker;
 struct shm_node;
 
-/* The copy is rebuilt when older than this (ms). */
+/* A failed rebuild is tried again after this (ms); a good copy is checked
+ * against Redis every cache.refresh_ms, and the list itself re-read when its
+ * generation changed or ALIST_FULL_MS passed (a list set by hand). */
 #define ALIST_REFRESH_MS 1000
+#define ALIST_FULL_MS 10000
 
 struct alist_page {
     struct activity *acts;     /* xmalloc'ed, n of them */
@@ -30,6 +34,11 @@ struct alist_page {
  * frees out with alist_page_free(). */
 int alist_page(struct worker *w, size_t page, size_t size, struct alist_page *out);
 void alist_page_free(struct alist_page *p);
+
+/* After an admin change on this node: the copy is rebuilt from Redis before
+ * this returns (within a few seconds at worst), so the node lists its own
+ * writes at once. A failure leaves the copy to the next refresh. */
+void alist_invalidate(struct worker *w);
 
 /* Removes the node's current copy (at supervisor exit). */
 void alist_unlink(struct shm_node *shm, const char *shm_name);

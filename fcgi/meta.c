@@ -34,6 +34,7 @@ struct meta {
     int64_t stale_ms;
     struct meta_entry *last;   /* of the last meta_lookup(); valid until a put */
     struct lcache_stats pushed;
+    uint64_t epoch;            /* shm meta_epoch the cache was filled under */
 };
 
 static void meta_entry_free(void *p)
@@ -191,6 +192,13 @@ enum meta_kind meta_lookup(struct worker *w, int64_t id, struct activity *out, i
 
     *stale = 0;
     m->last = NULL;
+    uint64_t epoch = atomic_load_explicit(&w->shm->meta_epoch, memory_order_relaxed);
+    if (epoch != m->epoch) {
+        /* An admin change on this node: read it, not what was cached. */
+        meta_push_stats(m, w->shm);
+        meta_invalidate(m);
+        m->epoch = epoch;
+    }
     switch (lcache_get(m->cache, id, now, &v)) {
     case LCACHE_HIT:
         e = v;
@@ -245,6 +253,11 @@ void meta_invalidate(struct meta *m)
     m->cache = meta_cache_new(&m->opts);
     m->pushed = (struct lcache_stats){0};
     m->last = NULL;
+}
+
+void meta_invalidate_node(struct worker *w)
+{
+    atomic_fetch_add(&w->shm->meta_epoch, 1);
 }
 
 void meta_push_stats(struct meta *m, struct shm_node *shm)

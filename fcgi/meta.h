@@ -38,6 +38,10 @@ void meta_forget(struct meta *m, int64_t id);
 /* Forgets everything: every next lookup reloads (after preheat / revoke). */
 void meta_invalidate(struct meta *m);
 
+/* Forgets everything in every worker of the node: each one's next lookup
+ * reloads (after an admin change, so the node reads its own writes). */
+void meta_invalidate_node(struct worker *w);
+
 /* Adds the cache counters since the last push to the node metrics. */
 void meta_push_stats(struct meta *m, struct shm_node *shm);
 

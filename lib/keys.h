@@ -9,6 +9,11 @@
 #define KEYS_MAX 96
 
 #define KEY_ACTIVITY_LIST "ACTIVITY:LIST"
+/* Generation of ACTIVITY:LIST: bumped by every write of the list, so a writer
+ * whose MySQL read is older than the last write cannot put the list back in
+ * time, and a node's copy is re-read only when it changed. Its hash tag is
+ * the list's own name, so both keys share one Redis Cluster slot. */
+#define KEY_ACTIVITY_LIST_GEN "{" KEY_ACTIVITY_LIST "}:GEN"
 /* Written by the health route's probe (a write that fails as a seize would). */
 #define KEY_HEALTH "COUPON:HEALTH"
 /* Set of revoked activity ids, so every node answers VOIDED (not NO_SUCH_ACTIVITY). */

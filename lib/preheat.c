@@ -137,13 +137,39 @@ static void act_buf_add(struct act_buf *b, const char *s, size_t n)
     b->p[b->len] = '\0';
 }
 
-/* SET ACTIVITY:LIST to the JSON array of vec, unless it holds that already.
- * Written element by element:
- * a whole cJSON tree of 20,000 activities would cost tens of megabytes. */
-static int act_write_list(struct rconn *rc, const struct act_vec *vec, char *err, size_t errlen)
+/* Writes ACTIVITY:LIST only when its generation is still the one read before
+ * the MySQL read behind the new value, and bumps the generation: KEYS[1] the
+ * list, KEYS[2] its generation, ARGV[1] the value, ARGV[2] the generation
+ * seen. Returns the new generation, or -1 when another writer came between. */
+static const char ACT_LIST_CAS[] =
+    "local g = tonumber(redis.call('GET', KEYS[2]) or '0') "
+    "if g ~= tonumber(ARGV[2]) then return -1 end "
+    "redis.call('SET', KEYS[1], ARGV[1]) "
+    "return redis.call('INCR', KEYS[2])";
+
+/* Generation of ACTIVITY:LIST (0 before the first write), read before the
+ * MySQL read a list write is made from. */
+static int act_list_gen(struct rconn *rc, long long *gen, char *err, size_t errlen)
+{
+    redisReply *r = rconn_command(rc, KEY_ACTIVITY_LIST_GEN, "GET %s", KEY_ACTIVITY_LIST_GEN);
+    if (rconn_expect(rc, r, 0, "GET", KEY_ACTIVITY_LIST_GEN, err, errlen) != CS_OK)
+        return CS_ERR;
+    *gen = r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : 0;
+    freeReplyObject(r);
+    return CS_OK;
+}
+
+/* Sets ACTIVITY:LIST to the JSON array of vec, made from a MySQL read that
+ * began after generation GEN was read, unless it holds that already. CS_OK
+ * with *stale = 1 when another writer wrote meanwhile: nothing was written,
+ * and the caller reads MySQL again. Written element by element: a whole
+ * cJSON tree of 20,000 activities would cost tens of megabytes. */
+static int act_write_list(struct rconn *rc, const struct act_vec *vec, long long gen, int *stale,
+                          char *err, size_t errlen)
 {
     struct act_buf b = {0};
 
+    *stale = 0;
     act_buf_add(&b, "[", 1);
     for (size_t i = 0; i < vec->n; i++) {
         if (i > 0)
@@ -162,10 +188,13 @@ static int act_write_list(struct rconn *rc, const struct act_vec *vec, char *err
         free(b.p);
         return CS_OK;
     }
-    r = rconn_command(rc, KEY_ACTIVITY_LIST, "SET %s %b", KEY_ACTIVITY_LIST, b.p, b.len);
+    r = rconn_command(rc, KEY_ACTIVITY_LIST, "EVAL %s 2 %s %s %b %lld", ACT_LIST_CAS,
+                      KEY_ACTIVITY_LIST, KEY_ACTIVITY_LIST_GEN, b.p, b.len, gen);
     free(b.p);
-    if (rconn_expect(rc, r, 0, "SET", KEY_ACTIVITY_LIST, err, errlen) != CS_OK)
+    if (rconn_expect(rc, r, REDIS_REPLY_INTEGER, "EVAL list write", KEY_ACTIVITY_LIST, err,
+                     errlen) != CS_OK)
         return CS_ERR;
+    *stale = r->integer < 0;
     freeReplyObject(r);
     return CS_OK;
 }
@@ -552,23 +581,58 @@ static int act_drop_voided(struct rconn *rc, struct act_vec *vec, char *err, siz
     return CS_OK;
 }
 
+/* Tries at rewriting ACTIVITY:LIST before giving up to the next preheat:
+ * each lost try means another writer published a newer MySQL read. */
+#define ACT_LIST_TRIES 5
+
+/* Rewrites ACTIVITY:LIST from a fresh MySQL read (generation first, then the
+ * SELECT, then a write that holds only if no one wrote meanwhile), so the
+ * list never goes back in time: every writer whose MySQL read is older than
+ * the last write reads again. CS_ERR with a message in err. */
+static int act_list_rewrite(struct mconn *mc, struct rconn *rc, int horizon_days, int grace_s,
+                            char *err, size_t errlen)
+{
+    for (int tries = 0; tries < ACT_LIST_TRIES; tries++) {
+        struct act_vec vec;
+        long long gen;
+        int stale = 0, ret;
+
+        if (act_list_gen(rc, &gen, err, errlen) != CS_OK
+            || act_select(mc, horizon_days, grace_s, 0, &vec, err, errlen) != CS_OK)
+            return CS_ERR;
+        ret = act_drop_voided(rc, &vec, err, errlen);
+        if (ret == CS_OK)
+            ret = act_write_list(rc, &vec, gen, &stale, err, errlen);
+        act_vec_free(&vec);
+        if (ret != CS_OK || !stale)
+            return ret;
+    }
+    snprintf(err, errlen, "%s: %d writers came between", KEY_ACTIVITY_LIST, ACT_LIST_TRIES);
+    return CS_ERR;
+}
+
 int activity_preheat(struct mconn *mc, struct rconn *rc, int horizon_days, int grace_s,
                      struct preheat_result *res, char *err, size_t errlen)
 {
     struct act_vec vec;
-    int ret = CS_ERR;
+    long long gen;
+    int ret = CS_ERR, stale = 0;
 
     memset(res, 0, sizeof(*res));
     int64_t t0 = cs_mono_ms();
-    if (act_select(mc, horizon_days, grace_s, 0, &vec, err, errlen) != CS_OK)
+    if (act_list_gen(rc, &gen, err, errlen) != CS_OK
+        || act_select(mc, horizon_days, grace_s, 0, &vec, err, errlen) != CS_OK)
         return CS_ERR;
     int64_t t1 = cs_mono_ms();
     if (act_reapply_voids(mc, rc, grace_s, err, errlen) != CS_OK ||
         act_drop_voided(rc, &vec, err, errlen) != CS_OK ||
         act_publish(mc, rc, &vec, res, err, errlen) != CS_OK)
         goto out;
-    /* Written last, so every listed activity already has its stock field. */
-    if (act_write_list(rc, &vec, err, errlen) != CS_OK)
+    /* Written last, so every listed activity already has its stock field.
+     * An admin change that wrote the list after our MySQL read wins: the
+     * list is read again rather than put back. */
+    if (act_write_list(rc, &vec, gen, &stale, err, errlen) != CS_OK
+        || (stale && act_list_rewrite(mc, rc, horizon_days, grace_s, err, errlen) != CS_OK))
         goto out;
     res->loaded = (int)vec.n;
     res->select_ms = t1 - t0;
@@ -592,7 +656,9 @@ int activity_preheat_one(struct mconn *mc, struct rconn *rc, int64_t id, int hor
         act_publish(mc, rc, &vec, res, err, errlen) != CS_OK)
         goto out;
     res->loaded = (int)vec.n;
-    ret = CS_OK;
+    /* Its place in ACTIVITY:LIST (added, moved, or gone when it left the
+     * horizon), after its stock field exists. */
+    ret = act_list_rewrite(mc, rc, horizon_days, grace_s, err, errlen);
 out:
     act_vec_free(&vec);
     return ret;
@@ -640,11 +706,7 @@ int activity_revoke(struct mconn *mc, struct rconn *rc, int64_t id, int horizon_
 
     /* The list is rewritten with the default grace; the next preheat
      * applies the configured one. */
-    struct act_vec vec;
-    if (act_select(mc, horizon_days, ACTIVITY_GRACE_S, 0, &vec, err, errlen) != CS_OK)
-        return CS_ERR;
-    int ret = act_write_list(rc, &vec, err, errlen);
-    act_vec_free(&vec);
+    int ret = act_list_rewrite(mc, rc, horizon_days, ACTIVITY_GRACE_S, err, errlen);
     log_notice("activity %" PRId64 " revoked", id);
     return ret;
 

@@ -36,9 +36,16 @@ struct preheat_result {
 int activity_preheat(struct mconn *mc, struct rconn *rc, int horizon_days, int grace_s,
                      struct preheat_result *res, char *err, size_t errlen);
 
-/* The same for activity ID alone (after it was created or changed), leaving
- * ACTIVITY:LIST to the next preheat. res->loaded is 0 when ID is not one
- * preheat serves (unknown, voided, ended past the grace, beyond the horizon). */
+/* The same for activity ID alone (after it was created or changed): its
+ * META, WINDOW and stock fields, then ACTIVITY:LIST rewritten from a fresh
+ * MySQL read, so the change is listed at once. res->loaded is 0 when ID is
+ * not one preheat serves (unknown, voided, ended past the grace, beyond the
+ * horizon); it then leaves the list.
+ *
+ * Every write of ACTIVITY:LIST (here, preheat, revoke) reads its generation
+ * (KEY_ACTIVITY_LIST_GEN) before MySQL and writes only if it is unchanged,
+ * bumping it; a writer that lost reads MySQL again. So the list never goes
+ * back to a MySQL read older than one already published. */
 int activity_preheat_one(struct mconn *mc, struct rconn *rc, int64_t id, int horizon_days,
                          int grace_s, struct preheat_result *res, char *err, size_t errlen);
 

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #define SHM_MAGIC 0x4353484d4e4f4445ULL /* "CSHMNODE" */
-#define SHM_VERSION 4
+#define SHM_VERSION 5
 #define SHM_PROBES 16
 
 const int64_t shm_lat_bounds_us[SHM_LAT_BUCKETS] = {

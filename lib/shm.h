@@ -85,8 +85,15 @@ struct shm_node {
      * generation of the segment that holds it (0 = none yet), when it was
      * built (cs_mono_ms), and the lease of the one worker rebuilding it. */
     _Atomic uint64_t list_gen;
-    _Atomic int64_t list_built_ms;
+    _Atomic int64_t list_built_ms;           /* when the read behind it began */
     _Atomic int64_t list_lease_until_ms;
+    _Atomic int64_t list_invalid_ms;         /* a copy read before this is stale */
+    _Atomic int64_t list_redis_gen;          /* KEY_ACTIVITY_LIST_GEN it was read at */
+    _Atomic int64_t list_full_ms;            /* when the list itself was last read */
+
+    /* Bumped by an admin change on this node: every worker drops its cached
+     * metadata at its next lookup, so the node reads its own writes. */
+    _Atomic uint64_t meta_epoch;
 
     struct shm_flag soldout[SHM_FLAGS];
     struct shm_flag voided[SHM_FLAGS];
