@@ -243,8 +243,12 @@ void admin_health(struct worker *w, struct req *r)
             fault = RCONN_FAULT_DOWN;
     }
     int bstate = atomic_load(&w->shm->breaker_state);
-    snprintf(extra, sizeof(extra), "\"redis\":\"%s\",\"breaker\":\"%s\",\"worker\":%d",
-             rconn_fault_name(fault), bnames[bstate < 3 && bstate >= 0 ? bstate : 1], w->index);
+    /* "seize": where a seize can be granted from now. Reserves (a node's
+     * own grants while Redis is away) are not built yet: "redis" or "none". */
+    snprintf(extra, sizeof(extra),
+             "\"seize\":\"%s\",\"redis\":\"%s\",\"breaker\":\"%s\",\"worker\":%d",
+             fault == RCONN_FAULT_NONE ? "redis" : "none", rconn_fault_name(fault),
+             bnames[bstate < 3 && bstate >= 0 ? bstate : 1], w->index);
     if (fault == RCONN_FAULT_NONE)
         req_reply(r, CODE_OK, NULL, extra, 0);
     else

@@ -18,6 +18,45 @@ static int param_count(char **env, const char *name)
     return count;
 }
 
+int64_t params_request_start_ms(const char *v)
+{
+    int64_t whole = 0, frac_ms = 0;
+    int digits = 0;
+
+    if (v == NULL)
+        return -1;
+    if (v[0] == 't' && v[1] == '=')
+        v += 2;
+    for (; *v >= '0' && *v <= '9'; v++) {
+        if (++digits > 18)
+            return -1;
+        whole = whole * 10 + (*v - '0');
+    }
+    if (digits == 0)
+        return -1;
+    if (*v == '.') {
+        /* seconds.fraction: milliseconds from the first three digits */
+        int n = 0;
+        for (v++; *v >= '0' && *v <= '9'; v++, n++)
+            if (n < 3)
+                frac_ms = frac_ms * 10 + (*v - '0');
+        if (n == 0)
+            return -1;
+        for (; n < 3; n++)
+            frac_ms *= 10;
+        if (*v != '\0' || whole >= 100000000000LL)
+            return -1;
+        return whole * 1000 + frac_ms;
+    }
+    if (*v != '\0')
+        return -1;
+    if (whole >= 100000000000000LL) /* microseconds (15+ digits today) */
+        return whole / 1000;
+    if (whole >= 100000000000LL)    /* milliseconds (13 digits today) */
+        return whole;
+    return whole * 1000;            /* seconds */
+}
+
 void params_fill(struct req *r, char **env)
 {
     const char *uri, *cl;

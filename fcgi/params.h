@@ -20,4 +20,12 @@
  * pointers point into env. Leaves every other field of r alone. */
 void params_fill(struct req *r, char **env);
 
+/* When the web server received a request, from an X-Request-Start value
+ * (HTTP_X_REQUEST_START) as web servers and load balancers write it:
+ * "t=" optional, then seconds with a fraction ("t=1764540000.123", nginx's
+ * $msec) or whole seconds, milliseconds or microseconds since the epoch
+ * (told apart by size; Apache's "%t" gives "t=<microseconds>"). Returns
+ * epoch milliseconds, or -1 when v is NULL or not such a value. */
+int64_t params_request_start_ms(const char *v);
+
 #endif

@@ -4,6 +4,7 @@
 #include "keys.h"
 #include "log.h"
 #include "meta.h"
+#include "params.h"
 #include "route.h"
 #include "shm.h"
 #include "worker.h"
@@ -40,6 +41,7 @@ struct seize_call {
     size_t argl[6];
     int shard;
     struct rconn_site site;    /* the connection whose answer counts: a WAIT runs there */
+    int64_t deadline_ms;       /* monotonic: the answer is due by then */
 };
 
 static void seize_call_init(struct seize_call *sc, int64_t id, int64_t uid)
@@ -61,9 +63,60 @@ static void seize_call_init(struct seize_call *sc, int64_t id, int64_t uid)
     sc->argv[5] = sc->s_uid;
 }
 
-static redisReply *seize_send(struct worker *w, struct seize_call *sc)
+/* A tenth of the budget, at most 100 ms. */
+static int seize_margin(const struct worker *w)
 {
-    return rconn_evalsha_at(w->rc, &w->script, 4, 6, sc->argv, sc->argl, &sc->site);
+    int budget = w->conf->fallback_budget_ms;
+    return budget / 10 < 100 ? budget / 10 : 100;
+}
+
+/*
+ * The seize's own deadline: fallback.budget_ms from when the web server got
+ * the request (or the worker took it), less a margin (seize_margin()) for
+ * the answer's way back to the client through a busy machine.
+ */
+static int64_t seize_deadline(const struct worker *w, const struct req *r)
+{
+    int budget = w->conf->fallback_budget_ms;
+    int margin = seize_margin(w);
+    int64_t taken = r->start_us / 1000, deadline = taken + budget - margin;
+    int64_t got = params_request_start_ms(FCGX_GetParam("HTTP_X_REQUEST_START", r->fr->envp));
+    if (got > 0) {
+        /* The time it waited for a worker (the shipped snippets send when
+         * the web server got it) counts too. By the web server's clock
+         * against ours, so only a plausible wait is believed: it can only
+         * shorten the deadline, and a clock far off changes nothing. */
+        int64_t queued = cs_now_ms() - (cs_mono_ms() - taken) - got;
+        if (queued > 0 && queued < 10 * (int64_t)budget)
+            deadline -= queued;
+    }
+    return deadline;
+}
+
+/*
+ * How long the first EVALSHA may wait for its answer, with `left` ms to the
+ * deadline: a slow Redis is waited for, but room is kept for the one resend
+ * on a fresh connection that settles a lost reply (a command timeout, at
+ * most a quarter of what is left).
+ */
+static int seize_first_wait(const struct worker *w, int64_t left)
+{
+    int64_t reserve = w->conf->redis_command_timeout_ms;
+    if (reserve > left / 4)
+        reserve = left / 4;
+    return (int)(left - reserve);
+}
+
+/* One EVALSHA that waits at most wait_ms for its answer (and at least wait_ms
+ * less 10 %: a socket already set within that range is left alone, so that
+ * a deadline moving by a few ms between seizes costs no system call). */
+static redisReply *seize_send(struct worker *w, struct seize_call *sc, int wait_ms)
+{
+    rconn_set_timeout_range(w->rc, wait_ms - wait_ms / 10, wait_ms);
+    redisReply *rep = rconn_evalsha_at(w->rc, &w->script, 4, 6, sc->argv, sc->argl,
+                                      &sc->site);
+    rconn_set_timeout(w->rc, 0);
+    return rep;
 }
 
 static void seize_count_failure(struct worker *w)
@@ -132,27 +185,46 @@ static int seize_heal_window(struct worker *w, struct seize_call *sc, const stru
 }
 
 /*
- * Sends the seize script and feeds the breaker with its failures (a success
- * is reported by the caller, once the grant is confirmed). CODE_OK
- * with the script's answer in *res; CODE_UNAVAILABLE when Redis certainly
- * did not run it (no connection, or an error reply such as OOM, READONLY,
- * BUSY: Redis refused it); CODE_UNKNOWN_OUTCOME when it was written, its
- * answer was lost, and sending it once more on a fresh connection got no
- * answer either. *resent is set when it was sent a second time.
+ * Sends the seize script within the seize's deadline and feeds the breaker
+ * with its failures (a success is reported by the caller, once the grant is
+ * confirmed). CODE_OK with the script's answer in *res; CODE_UNAVAILABLE
+ * when Redis certainly did not run it (no connection, no time left to send
+ * it, or an error reply such as OOM, READONLY, BUSY: Redis refused it);
+ * CODE_UNKNOWN_OUTCOME when it was written, its answer was lost, and
+ * sending it once more on a fresh connection got no answer before the
+ * deadline either. *resent is set when it was sent a second time.
+ *
+ * A slow Redis is waited for: only a refused or failed connection, an error
+ * reply, or a seize left unanswered for its whole budget counts against the
+ * breaker; an answer that came late but in time does not.
  */
 static enum cs_code seize_eval(struct worker *w, struct seize_call *sc, long long *res,
                                int *resent)
 {
-    redisReply *rep = seize_send(w, sc);
+    int64_t left = sc->deadline_ms - cs_mono_ms();
+    if (left < 10) {
+        /* Nothing sent: the budget went to what came before (a metadata
+         * read on a cold cache). */
+        rconn_set_err(w->rc, RCONN_ERR_BACKOFF, "seize", "no time left in the budget");
+        return CODE_UNAVAILABLE;
+    }
+    redisReply *rep = seize_send(w, sc, seize_first_wait(w, left));
     if (rep == NULL && w->rc->maybe_sent) {
         /* The script is idempotent per user, so the same call once more
          * tells the truth (rconn dropped the old connection). */
         seize_count_failure(w);
+        left = sc->deadline_ms - cs_mono_ms();
+        if (left < 5) {
+            log_debug("seize %s for %s: %s; no time left to ask again", sc->s_aid, sc->s_uid,
+                      w->rc->errstr);
+            worker_seize_done(w, sc->shard, RCONN_FAULT_DOWN);
+            return CODE_UNKNOWN_OUTCOME;
+        }
         atomic_fetch_add_explicit(&w->shm->m.seize_resends, 1, memory_order_relaxed);
         log_debug("seize %s for %s: %s; sending it once more", sc->s_aid, sc->s_uid,
                   w->rc->errstr);
         *resent = 1;
-        rep = seize_send(w, sc);
+        rep = seize_send(w, sc, (int)left);
         if (rep == NULL || rep->type != REDIS_REPLY_INTEGER) {
             log_debug("seize %s for %s: no answer to the resend either (%s)", sc->s_aid,
                       sc->s_uid, rep != NULL && rep->type == REDIS_REPLY_ERROR ? rep->str
@@ -202,14 +274,6 @@ static int seize_replicated(struct worker *w, struct seize_call *sc, int fence)
         worker_note_copies(w, sc->shard, copies);
     return rconn_wait_at(w->rc, &sc->site, fence ? sc->k_fence : NULL, copies,
                          c->redis_wait_timeout_ms);
-}
-
-/* The bound of a seize's Redis work: the script, one resend on a fresh
- * connection, and the WAIT (see README, "Running on Redis Cluster"). */
-static int64_t seize_budget_ms(const struct cs_conf *c)
-{
-    return 2 * (int64_t)c->redis_command_timeout_ms +
-           (c->redis_wait_replicas > 0 ? c->redis_wait_timeout_ms : 0);
 }
 
 /* The Redis part of a seize: the script, its settling and its WAIT; answers r. */
@@ -298,7 +362,24 @@ void seize_handle(struct worker *w, struct req *r)
         req_reply(r, CODE_VOIDED, NULL, NULL, 0);
         return;
     }
-    switch (meta_lookup(w, id, &a, &stale)) {
+    /* A seize that waited for a worker until its budget was (nearly) gone
+     * still gets one short try, the margin: a Redis that answers at once
+     * (another shard, a stall that just ended) serves it, a silent one holds
+     * it no longer than that. A metadata read gets at most a third of what
+     * is left. */
+    sc.deadline_ms = seize_deadline(w, r);
+    int64_t left = sc.deadline_ms - cs_mono_ms();
+    if (left < seize_margin(w)) {
+        left = seize_margin(w);
+        sc.deadline_ms = cs_mono_ms() + left;
+    }
+    if (left / 3 < c->redis_command_timeout_ms)
+        rconn_set_timeout(w->rc, (int)(left / 3));
+    rconn_set_deadline(w->rc, sc.deadline_ms);
+    enum meta_kind kind = meta_lookup(w, id, &a, &stale);
+    rconn_set_deadline(w->rc, 0);
+    rconn_set_timeout(w->rc, 0);
+    switch (kind) {
     case META_ABSENT:
         req_reply(r, CODE_NO_SUCH_ACTIVITY, NULL, NULL, 0);
         return;
@@ -335,9 +416,10 @@ void seize_handle(struct worker *w, struct req *r)
 
     seize_call_init(&sc, id, who.user_id);
     atomic_fetch_add_explicit(&w->shm->m.seize_shard[sc.shard], 1, memory_order_relaxed);
-    /* One deadline for every Redis step of this request: redirections,
-     * reloads, map refreshes, the resend and the WAIT all end by it. */
-    rconn_set_deadline(w->rc, cs_mono_ms() + seize_budget_ms(c));
+    /* One deadline for every Redis step of this request, the seize's
+     * budget (seize_deadline()): the script and its resend, redirections,
+     * reloads, map refreshes, the settling and the WAIT all end by it. */
+    rconn_set_deadline(w->rc, sc.deadline_ms);
     seize_grant(w, r, &sc, &a);
     rconn_set_deadline(w->rc, 0);
 }

@@ -166,15 +166,22 @@ int req_auth(struct worker *w, struct req *r, int need, struct auth_identity *id
     return CS_OK;
 }
 
+/* How long one worker's probe of an open breaker may take before another
+ * may probe: a seize waits for Redis up to its budget (fallback.budget_ms),
+ * other calls a connect and two command timeouts (one resend). */
+static int64_t worker_probe_lease(const struct cs_conf *c)
+{
+    int64_t call = 2 * ((int64_t)c->redis_connect_timeout_ms + c->redis_command_timeout_ms);
+    return call > c->fallback_budget_ms ? call : c->fallback_budget_ms;
+}
+
 int worker_redis_allowed(struct worker *w)
 {
     const struct cs_conf *c = w->conf;
     /* On a cluster the breakers are per shard (worker_seize_allowed()). */
     if (c->redis_cluster)
         return 1;
-    /* A probe may have to resend once: connect + two command timeouts. */
-    int64_t lease = 2 * ((int64_t)c->redis_connect_timeout_ms + c->redis_command_timeout_ms);
-    return shm_breaker_allow(w->shm, cs_mono_ms(), lease);
+    return shm_breaker_allow(w->shm, cs_mono_ms(), worker_probe_lease(c));
 }
 
 int worker_redis_readable(const struct worker *w)
@@ -211,8 +218,7 @@ int worker_seize_allowed(struct worker *w, int shard)
     const struct cs_conf *c = w->conf;
     if (!c->redis_cluster)
         return worker_redis_allowed(w);
-    int64_t lease = 2 * ((int64_t)c->redis_connect_timeout_ms + c->redis_command_timeout_ms);
-    return shm_shard_allow(&w->shm->shard_breaker[shard], cs_mono_ms(), lease);
+    return shm_shard_allow(&w->shm->shard_breaker[shard], cs_mono_ms(), worker_probe_lease(c));
 }
 
 void worker_seize_done(struct worker *w, int shard, enum rconn_fault fault)

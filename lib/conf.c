@@ -56,6 +56,8 @@ static const struct conf_key conf_keys[] = {
     I("redis.wait_replicas", redis_wait_replicas, 0, 16, 0),
     I("redis.wait_timeout_ms", redis_wait_timeout_ms, 1, 60000, 100),
 
+    I("fallback.budget_ms", fallback_budget_ms, 50, 60000, 1000),
+
     S("mysql.host", mysql_host, 0, "127.0.0.1", NULL),
     I("mysql.port", mysql_port, 0, 65535, 3306),
     S("mysql.socket", mysql_socket, 0, "", NULL),

@@ -38,6 +38,9 @@ struct cs_conf {
     int redis_wait_replicas;
     int redis_wait_timeout_ms;
 
+    /* fallback */
+    int fallback_budget_ms;        /* every seize is answered within this */
+
     /* mysql */
     char *mysql_host;
     int mysql_port;

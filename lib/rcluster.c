@@ -170,7 +170,7 @@ static struct timeval rc_tv(int ms)
  * request deadline when nearer. */
 static int64_t rc_deadline(const struct rconn *rc)
 {
-    int64_t d = cs_mono_ms() + rc->opts.command_timeout_ms;
+    int64_t d = cs_mono_ms() + rconn_timeout(rc);
     return rc->deadline_ms != 0 && rc->deadline_ms < d ? rc->deadline_ms : d;
 }
 
@@ -180,7 +180,7 @@ static int rc_arm(struct rcluster *cl, int i, int64_t deadline)
 {
     struct rc_node *nd = &cl->nodes[i];
     int64_t left = deadline - cs_mono_ms();
-    int ms = cl->rc->opts.command_timeout_ms;
+    int ms = rconn_timeout(cl->rc);
     if (left <= 0) {
         rconn_set_err(cl->rc, RCONN_ERR_DEADLINE, "redis cluster",
                       "the request deadline passed before the command was sent");
@@ -188,7 +188,9 @@ static int rc_arm(struct rcluster *cl, int i, int64_t deadline)
     }
     if (left + RC_ARM_SLACK_MS < ms)
         ms = (int)left;
-    if (ms != nd->armed_ms) {
+    /* rconn_set_timeout_range(): a socket already within lo..ms keeps it. */
+    int lo = cl->rc->timeout_lo_ms;
+    if (ms != nd->armed_ms && !(lo > 0 && nd->armed_ms >= lo && nd->armed_ms <= ms)) {
         redisSetTimeout(nd->ctx, rc_tv(ms));
         nd->armed_ms = ms;
     }
@@ -777,6 +779,12 @@ void rcluster_site_fail(struct rcluster *cl, const struct rconn_site *site)
 {
     if (rcluster_site_ctx(cl, site) != NULL)
         rc_node_fail(cl, site->node);
+}
+
+void rcluster_site_disarm(struct rcluster *cl, const struct rconn_site *site)
+{
+    if (rcluster_site_ctx(cl, site) != NULL)
+        cl->nodes[site->node].armed_ms = 0;
 }
 
 int rcluster_copies(struct rcluster *cl, const struct rconn_site *site, int wanted)

@@ -112,6 +112,10 @@ redisContext *rcluster_site_ctx(struct rcluster *cl, const struct rconn_site *si
 /* Drops site's connection after an I/O error on it. */
 void rcluster_site_fail(struct rcluster *cl, const struct rconn_site *site);
 
+/* Forgets the receive timeout of site's connection, set outside the cluster
+ * layer (a WAIT's): the next command there sets its own. */
+void rcluster_site_disarm(struct rcluster *cl, const struct rconn_site *site);
+
 /* In a CLUSTER SHARDS reply given by host:port: the replicas of its shard
  * that the cluster has not marked failed (those that could be promoted in
  * its place), or -1 when host:port is not a master there. */

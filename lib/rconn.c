@@ -101,6 +101,43 @@ static void rconn_fail(struct rconn *rc)
     rc->retry_at_ms = cs_mono_ms() + rc->backoff_ms;
 }
 
+void rconn_set_timeout(struct rconn *rc, int ms)
+{
+    rc->timeout_ms = ms > 0 ? ms : 0;
+    rc->timeout_lo_ms = 0;
+}
+
+void rconn_set_timeout_range(struct rconn *rc, int lo_ms, int hi_ms)
+{
+    rconn_set_timeout(rc, hi_ms);
+    rc->timeout_lo_ms = lo_ms > 0 && lo_ms <= hi_ms ? lo_ms : 0;
+}
+
+int rconn_timeout(const struct rconn *rc)
+{
+    return rc->timeout_ms > 0 ? rc->timeout_ms : rc->opts.command_timeout_ms;
+}
+
+void rconn_apply_timeout(struct rconn *rc, redisContext *c)
+{
+    int ms = rconn_timeout(rc);
+    /* The request deadline cuts it (not by a few ms: no system call for
+     * that); a command sent past the deadline keeps the whole timeout. */
+    if (rc->deadline_ms != 0) {
+        int64_t left = rc->deadline_ms - cs_mono_ms();
+        if (left > 0 && left + 10 < ms)
+            ms = (int)left;
+    }
+    if (c == NULL || (c == rc->tmo_ctx && ms == rc->tmo_ms))
+        return;
+    if (c == rc->tmo_ctx && rc->timeout_lo_ms > 0 && rc->tmo_ms >= rc->timeout_lo_ms
+        && rc->tmo_ms <= ms)
+        return;
+    redisSetTimeout(c, ms_to_tv(ms));
+    rc->tmo_ctx = c;
+    rc->tmo_ms = ms;
+}
+
 redisContext *rconn_open(struct rconn *rc, const char *host, int port)
 {
     redisContext *c = redisConnectWithTimeout(host, port, ms_to_tv(rc->opts.connect_timeout_ms));
@@ -114,6 +151,10 @@ redisContext *rconn_open(struct rconn *rc, const char *host, int port)
         return NULL;
     }
     redisSetTimeout(c, ms_to_tv(rc->opts.command_timeout_ms));
+    /* A new context may reuse a freed one's address: what its socket has
+     * is what was just set. */
+    rc->tmo_ctx = c;
+    rc->tmo_ms = rc->opts.command_timeout_ms;
     if (rc->opts.password[0] != '\0') {
         redisReply *r = redisCommand(c, "AUTH %s", rc->opts.password);
         if (r == NULL || r->type == REDIS_REPLY_ERROR) {
@@ -206,6 +247,7 @@ redisReply *rconn_command(struct rconn *rc, const char *key, const char *fmt, ..
     redisContext *c = rconn_ctx_for_key(rc, key);
     if (c == NULL)
         return NULL;
+    rconn_apply_timeout(rc, c);
     va_list ap;
     va_start(ap, fmt);
     redisReply *r = redisvCommand(c, fmt, ap);
@@ -236,6 +278,7 @@ static redisReply *rconn_argv_at(struct rconn *rc, const char *key, int argc,
     redisContext *c = rconn_ctx_for_key(rc, key);
     if (c == NULL)
         return NULL;
+    rconn_apply_timeout(rc, c);
     redisReply *r = rconn_check(rc, redisCommandArgv(c, argc, argv, argvlen),
                                 "redis command failed");
     if (r != NULL && site != NULL)
@@ -272,6 +315,7 @@ int rconn_append(struct rconn *rc, const char *key, const char *fmt, ...)
     redisContext *c = rconn_ctx_for_key(rc, key);
     if (c == NULL)
         return CS_ERR;
+    rconn_apply_timeout(rc, c);
     va_list ap;
     va_start(ap, fmt);
     int r = redisvAppendCommand(c, fmt, ap);
@@ -299,6 +343,7 @@ int rconn_appendv(struct rconn *rc, const char *key, int argc, const char **argv
     redisContext *c = rconn_ctx_for_key(rc, key);
     if (c == NULL)
         return CS_ERR;
+    rconn_apply_timeout(rc, c);
     if (redisAppendCommandArgv(c, argc, argv, argvlen) != REDIS_OK) {
         rconn_set_err(rc, RCONN_ERR_IO, "redisAppendCommandArgv() failed", c->errstr);
         rconn_fail(rc);
@@ -567,6 +612,12 @@ int rconn_wait_at(struct rconn *rc, const struct rconn_site *site, const char *f
     }
     /* The reply may take the whole WAIT timeout: the socket must outlast it. */
     redisSetTimeout(c, ms_to_tv(timeout_ms + rc->opts.command_timeout_ms));
+    /* The socket keeps no timeout of its own after this: set again before
+     * the next command on it. */
+    if (rc->cl != NULL)
+        rcluster_site_disarm(rc->cl, site);
+    else
+        rc->tmo_ctx = NULL;
     redisReply *r = NULL;
     if (fence_key != NULL) {
         r = redisCommand(c, "INCR %s", fence_key);
@@ -579,17 +630,14 @@ int rconn_wait_at(struct rconn *rc, const struct rconn_site *site, const char *f
             rconn_set_err(rc, RCONN_ERR_REPLY, "INCR (WAIT fence)",
                           r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
         freeReplyObject(r);
-        if (!ok) {
-            redisSetTimeout(c, ms_to_tv(rc->opts.command_timeout_ms));
+        if (!ok)
             goto shortfall;
-        }
     }
     r = redisCommand(c, "WAIT %d %d", replicas, timeout_ms);
     if (r == NULL) {
         rconn_wait_fail(rc, site, c, "WAIT failed");
         return CS_ERR;
     }
-    redisSetTimeout(c, ms_to_tv(rc->opts.command_timeout_ms));
     int ret = CS_OK;
     if (r->type != REDIS_REPLY_INTEGER || r->integer < replicas) {
         char why[96];

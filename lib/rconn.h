@@ -76,6 +76,11 @@ struct rconn {
                                   rconn_set_deadline()) */
     uint64_t conn_seq;         /* id of the latest connection opened */
     uint64_t conn_id;          /* single Redis: id of ctx */
+    int timeout_ms;            /* read timeout of the next commands; 0: opts'
+                                * command_timeout_ms (rconn_set_timeout()) */
+    int timeout_lo_ms;         /* a socket already at lo..timeout_ms is left so */
+    const redisContext *tmo_ctx; /* the socket whose timeout was last set, */
+    int tmo_ms;                /* and to what: a repeat costs no system call */
 };
 
 /* A Lua script loaded from a file: source and its SHA1 as Redis computes it. */
@@ -111,6 +116,26 @@ void rconn_set_err(struct rconn *rc, int err, const char *what, const char *why)
  * rc->err set on failure. The caller owns the context (redisFree). */
 redisContext *rconn_open(struct rconn *rc, const char *host, int port);
 
+/* Sets the read timeout of the commands that follow (until set again) to
+ * ms; 0 goes back to opts.command_timeout_ms. Costs nothing until a command
+ * is sent; a socket is only touched when its timeout must change. On a
+ * cluster it also bounds a command's redirections and back-offs, and the
+ * request deadline (rconn_set_deadline()) still cuts it. */
+void rconn_set_timeout(struct rconn *rc, int ms);
+
+/* As rconn_set_timeout(rc, hi_ms), but a socket whose timeout already lies
+ * in lo_ms..hi_ms keeps it: a deadline that moves by a few ms from one call
+ * to the next then costs no system call. */
+void rconn_set_timeout_range(struct rconn *rc, int lo_ms, int hi_ms);
+
+/* The read timeout the next command gets, in ms. */
+int rconn_timeout(const struct rconn *rc);
+
+/* Puts the timeout of rconn_set_timeout() on c (a connection of rc) before
+ * a command is sent on it, cut to the request deadline when that is nearer
+ * (single Redis; the cluster layer arms its node connections itself). */
+void rconn_apply_timeout(struct rconn *rc, redisContext *c);
+
 /* The rconn_err of a failed hiredis context (a read timeout shows as EAGAIN). */
 int rconn_ctx_errno(const redisContext *c);
 
@@ -120,7 +145,7 @@ redisContext *rconn_ctx_for_key(struct rconn *rc, const char *key);
 
 /* Sets the request deadline (monotonic ms, 0 clears it): no command is sent
  * and no WAIT waits past it, whatever redirections, reloads or refreshes a
- * cluster asks for. Each command is also bounded by command_timeout_ms. */
+ * cluster asks for. Each command is also bounded by rconn_timeout(). */
 void rconn_set_deadline(struct rconn *rc, int64_t deadline_ms);
 
 /* Runs one command routed by KEY (may be NULL for keyless commands). Returns

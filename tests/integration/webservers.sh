@@ -437,6 +437,14 @@ own_errors() {
 down_answer() {
     on "$2" GET /market/consumer/coupon/status
     expect "$1: coupon-fcgi down" 503 UNAVAILABLE
+    # A seize that never reached a worker: nothing was issued. Apache cannot
+    # tell this from a worker that died holding the seize (both are its 503).
+    on "$2" POST "$SEIZE" "{\"id\":$ACT}" "$(mint_jwt "${USERS[$1]}9")"
+    if [[ $1 == apache2 ]]; then
+        expect "$1: coupon-fcgi down: a seize answers UNKNOWN_OUTCOME" 503 UNKNOWN_OUTCOME
+    else
+        expect "$1: coupon-fcgi down: a seize answers UNAVAILABLE" 503 UNAVAILABLE
+    fi
     # lighttpd cannot add a header to its own error answers only.
     [[ $1 == lighttpd ]] ||
         check_match "$1: coupon-fcgi down: Retry-After" $'\n[Rr]etry-[Aa]fter: [0-9]+' "$HTTP_HEADERS"
@@ -444,6 +452,46 @@ down_answer() {
 recovered() {
     on "$1" GET /market/consumer/coupon/status
     [[ $HTTP_CODE == 200 ]]
+}
+
+# lost_seize NAME URL UID: a seize that reached a worker, which died before it
+# answered (Redis holds writes, so the worker is still waiting for the script
+# when it is killed): the coupon may have been granted, so the web server's
+# own error must say UNKNOWN_OUTCOME, not UNAVAILABLE.
+lost_seize() {
+    local n=$1 url=$2 token out=$WS/lost-$1 pid=""
+    token=$(mint_jwt "$3")
+    rcli CLIENT PAUSE 5000 WRITE >/dev/null
+    curl -s -X POST --max-time 10 -D "$out.h" -o "$out.b" -w '%{http_code}' \
+        -H 'Content-Type: application/json' -H "Authorization: Bearer $token" \
+        --data-binary "{\"id\":$ACT}" "$url$SEIZE" >"$out.c" &
+    local cpid=$!
+    # The worker holding the seize: the coupon-fcgi end of a connection on
+    # the FastCGI socket.
+    worker_of_seize() {
+        pid=$(ss -xpH state established src "$COUPON_FCGI_SOCK" 2>/dev/null |
+            grep -o 'coupon-fcgi",pid=[0-9]*' | head -n1 | cut -d= -f2)
+        [[ -n $pid ]]
+    }
+    if wait_for 5 worker_of_seize; then
+        kill -9 "$pid"
+    else
+        not_ok "$n: a worker took the seize"
+    fi
+    wait "$cpid"
+    rcli CLIENT UNPAUSE >/dev/null
+    HTTP_CODE=$(cat "$out.c") HTTP_HEADERS=$(cat "$out.h") HTTP_BODY=$(cat "$out.b")
+    # lighttpd cannot change the status of its own answers: its 500 for the
+    # worker's end-of-file stays 500, with the UNKNOWN_OUTCOME body.
+    if [[ $n == lighttpd ]]; then
+        expect "$n: a seize whose worker died answers UNKNOWN_OUTCOME" 500 UNKNOWN_OUTCOME
+    else
+        expect "$n: a seize whose worker died answers UNKNOWN_OUTCOME" 503 UNKNOWN_OUTCOME
+    fi
+    check_match "$n: ... said by the web server" 'connection to the coupon service was lost' \
+        "$HTTP_BODY"
+    # The supervisor replaces the killed worker.
+    wait_for 10 recovered "$url"
 }
 
 declare -A URLS=()
@@ -478,6 +526,14 @@ done
 on "${URLS[nginx]:-${URLS[lighttpd]:-${URLS[apache2]:-}}}" GET "/market/consumer/coupon/status?id=$ACT"
 check_eq "stock went down by one per server" $((100 - ${#URLS[@]})) \
     "$(json_at "$HTTP_BODY" activity.remaining)"
+
+if command -v ss >/dev/null 2>&1; then
+    for s in nginx lighttpd apache2; do
+        [[ -n ${URLS[$s]:-} ]] && lost_seize "$s" "${URLS[$s]}" "${USERS[$s]}7"
+    done
+else
+    ok "lost seize # SKIP ss (iproute2) is not installed"
+fi
 
 # coupon-fcgi stopped: every server answers a JSON 503 of its own; started
 # again: every server is back within seconds (Apache's retry=0, lighttpd's

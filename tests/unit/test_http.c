@@ -562,6 +562,26 @@ START_TEST(trusted_identity_params)
 }
 END_TEST
 
+START_TEST(request_start_forms)
+{
+    /* nginx's $msec, Apache's %t (microseconds), and the other spellings */
+    ck_assert_int_eq(params_request_start_ms("t=1764540000.123"), 1764540000123LL);
+    ck_assert_int_eq(params_request_start_ms("1764540000.1"), 1764540000100LL);
+    ck_assert_int_eq(params_request_start_ms("t=1764540000.123456"), 1764540000123LL);
+    ck_assert_int_eq(params_request_start_ms("t=1764540000123456"), 1764540000123LL);
+    ck_assert_int_eq(params_request_start_ms("t=1764540000123"), 1764540000123LL);
+    ck_assert_int_eq(params_request_start_ms("1764540000"), 1764540000000LL);
+    ck_assert_int_eq(params_request_start_ms(NULL), -1);
+    ck_assert_int_eq(params_request_start_ms(""), -1);
+    ck_assert_int_eq(params_request_start_ms("t="), -1);
+    ck_assert_int_eq(params_request_start_ms("t=1764540000."), -1);
+    ck_assert_int_eq(params_request_start_ms("t=1764540000.12x"), -1);
+    ck_assert_int_eq(params_request_start_ms("t=-5"), -1);
+    ck_assert_int_eq(params_request_start_ms("t=17645400001234567890"), -1);
+    ck_assert_int_eq(params_request_start_ms("t=1764540000123.5"), -1);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("http");
@@ -577,6 +597,7 @@ int main(void)
     tcase_add_test(tc, jwt_front_end);
     tcase_add_test(tc, trusted_header_mode);
     tcase_add_test(tc, trusted_identity_params);
+    tcase_add_test(tc, request_start_forms);
     suite_add_tcase(s, tc);
     return cs_run_suite(s, 0);
 }
