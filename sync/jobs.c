@@ -261,8 +261,10 @@ int jobs_expire(struct rconn *rc, int grace_s, int full, int *removed)
         if ((full ? exp_candidates(rc, shard, cutoff, &ids, &n, err, sizeof(err))
                   : exp_due(rc, shard, cutoff, &ids, &n, err, sizeof(err))) != CS_OK)
             goto fail;
-        if (n == 0)
+        if (n == 0) {
+            free(ids);
             continue;
+        }
         qsort(ids, n, sizeof(*ids), cs_cmp_int64);
         int64_t *queued = xmalloc(n * sizeof(*queued));
         int ok = activity_count_queued(rc, shard, ids, n, queued, err, sizeof(err)) == CS_OK;
