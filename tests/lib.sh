@@ -284,6 +284,20 @@ if v is None: sys.exit(0)
 print(v if isinstance(v, str) else json.dumps(v))' "$1" "$2"
 }
 
+# jat JSON a.b.0.c: the value at a dotted path, list indexes as numbers
+# (strings unquoted, everything else as JSON); empty when absent.
+jat() {
+    python3 -c 'import json, sys
+v = json.loads(sys.argv[1])
+for k in sys.argv[2].split("."):
+    v = v[int(k)] if isinstance(v, list) else v.get(k) if isinstance(v, dict) else None
+if v is not None:
+    print(v if isinstance(v, str) else json.dumps(v))' "$1" "$2" 2>/dev/null
+}
+
+# iso OFFSET_S: now + OFFSET_S seconds as RFC 3339 UTC.
+iso() { date -u -d "@$(($(date +%s) + $1))" +%Y-%m-%dT%H:%M:%SZ; }
+
 # pid_alive PID: the process exists and is not a zombie.
 pid_alive() {
     local s

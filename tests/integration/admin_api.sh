@@ -24,17 +24,7 @@ ACT=/market/admin/coupon/activity
 ADMIN=$(mint_jwt 77 admin)
 USER=$(mint_jwt 5)
 
-# jat JSON a.b.c: the value at a dotted path (strings unquoted).
-jat() {
-    python3 -c 'import json, sys
-v = json.loads(sys.argv[1])
-for k in sys.argv[2].split("."):
-    v = v[int(k)] if isinstance(v, list) else v.get(k) if isinstance(v, dict) else None
-if v is not None:
-    print(v if isinstance(v, str) else json.dumps(v))' "$1" "$2" 2>/dev/null
-}
 
-iso() { date -u -d "@$(($(date +%s) + $1))" +%Y-%m-%dT%H:%M:%SZ; }
 
 # create NAME TOTAL START_OFF END_OFF: POSTs an activity; HTTP_* as http().
 create() {

@@ -141,7 +141,7 @@ declare -A URLS=()
 if [[ -n $NGINX ]]; then
     conf=$COUPON_DIR/nginx/couponseize.conf
     uncomment 'fastcgi_param COUPONSEIZE_USER_' <"$conf" >"$conf.new" && mv "$conf.new" "$conf"
-    check_eq "nginx: the snippet's identity lines (2 locations x 2)" 4 \
+    check_eq "nginx: the snippet's identity lines (3 locations x 2)" 6 \
         "$(grep -Ec "^[[:space:]]*fastcgi_param COUPONSEIZE_USER_(ID $FORCED|ROLE user);" "$conf")"
     kill -HUP "$COUPON_NGINX_PID"
     URLS[nginx]=$COUPON_URL
@@ -304,10 +304,11 @@ for s in nginx lighttpd apache2; do
     check_eq "$s: admin route with every spelling at once" "403 FORBIDDEN" "$HTTP_CODE $(code_of)"
 done
 
-# A server configured to pass the identity twice: refused, never picked from.
+# A server configured to pass the identity twice (in every location):
+# refused, never picked from.
 if [[ -n ${URLS[nginx]:-} ]]; then
     conf=$COUPON_DIR/nginx/couponseize.conf
-    sed -E "0,/fastcgi_param COUPONSEIZE_USER_ID $FORCED;/s//&\n    fastcgi_param COUPONSEIZE_USER_ID $CLAIMED;/" \
+    sed -E "s/fastcgi_param COUPONSEIZE_USER_ID $FORCED;/&\n    fastcgi_param COUPONSEIZE_USER_ID $CLAIMED;/" \
         "$conf" >"$conf.new" && mv "$conf.new" "$conf"
     kill -HUP "$COUPON_NGINX_PID"
     twice_refused() {

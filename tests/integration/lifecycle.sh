@@ -25,16 +25,7 @@ SVC=$(mint_jwt 9 service)
 U1=$(mint_jwt 501)
 U2=$(mint_jwt 502)
 
-jat() {
-    python3 -c 'import json, sys
-v = json.loads(sys.argv[1])
-for k in sys.argv[2].split("."):
-    v = v[int(k)] if isinstance(v, list) else v.get(k) if isinstance(v, dict) else None
-if v is not None:
-    print(v if isinstance(v, str) else json.dumps(v))' "$1" "$2" 2>/dev/null
-}
 
-iso() { date -u -d "@$(($(date +%s) + $1))" +%Y-%m-%dT%H:%M:%SZ; }
 
 # expect NAME STATUS CODE: the last answer's HTTP status and code.
 expect() {

@@ -18,14 +18,6 @@ cs_stack_up
 ACT=/market/admin/coupon/activity
 ADMIN=$(mint_jwt 77 admin)
 
-jat() {
-    python3 -c 'import json, sys
-v = json.loads(sys.argv[1])
-for k in sys.argv[2].split("."):
-    v = v[int(k)] if isinstance(v, list) else v.get(k) if isinstance(v, dict) else None
-if v is not None:
-    print(v if isinstance(v, str) else json.dumps(v))' "$1" "$2" 2>/dev/null
-}
 
 # names JSON: the names of a status list answer, comma-separated.
 names() {
@@ -36,7 +28,6 @@ except Exception:
     print("<not a list answer>")' "$1"
 }
 
-iso() { date -u -d "@$(($(date +%s) + $1))" +%Y-%m-%dT%H:%M:%SZ; }
 
 create() {
     http POST "$ACT" "{\"name\":\"$1\",\"totalNum\":$2,\"distributeStartTime\":\"$(iso "$3")\",\"distributeEndTime\":\"$(iso "$4")\",\"validityDays\":7}" "$ADMIN"
