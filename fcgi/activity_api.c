@@ -241,9 +241,7 @@ static int act_refresh(struct worker *w, int64_t id)
     char err[256];
     /* Its own connection, with coupon-sync's longer timeout: the list it
      * rewrites may be megabytes, more than a seize may wait for. */
-    struct rconn_opts ro;
-    rconn_opts_from_conf(&ro, w->conf, w->conf->sync_redis_timeout_ms);
-    struct rconn *lrc = rconn_new(&ro);
+    struct rconn *lrc = worker_long_rconn(w);
     int rc = activity_preheat_one(w->mc, lrc, id, w->conf->preheat_horizon_days,
                                   w->conf->sync_cleanup_grace_s, &res, err, sizeof(err));
     rconn_free(lrc);

@@ -29,9 +29,7 @@ void admin_preheat(struct worker *w, struct req *r)
         return;
     /* Its own connection, with coupon-sync's longer timeout: writing
      * thousands of activities takes longer than one seize may wait. */
-    struct rconn_opts ro;
-    rconn_opts_from_conf(&ro, w->conf, w->conf->sync_redis_timeout_ms);
-    struct rconn *rc = rconn_new(&ro);
+    struct rconn *rc = worker_long_rconn(w);
     int ok = activity_preheat(w->mc, rc, w->conf->preheat_horizon_days,
                               w->conf->sync_cleanup_grace_s, &res, err, sizeof(err));
     rconn_free(rc);
@@ -70,9 +68,7 @@ void admin_revoke(struct worker *w, struct req *r)
         return;
     }
     r->audit_id = id;
-    struct rconn_opts ro;
-    rconn_opts_from_conf(&ro, w->conf, w->conf->sync_redis_timeout_ms);
-    struct rconn *rc = rconn_new(&ro);
+    struct rconn *rc = worker_long_rconn(w);
     int ok = activity_revoke(w->mc, rc, id, w->conf->preheat_horizon_days, &found, err,
                              sizeof(err));
     rconn_free(rc);

@@ -162,7 +162,6 @@ static int alist_write_segment(const char *shm_name, uint64_t gen, const struct 
 static int alist_rebuild(struct worker *w, int64_t start)
 {
     struct shm_node *shm = w->shm;
-    struct rconn_opts ro;
     struct rconn *rc;
     redisReply *list = NULL, *vs = NULL, *gr = NULL;
     struct alist_build b = {0};
@@ -173,8 +172,7 @@ static int alist_rebuild(struct worker *w, int64_t start)
 
     if (!worker_redis_readable(w))
         return CS_ERR;
-    rconn_opts_from_conf(&ro, w->conf, w->conf->sync_redis_timeout_ms);
-    rc = rconn_new(&ro);
+    rc = worker_long_rconn(w);
     gr = rconn_command(rc, KEY_ACTIVITY_LIST_GEN, "GET %s", KEY_ACTIVITY_LIST_GEN);
     if (gr == NULL) {
         log_warn("reading %s for the list copy: %s", KEY_ACTIVITY_LIST_GEN, rc->errstr);

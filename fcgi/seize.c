@@ -52,7 +52,6 @@ static void seize_call_init(struct seize_call *sc, int64_t id, int64_t uid)
     sc->argl[1] = keys_seize_list(sc->k_list, id);
     sc->argl[2] = keys_queue(sc->k_queue, shard);
     sc->argl[3] = keys_window(sc->k_window, shard);
-    keys_fence(sc->k_fence, shard);
     sc->argl[4] = (size_t)snprintf(sc->s_aid, sizeof(sc->s_aid), "%" PRId64, id);
     sc->argl[5] = (size_t)snprintf(sc->s_uid, sizeof(sc->s_uid), "%" PRId64, uid);
     sc->argv[0] = sc->k_stock;
@@ -205,7 +204,7 @@ static enum cs_code seize_eval(struct worker *w, struct seize_call *sc, long lon
     if (left < 10) {
         /* Nothing sent: the budget went to what came before (a metadata
          * read on a cold cache). */
-        rconn_set_err(w->rc, RCONN_ERR_BACKOFF, "seize", "no time left in the budget");
+        rconn_set_err(w->rc, RCONN_ERR_DEADLINE, "seize", "no time left in the budget");
         return CODE_UNAVAILABLE;
     }
     redisReply *rep = seize_send(w, sc, seize_first_wait(w, left));
@@ -272,6 +271,9 @@ static int seize_replicated(struct worker *w, struct seize_call *sc, int fence)
     int copies = rconn_copies(w->rc, &sc->site, c->redis_wait_replicas);
     if (c->redis_cluster)
         worker_note_copies(w, sc->shard, copies);
+    /* The fence key is needed only on this rare path: built here, not per seize. */
+    if (fence)
+        keys_fence(sc->k_fence, sc->shard);
     return rconn_wait_at(w->rc, &sc->site, fence ? sc->k_fence : NULL, copies,
                          c->redis_wait_timeout_ms);
 }

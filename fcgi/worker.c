@@ -190,6 +190,13 @@ int worker_redis_readable(const struct worker *w)
            || atomic_load(&w->shm->redis_fault) != RCONN_FAULT_DOWN;
 }
 
+struct rconn *worker_long_rconn(const struct worker *w)
+{
+    struct rconn_opts ro;
+    rconn_opts_from_conf(&ro, w->conf, w->conf->sync_redis_timeout_ms);
+    return rconn_new(&ro);
+}
+
 void worker_redis_done(struct worker *w, enum rconn_fault fault)
 {
     const struct cs_conf *c = w->conf;

@@ -96,6 +96,12 @@ void worker_redis_done(struct worker *w, enum rconn_fault fault);
  * is open because Redis is unreachable. Reads never feed the breaker. */
 int worker_redis_readable(const struct worker *w);
 
+/* A new connection with coupon-sync's longer command timeout, for work that
+ * moves more than a seize may wait for (preheat, the activity list, a
+ * revoke). Unconnected until its first command; the caller frees it with
+ * rconn_free(). */
+struct rconn *worker_long_rconn(const struct worker *w);
+
 /* The breaker of a seize on shard: the node's breaker on a single Redis,
  * the shard's own on a cluster (one master failing never turns away seizes
  * for shards the others serve). */

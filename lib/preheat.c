@@ -675,23 +675,33 @@ static int act_id_row(void *arg, int ncols, char **cols)
     return CS_OK;
 }
 
-/* Re-applies the Redis side of every revoke MySQL knows of that could still
- * matter, so MySQL never says voided while Redis sells. */
-static int act_reapply_voids(struct mconn *mc, struct rconn *rc, int grace_s, char *err,
-                             size_t errlen)
+/* Re-applies the Redis side of the revokes SQL (with its np params) selects.
+ * *n gets how many (may be NULL). */
+static int act_reapply_query(struct mconn *mc, struct rconn *rc, const char *sql,
+                             struct mval *p, int np, int *n, char *err, size_t errlen)
 {
     struct act_ids ids = {0};
-    struct mval p[] = {MV_INT(grace_s)};
     int ret = CS_OK;
-    if (mconn_query(mc, SQL_VOIDED, p, 1, act_id_row, &ids) != CS_OK) {
+    if (mconn_query(mc, sql, p, np, act_id_row, &ids) != CS_OK) {
         snprintf(err, errlen, "selecting revoked activities: %s", mc->errstr);
         free(ids.v);
         return CS_ERR;
     }
     for (size_t i = 0; i < ids.n && ret == CS_OK; i++)
         ret = act_apply_void(rc, ids.v[i], err, errlen);
+    if (n != NULL)
+        *n = (int)ids.n;
     free(ids.v);
     return ret;
+}
+
+/* Re-applies the Redis side of every revoke MySQL knows of that could still
+ * matter, so MySQL never says voided while Redis sells. */
+static int act_reapply_voids(struct mconn *mc, struct rconn *rc, int grace_s, char *err,
+                             size_t errlen)
+{
+    struct mval p[] = {MV_INT(grace_s)};
+    return act_reapply_query(mc, rc, SQL_VOIDED, p, 1, NULL, err, errlen);
 }
 
 /* Drops from vec the activities whose id is in ACTIVITY:VOIDED: revoked
@@ -753,7 +763,7 @@ static int act_list_rewrite(struct mconn *mc, struct rconn *rc, int horizon_days
 }
 
 /* MySQL's clock, in seconds since the epoch. */
-static int act_mysql_now(struct mconn *mc, int64_t *now_s, char *err, size_t errlen)
+int preheat_mysql_now(struct mconn *mc, int64_t *now_s, char *err, size_t errlen)
 {
     struct act_ids ids = {0};
     if (mconn_query(mc, SQL_NOW, NULL, 0, act_id_row, &ids) != CS_OK || ids.n != 1) {
@@ -771,19 +781,8 @@ static int act_mysql_now(struct mconn *mc, int64_t *now_s, char *err, size_t err
 static int act_reapply_voids_since(struct mconn *mc, struct rconn *rc, int64_t since_s,
                                    int grace_s, int *n, char *err, size_t errlen)
 {
-    struct act_ids ids = {0};
     struct mval p[] = {MV_INT(since_s), MV_INT(grace_s)};
-    int ret = CS_OK;
-    if (mconn_query(mc, SQL_VOIDED_CHANGED, p, 2, act_id_row, &ids) != CS_OK) {
-        snprintf(err, errlen, "selecting revoked activities: %s", mc->errstr);
-        free(ids.v);
-        return CS_ERR;
-    }
-    for (size_t i = 0; i < ids.n && ret == CS_OK; i++)
-        ret = act_apply_void(rc, ids.v[i], err, errlen);
-    *n = (int)ids.n;
-    free(ids.v);
-    return ret;
+    return act_reapply_query(mc, rc, SQL_VOIDED_CHANGED, p, 2, n, err, errlen);
 }
 
 void preheat_mark_free(struct preheat_mark *mark)
@@ -849,7 +848,7 @@ int activity_preheat_pass(struct mconn *mc, struct rconn *rc, int horizon_days, 
     memset(res, 0, sizeof(*res));
     int64_t t0 = cs_mono_ms();
     if (mark != NULL) {
-        if (act_mysql_now(mc, &now_s, err, errlen) != CS_OK)
+        if (preheat_mysql_now(mc, &now_s, err, errlen) != CS_OK)
             return CS_ERR;
         if (mark->since_s > 0)
             since_s = mark->since_s - PREHEAT_OVERLAP_S;

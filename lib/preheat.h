@@ -103,4 +103,9 @@ int activity_preheat_pass(struct mconn *mc, struct rconn *rc, int horizon_days, 
 int activity_revoke(struct mconn *mc, struct rconn *rc, int64_t id, int horizon_days,
                     int *found, char *err, size_t errlen);
 
+/* MySQL's clock (UNIX_TIMESTAMP()) into *now_s: the marks of the passes that
+ * read rows changed since then are taken by it, not by this host's clock.
+ * CS_ERR with a message in err. */
+int preheat_mysql_now(struct mconn *mc, int64_t *now_s, char *err, size_t errlen);
+
 #endif

@@ -104,7 +104,7 @@ int reconcile_activity(struct mconn *mc, struct rconn *rc, int64_t id, int guard
         res->outcome = RECONCILE_ENDED;
     else if (row.recent)
         res->outcome = RECONCILE_BUSY;
-    if (!row.found || res->outcome != RECONCILE_DONE) {
+    if (res->outcome != RECONCILE_DONE) {
         mconn_rollback(mc);
         return CS_OK;
     }

@@ -46,7 +46,6 @@ static const char SQL_REC_IDS_OPEN[] = "SELECT a.id FROM activity a WHERE " SQL_
     "FROM activity a WHERE "
 static const char SQL_RECONCILE_CHANGED[] = SQL_REC_COUNTS SQL_REC_CHANGED;
 static const char SQL_RECONCILE_OPEN[] = SQL_REC_COUNTS SQL_REC_OPEN;
-static const char SQL_NOW[] = "SELECT UNIX_TIMESTAMP()";
 
 /* The activities one reconciliation reads: full, or changed since since_s. */
 struct rec_sel {
@@ -680,14 +679,11 @@ int jobs_reconcile_shard(struct mconn *mc, struct rconn *rc, int shard, int lock
     /* The shard's activities from MySQL, by index: those changed since the
      * last pass (with an overlap for transactions that commit after they
      * stamp updated_at), or all open ones in the rare full pass. */
-    struct rec_ids clock = {0};
-    if (mconn_query(mc, SQL_NOW, NULL, 0, rec_id_row, &clock) != CS_OK || clock.n != 1) {
-        free(clock.items);
-        jobs_fail(mc, NULL, "reconcile: reading MySQL's clock", mc->errstr);
+    char cerr[256];
+    if (preheat_mysql_now(mc, &now_s, cerr, sizeof(cerr)) != CS_OK) {
+        jobs_fail(mc, NULL, "reconcile", cerr);
         return CS_ERR;
     }
-    now_s = clock.items[0].id;
-    free(clock.items);
     sel.full = rec_since_s[shard] == 0 || mono >= rec_next_full_ms[shard];
     sel.since_s = rec_since_s[shard] - PREHEAT_OVERLAP_S;
     struct mval p[] = {sel.full ? MV_INT(JOBS_RECONCILE_ENDED_S) : MV_INT(sel.since_s),
