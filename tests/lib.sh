@@ -360,6 +360,10 @@ seize_load_bg() {
     LOAD_PID=$!
 }
 
+# stop_bg PID: stops a background process of this test (a no-op once it has
+# ended); for cs_defer, so a load left running by an early exit stops too.
+stop_bg() { kill "$1" 2>/dev/null && wait "$1" 2>/dev/null; return 0; }
+
 # load_argv ID CONC TOTAL USERBASE [loadgen flags...]: seize_load's loadgen
 # command line, into LOAD_ARGV.
 load_argv() {
@@ -439,8 +443,10 @@ net_cut() {
     sb=$(IFS=,; echo "${b[*]}")
     sp=$(IFS=,; echo "${ports[*]}")
     if ! nft list table inet "$CS_NFT_TABLE" >/dev/null 2>&1; then
-        nft add table inet "$CS_NFT_TABLE" || return 1
+        # Registered before the table exists: an exit at any point after
+        # this removes it (net_heal is a no-op while there is none).
         cs_defer net_heal
+        nft add table inet "$CS_NFT_TABLE" || return 1
         nft add chain inet "$CS_NFT_TABLE" input \
             '{ type filter hook input priority -10; policy accept; }' || return 1
     fi

@@ -72,6 +72,7 @@ under_load() {
     "$LOADGEN" -p "$PORT" -s "$COUPON_JWT_SECRET" -a "$id" -c 32 -D 60 -n 100000000 \
         -b $((id * 1000000)) -L "$log" -j >"$COUPON_DIR/$name.json" &
     local lpid=$!
+    cs_defer stop_bg "$lpid"
     wait_for 30 answered 200 "$log" || not_ok "$name: the load got going"
     eval "$3"
     kill -TERM "$lpid"

@@ -52,6 +52,7 @@ check_eq "dashboard: importable (schema, ids, datasource variable)" "" "$out"
 # are this test's own, cleaned up on every exit path (cs_cleanup).
 PDIR=$(mktemp -d "${TMPDIR:-/tmp}/cs-prom.XXXXXX") || exit 99
 mkdir -p "$PDIR/run"
+cs_defer release_ports # before any port is reserved: no exit path keeps them
 REG=${COUPON_PORT_REGISTRY:-/tmp/couponseize-ports-$(id -u)}
 trap cs_cleanup EXIT
 trap 'exit 130' INT TERM
@@ -81,7 +82,6 @@ release_ports() {
     rm -rf "$PDIR"
 }
 # stop_bg PID: stops a server this test started and waits for it to go.
-stop_bg() { kill "$1" 2>/dev/null && wait "$1" 2>/dev/null; }
 
 WEB_PORT=$(reserve_port) && PROM_PORT=$(reserve_port) || { echo "Bail out! no free port"; exit 99; }
 PROM=http://127.0.0.1:$PROM_PORT
@@ -107,7 +107,6 @@ EOF
     --web.listen-address="127.0.0.1:$PROM_PORT" --log.level=warn >"$PDIR/prometheus.log" 2>&1 &
 PROM_PID=$!
 cs_defer stop_bg "$PROM_PID"
-cs_defer release_ports
 
 cs_stack_up
 ADMIN=$(mint_jwt 1 admin)
@@ -159,6 +158,7 @@ check_match "the shipped alert rules load and evaluate (rules, errors: $rules)" 
 # --- load: one sale sells out, one keeps selling ---------------------------------
 t0=$(date +%s)
 seize_load_bg "$COUPON_DIR/load502.json" 502 16 4000 300000
+cs_defer stop_bg "$LOAD_PID"
 out=$(seize_load 501 16 1000 100000)
 check_eq "activity 501 sold out: 300 SEIZED" 300 "$(code_count "$out" SEIZED)"
 wait "$LOAD_PID"

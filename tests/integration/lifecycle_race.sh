@@ -58,6 +58,7 @@ check_eq "sold out in Redis" 0 "$(stock_of 302)"
 
 # A burst of new users keeps seizing while 10 coupons expire and come back.
 seize_load_bg "$WORK/burst.json" 302 16 1000000 30000 -D 120
+cs_defer stop_bg "$LOAD_PID"
 mysql_q "UPDATE coupon SET valid_until = NOW(3) - INTERVAL 1 SECOND WHERE activity_id = 302 ORDER BY id LIMIT 10"
 http PUT /market/admin/coupon/activity '{"id":302,"addStock":5}' "$ADMIN"
 check_eq "a top-up of 5 during the burst" "200 updated" "$HTTP_CODE $(json_get "$HTTP_BODY" redisStock)"
@@ -81,6 +82,14 @@ check_eq "Redis: stock 0, nothing queued, 55 users in the seize list" "0 0 55" \
     "$(stock_of 302) $(rcli HKEYS 'QUEUE:COUPON:SEIZE:SYNC:{2}' | grep -c '^302:') $(rcli HLEN 'COUPON:SEIZE:LIST:302_{2}')"
 check_eq "no user holds two coupons that count" 0 \
     "$(mysql_q "SELECT COUNT(*) FROM (SELECT user_id FROM coupon WHERE activity_id = 302 AND returned = 0 GROUP BY user_id HAVING COUNT(*) > 1) x")"
+# Two rewrites of the metrics file after the rows appeared: a whole tick,
+# reconciliation included, ran on the final state before the counter is read.
+prom_m() { stat -c %y "$COUPON_DIR/sync.prom" 2>/dev/null; }
+prom_moved() { [[ $(prom_m) != "$1" ]]; }
+m=$(prom_m)
+wait_for 30 prom_moved "$m"
+m=$(prom_m)
+check "coupon-sync ran a whole tick on the final state" wait_for 30 prom_moved "$m"
 check_eq "reconciliation finds no mismatch" 0 \
     "$(sed -n 's/^couponseize_sync_reconcile_mismatches_total \([0-9]*\)/\1/p' "$COUPON_DIR/sync.prom")"
 

@@ -208,7 +208,7 @@ diag "(c): replica $R0 of $M0 (shard 0's master) is cut off"
 ALL_PHASES+=" replica"
 start_load replica
 sleep 3
-net_cut "$R0" "$(others "$R0")"
+check "(c): the cut is in place" net_cut "$R0" "$(others "$R0")"
 T_CUT=$(now_ms)
 replica_failed() { ncli "$M0" cluster nodes | grep -q "^[0-9a-f]* $R0@[0-9]* slave,fail "; }
 check "(c): the masters mark the cut replica failed" wait_for 20 replica_failed
@@ -240,9 +240,18 @@ diag "(b): master $M0 is cut off from the other nodes for $((NODE_TIMEOUT_MS + 3
 ALL_PHASES+=" master"
 start_load master
 sleep 3
-net_cut "$M0" "$(others "$M0")"
+check "(b): the cut is in place" net_cut "$M0" "$(others "$M0")"
 T_CUT=$(now_ms)
-sleep $(((NODE_TIMEOUT_MS + 3000) / 1000))
+# The cut took: another node flags the master failing (fail? or fail)
+# within the cut, so (b) cannot pass on a cluster that never noticed.
+OBS=$(others "$M0")
+OBS=${OBS%% *}
+master_failing() { ncli "$OBS" cluster nodes | grep -q "^[0-9a-f]* $M0@[0-9]* master,fail"; }
+check "(b): the other nodes flag the cut master failing" \
+    wait_for $(((NODE_TIMEOUT_MS + 3000) / 1000)) master_failing
+# The rest of the cut: node timeout + 3 s from when the rules went in.
+left=$((T_CUT + NODE_TIMEOUT_MS + 3000 - $(now_ms)))
+((left > 0)) && sleep "$(printf '%d.%03d' $((left / 1000)) $((left % 1000)))"
 net_heal
 T_HEAL=$(now_ms)
 check "(b): healed, the cluster is stable again" wait_for 60 stable

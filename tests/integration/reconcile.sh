@@ -62,6 +62,7 @@ mysql_q "UPDATE activity SET updated_at = NOW() - INTERVAL 60 SECOND WHERE id = 
 # While seizes run: every reconcile counts each grant once.
 rcli HINCRBY "COUPON:RESOURCE:STOCK:{$((B % 10))}" "$B" 500 >/dev/null # Redis 500 above MySQL
 seize_load_bg "$COUPON_DIR/load.json" "$B" 8 2500 50000
+cs_defer stop_bg "$LOAD_PID"
 n=0
 while pid_alive "$LOAD_PID" && ((n < 20)); do
     http POST "$REC" "{\"id\":$B}" "$ADMIN"
