@@ -10,6 +10,7 @@
 #include "preheat.h"
 #include "reconcile.h"
 #include "route.h"
+#include "reserve.h"
 #include "shm.h"
 #include "worker.h"
 
@@ -239,11 +240,13 @@ void admin_health(struct worker *w, struct req *r)
             fault = RCONN_FAULT_DOWN;
     }
     int bstate = atomic_load(&w->shm->breaker_state);
-    /* "seize": where a seize can be granted from now. Reserves (a node's
-     * own grants while Redis is away) are not built yet: "redis" or "none". */
+    /* "seize": where a seize can be granted from now: "redis", "reserve"
+     * (Redis is away, and this node holds an open reserve within its lease)
+     * or "none". */
     snprintf(extra, sizeof(extra),
              "\"seize\":\"%s\",\"redis\":\"%s\",\"breaker\":\"%s\",\"worker\":%d",
-             fault == RCONN_FAULT_NONE ? "redis" : "none", rconn_fault_name(fault),
+             reserve_seize_source(w->shm, fault == RCONN_FAULT_NONE, w->conf->fallback_lease_ms),
+             rconn_fault_name(fault),
              bnames[bstate < 3 && bstate >= 0 ? bstate : 1], w->index);
     if (fault == RCONN_FAULT_NONE)
         req_reply(r, CODE_OK, NULL, extra, 0);

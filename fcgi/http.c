@@ -69,6 +69,7 @@ enum cs_code http_seize_outcome(long long result)
     switch (result) {
     case -1: return CODE_ALREADY_SEIZED;
     case -2: return CODE_SOLD_OUT;
+    case -6: return CODE_SOLD_OUT; /* for now: reserves are open */
     case -3: return CODE_NO_SUCH_ACTIVITY;
     case -4: return CODE_NOT_STARTED;
     case -5: return CODE_ENDED;

@@ -7,6 +7,7 @@
 #include "keys.h"
 #include "log.h"
 #include "route.h"
+#include "reserve.h"
 #include "shm.h"
 #include "worker.h"
 
@@ -104,6 +105,57 @@ static void metrics_shards(struct out *o, const struct shm_node *node)
             "couponseize_durability_degraded_shards %d\n", degraded);
 }
 
+/* The node's reserves: what it holds, spends, replays and gives back. */
+static void metrics_reserves(struct out *o, const struct shm_node *node)
+{
+    const struct shm_reserves *rv = &node->rsv;
+    int open = 0;
+    for (int i = 0; i < SHM_RESERVES; i++)
+        open += atomic_load((_Atomic int *)&rv->slot[i].state) != RSV_EMPTY;
+    emit(o, "# HELP couponseize_reserve_keeper_up Whether this node's reserve keeper runs.\n"
+            "# TYPE couponseize_reserve_keeper_up gauge\ncouponseize_reserve_keeper_up %d\n",
+         atomic_load((_Atomic int *)&rv->keeper_pid) != 0);
+    emit(o, "# HELP couponseize_reserve_held Coupons this node may still grant from its "
+            "open reserves.\n# TYPE couponseize_reserve_held gauge\n"
+            "couponseize_reserve_held %lld\n", (long long)reserve_held(rv));
+    emit(o, "# HELP couponseize_reserve_epochs Reserve epochs of this node not yet closed.\n"
+            "# TYPE couponseize_reserve_epochs gauge\ncouponseize_reserve_epochs %d\n", open);
+    counter(o, "couponseize_reserve_set_aside_total", "Coupons set aside for this node.",
+            LOAD(rv->set_aside));
+    counter(o, "couponseize_reserve_spent_total",
+            "Seizes answered SEIZED from this node's reserve.", LOAD(rv->spent));
+    counter(o, "couponseize_reserve_replayed_total",
+            "Reserve grants replayed from the journal into Redis.", LOAD(rv->replayed));
+    counter(o, "couponseize_reserve_returned_total",
+            "Reserved coupons given back to the stock.", LOAD(rv->returned));
+    counter(o, "couponseize_reserve_duplicates_total",
+            "Replayed grants of users who held a coupon already (theirs went back to stock).",
+            LOAD(rv->duplicates));
+    counter(o, "couponseize_reserve_dead_letters_total",
+            "Replayed grants with no reserve and no stock to take from (see "
+            "COUPON:RESERVE:DEAD).", LOAD(rv->dead_letters));
+    counter(o, "couponseize_journal_failures_total",
+            "Journal writes that failed (the node then grants from reserves no more).",
+            LOAD(rv->journal_failures));
+    emit(o, "# HELP couponseize_journal_depth Journal records not yet replayed into Redis.\n"
+            "# TYPE couponseize_journal_depth gauge\ncouponseize_journal_depth %lld\n",
+         (long long)atomic_load((_Atomic int64_t *)&rv->journal_depth));
+    int64_t oldest = atomic_load((_Atomic int64_t *)&rv->oldest_unreplayed_ms);
+    int64_t lag = oldest > 0 ? cs_now_ms() - oldest : 0;
+    emit(o, "# HELP couponseize_journal_replay_lag_seconds Age of the oldest journal record "
+            "not yet replayed (0: none).\n# TYPE couponseize_journal_replay_lag_seconds gauge\n"
+            "couponseize_journal_replay_lag_seconds %.3f\n", lag > 0 ? (double)lag / 1000 : 0.0);
+    emit(o, "# HELP couponseize_journal_replay_duration_seconds How long the last replay "
+            "pass that replayed something took.\n"
+            "# TYPE couponseize_journal_replay_duration_seconds gauge\n"
+            "couponseize_journal_replay_duration_seconds %.3f\n",
+         (double)atomic_load((_Atomic int64_t *)&rv->last_replay_ms) / 1000);
+    emit(o, "# HELP couponseize_reserve_halted 1 when a journal write failed and this node "
+            "grants from reserves no more (until restarted).\n"
+            "# TYPE couponseize_reserve_halted gauge\ncouponseize_reserve_halted %d\n",
+         atomic_load((_Atomic int *)&rv->halted));
+}
+
 size_t metrics_render(const struct shm_node *node, char *buf, size_t cap)
 {
     struct out o = {buf, cap, 0};
@@ -170,6 +222,7 @@ size_t metrics_render(const struct shm_node *node, char *buf, size_t cap)
     counter(&o, "couponseize_worker_restarts_total", "Workers the supervisor replaced.",
             LOAD(m->worker_restarts));
     metrics_shards(&o, node);
+    metrics_reserves(&o, node);
 
     /* Read from Redis by the workers, so the depths stay current when
      * coupon-sync is dead (its own gauge then freezes). */

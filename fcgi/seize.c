@@ -31,6 +31,40 @@ static void seize_unavailable(struct worker *w, struct req *r)
     req_reply(r, CODE_UNAVAILABLE, NULL, NULL, worker_retry_after(w));
 }
 
+/*
+ * A seize that never reached Redis (refused, unreachable, the breaker open):
+ * granted from the node's reserve while one is open and the lease holds
+ * (DESIGN.md "Selling through a slow or missing Redis", rule 4). Returns 1
+ * when it answered r; 0 when nothing was granted or written, and the caller
+ * answers as it would have.
+ */
+static int seize_from_reserve(struct worker *w, struct req *r, int64_t id, int64_t uid)
+{
+    const struct cs_conf *c = w->conf;
+    char extra[96];
+    int left = 0;
+
+    switch (reserve_grant(w->shm, w->slot, c->fallback_journal, &w->rj, c->fallback_lease_ms,
+                          c->fallback_budget_ms, id, uid, &left)) {
+    case RESERVE_NONE:
+        return 0;
+    case RESERVE_SEIZED:
+        /* The stock in Redis is not known here; the coupon reaches it (and
+         * MySQL after it) when the journal is replayed. */
+        snprintf(extra, sizeof(extra),
+                 "\"activityId\":%" PRId64 ",\"remaining\":null,\"pending\":true", id);
+        req_reply(r, CODE_SEIZED, "seized from this node's reserve", extra, 0);
+        return 1;
+    case RESERVE_ALREADY:
+        req_reply(r, CODE_ALREADY_SEIZED, NULL, NULL, 0);
+        return 1;
+    case RESERVE_UNKNOWN:
+        req_reply(r, CODE_UNKNOWN_OUTCOME, NULL, NULL, worker_retry_after(w));
+        return 1;
+    }
+    return 0;
+}
+
 /* The EVALSHA of one seize: keys and arguments, built once, sent up to
  * three times (a resend after a lost reply, a retry after the window heal). */
 struct seize_call {
@@ -280,7 +314,7 @@ static int seize_replicated(struct worker *w, struct seize_call *sc, int fence)
 
 /* The Redis part of a seize: the script, its settling and its WAIT; answers r. */
 static void seize_grant(struct worker *w, struct req *r, struct seize_call *sc,
-                        struct activity *a)
+                        struct activity *a, int64_t uid)
 {
     const struct cs_conf *c = w->conf;
     int64_t id = a->id, sent_at = cs_mono_ms();
@@ -291,10 +325,21 @@ static void seize_grant(struct worker *w, struct req *r, struct seize_call *sc,
     if (code == CODE_OK && res == -3 && seize_heal_window(w, sc, a) == CS_OK)
         code = seize_eval(w, sc, &res, &resent); /* -3 changed nothing: ask again */
     if (code != CODE_OK) {
+        /* UNAVAILABLE: Redis certainly did not run it. */
+        if (code == CODE_UNAVAILABLE && seize_from_reserve(w, r, a->id, uid))
+            return;
         req_reply(r, code, NULL, NULL, worker_retry_after(w));
         return;
     }
 
+    if (res == -6) {
+        /* No stock in Redis, but reserves are open: they may come back, so
+         * this is not final, and no sold-out hint is kept. */
+        worker_seize_done(w, sc->shard, RCONN_FAULT_NONE);
+        req_reply(r, CODE_SOLD_OUT, "sold out for now; coupons held in node reserves may return",
+                  "\"final\":false", 1);
+        return;
+    }
     code = http_seize_outcome(res);
     int settled = resent && res == -1;
     if (settled)
@@ -389,7 +434,8 @@ void seize_handle(struct worker *w, struct req *r)
         req_reply(r, CODE_VOIDED, NULL, NULL, 0);
         return;
     case META_UNAVAILABLE:
-        seize_unavailable(w, r);
+        if (!seize_from_reserve(w, r, id, who.user_id))
+            seize_unavailable(w, r);
         return;
     case META_FOUND:
         break;
@@ -412,7 +458,8 @@ void seize_handle(struct worker *w, struct req *r)
         return;
     }
     if (!worker_seize_allowed(w, keys_shard(id))) {
-        seize_unavailable(w, r);
+        if (!seize_from_reserve(w, r, id, who.user_id))
+            seize_unavailable(w, r);
         return;
     }
 
@@ -422,6 +469,6 @@ void seize_handle(struct worker *w, struct req *r)
      * budget (seize_deadline()): the script and its resend, redirections,
      * reloads, map refreshes, the settling and the WAIT all end by it. */
     rconn_set_deadline(w->rc, sc.deadline_ms);
-    seize_grant(w, r, &sc, &a);
+    seize_grant(w, r, &sc, &a, who.user_id);
     rconn_set_deadline(w->rc, 0);
 }

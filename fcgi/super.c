@@ -3,6 +3,7 @@
 #include "alist.h"
 #include "conf.h"
 #include "cs.h"
+#include "keeper.h"
 #include "log.h"
 #include "rconn.h"
 #include "sdnotify.h"
@@ -137,6 +138,26 @@ static pid_t super_spawn(struct cs_conf *conf, int listen_fd, struct shm_node *s
     return pid;
 }
 
+/* The reserve keeper: forked like a worker, restarted like one. */
+static pid_t super_spawn_keeper(struct cs_conf *conf, struct shm_node *shm, int listen_fd)
+{
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid < 0) {
+        log_error("fork() failed: %s", strerror(errno));
+        return 0;
+    }
+    if (pid == 0) {
+        if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent)
+            _exit(1);
+        close(listen_fd);
+        sigprocmask(SIG_UNBLOCK, &super_sigs, NULL);
+        signal(SIGCHLD, SIG_DFL);
+        _exit(keeper_main(conf, shm));
+    }
+    return pid;
+}
+
 static void super_describe_exit(int index, pid_t pid, int status, int64_t lived_ms)
 {
     if (WIFSIGNALED(status))
@@ -182,6 +203,14 @@ int super_run(struct cs_conf *conf, const char *conf_path, int listen_fd, int ow
         if (slots[i].pid == 0)
             slots[i].restart_at_ms = now + 1000;
     }
+    pid_t keeper = 0;
+    int64_t keeper_at = 0, keeper_backoff = 0, keeper_started = 0;
+    if (keeper_wanted(conf)) {
+        keeper = super_spawn_keeper(conf, shm, listen_fd);
+        keeper_started = now;
+        if (keeper == 0)
+            keeper_at = now + 1000;
+    }
     log_notice("coupon-fcgi supervisor %d serving %s with %d workers", (int)getpid(),
                conf->fcgi_listen, n);
     sdnotify_ready();
@@ -206,6 +235,9 @@ int super_run(struct cs_conf *conf, const char *conf_path, int listen_fd, int ow
                         kill(slots[i].pid, SIGTERM);
                 for (int i = 0; i < nretiring; i++)
                     kill(retiring[i].pid, SIGTERM);
+                /* It gives the reserves back while the workers finish. */
+                if (keeper > 0)
+                    kill(keeper, SIGTERM);
             }
         } else if (sig == SIGHUP && !stopping) {
             struct cs_conf fresh;
@@ -247,6 +279,12 @@ int super_run(struct cs_conf *conf, const char *conf_path, int listen_fd, int ow
                                 .pid = old, .kill_at_ms = now + SUPER_STOP_GRACE_MS};
                     }
                 }
+                /* The keeper gives its reserves back and starts again with
+                 * the new settings (a lowered fallback.reserve among them). */
+                if (keeper > 0)
+                    kill(keeper, SIGTERM);
+                else if (keeper_wanted(conf))
+                    keeper_at = now;
                 log_notice("configuration reloaded from %s; workers replaced", conf_path);
                 sdnotify_ready();
             }
@@ -257,6 +295,28 @@ int super_run(struct cs_conf *conf, const char *conf_path, int listen_fd, int ow
         pid_t pid;
         while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
             int found = 0;
+            if (pid == keeper) {
+                keeper = 0;
+                atomic_store(&shm->rsv.keeper_pid, 0);
+                if (stopping)
+                    continue;
+                int64_t lived = now - keeper_started;
+                if (WIFSIGNALED(status) || WEXITSTATUS(status) != 0) {
+                    log_error("reserve keeper (pid %d) ended (%s %d) after %lld ms; restarting",
+                              (int)pid, WIFSIGNALED(status) ? "signal" : "status",
+                              WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
+                              (long long)lived);
+                    keeper_backoff = lived < 1000
+                        ? (keeper_backoff ? (keeper_backoff * 2 > SUPER_BACKOFF_MAX_MS
+                                                 ? SUPER_BACKOFF_MAX_MS : keeper_backoff * 2)
+                                          : 100)
+                        : 0;
+                } else {
+                    keeper_backoff = 0;
+                }
+                keeper_at = now + keeper_backoff;
+                continue;
+            }
             shm_worker_unregister(shm, (int32_t)pid); /* a worker that crashed left it */
             for (int i = 0; i < nretiring; i++)
                 if (retiring[i].pid == pid) {
@@ -289,7 +349,7 @@ int super_run(struct cs_conf *conf, const char *conf_path, int listen_fd, int ow
         }
 
         if (stopping) {
-            int alive = nretiring;
+            int alive = nretiring + (keeper > 0);
             for (int i = 0; i < n; i++)
                 alive += slots[i].pid > 0;
             if (alive == 0)
@@ -301,6 +361,8 @@ int super_run(struct cs_conf *conf, const char *conf_path, int listen_fd, int ow
                         kill(slots[i].pid, SIGKILL);
                 for (int i = 0; i < nretiring; i++)
                     kill(retiring[i].pid, SIGKILL);
+                if (keeper > 0)
+                    kill(keeper, SIGKILL);
                 stop_deadline = now + 5000;
             }
             continue;
@@ -312,6 +374,11 @@ int super_run(struct cs_conf *conf, const char *conf_path, int listen_fd, int ow
                 kill(retiring[i].pid, SIGKILL);
                 retiring[i].kill_at_ms = now + 5000;
             }
+        }
+        if (keeper == 0 && keeper_at != 0 && keeper_at <= now) {
+            keeper = keeper_wanted(conf) ? super_spawn_keeper(conf, shm, listen_fd) : 0;
+            keeper_started = now;
+            keeper_at = keeper == 0 && keeper_wanted(conf) ? now + 1000 : 0;
         }
         for (int i = 0; i < n; i++) {
             if (slots[i].pid == 0 && slots[i].restart_at_ms <= now) {

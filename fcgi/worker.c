@@ -359,13 +359,18 @@ static int worker_init(struct worker *w, const struct cs_conf *conf, struct shm_
         return CS_ERR;
     }
     /* Counted by the metrics route; a full registry only hides this worker there. */
-    if (shm_worker_register(shm, (int32_t)getpid()) < 0)
-        log_warn("worker %d: no free slot in the worker registry (metrics omit it)", index);
+    w->rj.j.fd = -1;
+    w->slot = shm_worker_register(shm, (int32_t)getpid());
+    if (w->slot < 0)
+        log_warn("worker %d: no free slot in the worker registry (metrics omit it, and it "
+                 "grants nothing from reserves)", index);
     return CS_OK;
 }
 
 static void worker_fini(struct worker *w)
 {
+    if (w->rj.seg != 0)
+        journal_close(&w->rj.j);
     if (w->shm != NULL)
         shm_worker_unregister(w->shm, (int32_t)getpid());
     auth_fini(&w->auth);
@@ -426,6 +431,12 @@ int worker_main(const struct cs_conf *conf, int listen_fd, struct shm_node *shm,
         route_dispatch(&w, &r);
         req_account(&w, &r);
         req_finish(&fr);
+        /* The keeper moved the node to a new journal segment: let go of
+         * the old one, so it can be deleted once replayed. */
+        if (w.rj.seg != 0 && w.rj.seg != atomic_load(&shm->rsv.journal_seg)) {
+            journal_close(&w.rj.j);
+            w.rj.seg = 0;
+        }
         if (worker_stop)
             break;
     }

@@ -10,6 +10,7 @@
 #include "auth.h"
 #include "http.h"
 #include "rconn.h"
+#include "reserve.h"
 
 struct cs_conf;
 struct shm_node;
@@ -26,6 +27,8 @@ struct worker {
     struct mconn *mc;          /* admin routes only; connected on first use */
     struct auth_cfg auth;
     int index;
+    int slot;                  /* in the node's worker registry; -1 none */
+    struct reserve_journal rj; /* grants from the node's reserve */
 };
 
 struct req {

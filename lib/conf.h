@@ -8,6 +8,9 @@
 #ifndef CS_DEFAULT_CONF
 #define CS_DEFAULT_CONF "/etc/couponseize/couponseize.conf"
 #endif
+#ifndef CS_DEFAULT_JOURNAL
+#define CS_DEFAULT_JOURNAL "/var/lib/couponseize/journal"
+#endif
 #ifndef CS_DEFAULT_SCRIPT
 #define CS_DEFAULT_SCRIPT "/usr/share/couponseize/seize.lua"
 #endif
@@ -40,6 +43,9 @@ struct cs_conf {
 
     /* fallback */
     int fallback_budget_ms;        /* every seize is answered within this */
+    int fallback_reserve;          /* coupons per activity per node; 0 = no reserves */
+    int fallback_lease_ms;         /* spend only this long after Redis last answered */
+    char *fallback_journal;        /* the node's journal directory */
 
     /* mysql */
     char *mysql_host;

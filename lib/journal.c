@@ -278,10 +278,31 @@ int journal_open(struct journal *j, const struct journal_dir *jd, int index, cha
                  size_t errlen)
 {
     char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/w%d.jnl", jd->path, index);
+    return journal_open_path(j, path, err, errlen);
+}
+
+size_t journal_segment_path(char *buf, size_t size, const char *dir, int index, uint64_t seg)
+{
+    return (size_t)snprintf(buf, size, "%s/w%d-%llu.jnl", dir, index, (unsigned long long)seg);
+}
+
+int journal_parse_segment(const char *name, int *index, uint64_t *seg)
+{
+    unsigned long long s;
+    int i, n = 0;
+    if (sscanf(name, "w%d-%llu.jnl%n", &i, &s, &n) != 2 || n == 0 || name[n] != '\0' || i < 0)
+        return CS_ERR;
+    *index = i;
+    *seg = s;
+    return CS_OK;
+}
+
+int journal_open_path(struct journal *j, const char *path, char *err, size_t errlen)
+{
     uint64_t end, size;
 
     memset(j, 0, sizeof(*j));
-    snprintf(path, sizeof(path), "%s/w%d.jnl", jd->path, index);
     j->fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (j->fd < 0) {
         snprintf(err, errlen, "open(%s) failed: %s", path, strerror(errno));

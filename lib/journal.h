@@ -69,6 +69,15 @@ int journal_open(struct journal *j, const struct journal_dir *jd, int index, cha
                  size_t errlen);
 void journal_close(struct journal *j);
 
+/* journal_open() of the file at path: segment seg of worker index is
+ * journal_segment_path() ("DIR/w<index>-<seg>.jnl"), the names the reserves
+ * use, so that a replayed segment can be deleted whole once no worker
+ * appends to it. journal_parse_segment() reads index and seg back from a
+ * file name (CS_ERR: not a segment). */
+int journal_open_path(struct journal *j, const char *path, char *err, size_t errlen);
+size_t journal_segment_path(char *buf, size_t size, const char *dir, int index, uint64_t seg);
+int journal_parse_segment(const char *name, int *index, uint64_t *seg);
+
 /* Appends rec with one write() and fsyncs it (fdatasync). Only after CS_OK
  * may the grant be answered SEIZED. CS_ERR (with j->failed set for good) when
  * the write or the sync failed: the caller stops spending, and the grant's

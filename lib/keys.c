@@ -57,6 +57,22 @@ size_t keys_ends(char *buf, int shard)
     return (size_t)snprintf(buf, KEYS_MAX, "COUPON:ACTIVITY:ENDS:{%d}", shard);
 }
 
+size_t keys_reserve(char *buf, int shard)
+{
+    return (size_t)snprintf(buf, KEYS_MAX, "COUPON:RESERVE:{%d}", shard);
+}
+
+size_t keys_reserve_epochs(char *buf, int64_t activity_id)
+{
+    return (size_t)snprintf(buf, KEYS_MAX, "COUPON:RESERVE:EPOCH:%" PRId64 "_{%d}", activity_id,
+                            keys_shard(activity_id));
+}
+
+size_t keys_reserve_dead(char *buf, int shard)
+{
+    return (size_t)snprintf(buf, KEYS_MAX, "COUPON:RESERVE:DEAD:{%d}", shard);
+}
+
 size_t keys_queue_field(char *buf, int64_t activity_id, int64_t user_id)
 {
     return (size_t)snprintf(buf, KEYS_MAX, "%" PRId64 ":%" PRId64, activity_id, user_id);

@@ -38,6 +38,17 @@ size_t keys_meta(char *buf, int shard);                        /* COUPON:ACTIVIT
 size_t keys_window(char *buf, int shard);                      /* COUPON:ACTIVITY:WINDOW:{i} */
 size_t keys_version(char *buf, int shard);                     /* COUPON:ACTIVITY:VER:{i} */
 size_t keys_ends(char *buf, int shard);                        /* COUPON:ACTIVITY:ENDS:{i} */
+/* Reserves (DESIGN.md "Selling through a slow or missing Redis"):
+ * COUPON:RESERVE:{i} holds, per activity, "<id>:<incarnation>" -> the open
+ * reserve of that node instance (tokens set aside, less those replayed),
+ * "<id>" -> how many epochs of it are open, "<id>:held" -> the sum of its
+ * open reserves; and "restored" -> bumped by every restore of the shard.
+ * COUPON:RESERVE:EPOCH:<id>_{i} holds "<incarnation>:<epoch>" -> "open:<n>"
+ * or "closed", and the replay markers "<incarnation>:<epoch>:<token>".
+ * COUPON:RESERVE:DEAD:{i} holds tokens that had nothing to take them from. */
+size_t keys_reserve(char *buf, int shard);                     /* COUPON:RESERVE:{i} */
+size_t keys_reserve_epochs(char *buf, int64_t activity_id);    /* COUPON:RESERVE:EPOCH:<id>_{i} */
+size_t keys_reserve_dead(char *buf, int shard);                /* COUPON:RESERVE:DEAD:{i} */
 
 /* Queue field "<activityId>:<userId>". */
 size_t keys_queue_field(char *buf, int64_t activity_id, int64_t user_id);

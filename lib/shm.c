@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #define SHM_MAGIC 0x4353484d4e4f4445ULL /* "CSHMNODE" */
-#define SHM_VERSION 8
+#define SHM_VERSION 9
 #define SHM_PROBES 16
 
 const int64_t shm_lat_bounds_us[SHM_LAT_BUCKETS] = {
@@ -284,8 +284,11 @@ int shm_worker_register(struct shm_node *node, int32_t pid)
             /* First pass: free slots only; second: slots of dead processes. */
             if (cur != 0 && (pass == 0 || kill(cur, 0) == 0 || errno != ESRCH))
                 continue;
-            if (atomic_compare_exchange_strong(&node->worker_pid[i], &cur, pid))
+            if (atomic_compare_exchange_strong(&node->worker_pid[i], &cur, pid)) {
+                /* A process that died in the slot holds no reserve grant. */
+                atomic_store(&node->rsv.busy[i], 0);
                 return i;
+            }
         }
     }
     return -1;
@@ -295,7 +298,9 @@ void shm_worker_unregister(struct shm_node *node, int32_t pid)
 {
     for (int i = 0; i < SHM_MAX_WORKERS; i++) {
         int32_t cur = pid;
-        if (atomic_compare_exchange_strong(&node->worker_pid[i], &cur, 0))
+        if (atomic_compare_exchange_strong(&node->worker_pid[i], &cur, 0)) {
+            atomic_store(&node->rsv.busy[i], 0);
             return;
+        }
     }
 }

@@ -22,6 +22,84 @@
 #define SHM_QUEUE_SHARDS 10      /* KEYS_SHARDS */
 #define SHM_MAX_WORKERS 1024     /* fcgi.workers (up to 512) and those a reload replaces */
 
+/* Reserves (see DESIGN.md "Selling through a slow or missing Redis"): the
+ * epochs this node incarnation may spend from, one slot each, and the users
+ * it granted to, written by the reserve keeper (fcgi/keeper.c) and spent by
+ * the workers (lib/reserve.c). */
+#define SHM_RESERVES 256         /* open epochs at once, one per activity */
+#define SHM_RGRANTS 65536        /* (activity, user) grants remembered, power of two */
+
+enum rsv_state {
+    RSV_EMPTY = 0,
+    RSV_PENDING = 1,             /* being set aside or confirmed: not spendable yet */
+    RSV_OPEN = 2,                /* spendable within the lease */
+    RSV_STOPPED = 3,             /* no new grants: being given back, or closed */
+};
+
+struct shm_rsv_slot {
+    _Atomic int state;
+    _Atomic int64_t activity_id;
+    _Atomic uint64_t epoch;
+    _Atomic int32_t amount;      /* tokens of the epoch */
+    _Atomic int32_t next;        /* the next token to hand out (may pass amount) */
+    _Atomic int64_t start_ms;    /* the window by Redis' clock, from the last renewal */
+    _Atomic int64_t end_ms;
+};
+
+/* The lease of one shard: the last renewal that Redis answered, written by
+ * the keeper under a sequence count (odd while it writes: readers retry, and
+ * a keeper that died midway leaves it odd, which ends the lease). */
+struct shm_rsv_lease {
+    _Atomic uint32_t seq;
+    _Atomic int64_t sent_mono;   /* cs_mono_ms() when it was sent; 0 never */
+    _Atomic int64_t recv_mono;   /* when its answer came */
+    _Atomic int64_t redis_ms;    /* Redis TIME in the answer */
+};
+
+/* A user granted from a reserve on this node: key is a hash of (activity,
+ * user), 0 for a free entry; entries are only added, and the table is
+ * emptied by the keeper while nothing is open. */
+/* A grant's entry: WRITING (the key is claimed), PENDING (a token is taken,
+ * its journal record being written), GRANTED (on disk, answered SEIZED),
+ * REPLAYED (in Redis), CANCELLED (nothing was granted: reusable). */
+enum {
+    RGRANT_CANCELLED = -1,
+    RGRANT_WRITING = 0,
+    RGRANT_PENDING = 1,
+    RGRANT_GRANTED = 2,
+    RGRANT_REPLAYED = 3,
+};
+
+struct shm_rgrant {
+    _Atomic uint64_t key;
+    _Atomic int64_t activity_id;
+    _Atomic int64_t user_id;
+    _Atomic int state;           /* RGRANT_* */
+};
+
+struct shm_reserves {
+    _Atomic int keeper_pid;      /* the reserve keeper running; 0 none */
+    _Atomic int halted;          /* a journal write failed: no more grants on this node */
+    _Atomic int64_t keeper_tick_ms;  /* cs_mono_ms() of its last pass */
+    _Atomic uint64_t journal_seg;    /* the segment workers append to (0: none yet) */
+    _Atomic int32_t busy[SHM_MAX_WORKERS];  /* per worker slot: reserve slot + 1 while granting */
+    struct shm_rsv_lease lease[KEYS_SHARDS];
+    struct shm_rsv_slot slot[SHM_RESERVES];
+    _Atomic uint32_t ngrants;
+    struct shm_rgrant grant[SHM_RGRANTS];
+    /* metrics */
+    _Atomic uint64_t set_aside;      /* tokens set aside */
+    _Atomic uint64_t spent;          /* grants answered SEIZED from a reserve */
+    _Atomic uint64_t replayed;       /* journal records replayed into Redis */
+    _Atomic uint64_t returned;       /* tokens given back to stock */
+    _Atomic uint64_t duplicates;     /* replayed grants of users who already held one */
+    _Atomic uint64_t dead_letters;   /* tokens with nothing to take them from */
+    _Atomic uint64_t journal_failures;
+    _Atomic int64_t journal_depth;   /* records not yet replayed */
+    _Atomic int64_t oldest_unreplayed_ms;  /* wall clock of the oldest of them; 0 none */
+    _Atomic int64_t last_replay_ms;  /* duration of the last replay pass */
+};
+
 enum breaker_state { BREAKER_CLOSED = 0, BREAKER_OPEN = 1, BREAKER_HALF_OPEN = 2 };
 
 struct shm_flag {
@@ -111,6 +189,8 @@ struct shm_node {
      * RSS): a pid per slot, 0 for a free slot. A crashed worker's slot is
      * cleared by the supervisor, or taken over once its pid is gone. */
     _Atomic int32_t worker_pid[SHM_MAX_WORKERS];
+
+    struct shm_reserves rsv;
 };
 
 /* Latency bucket upper bounds in microseconds (the last is +Inf). */

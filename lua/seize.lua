@@ -6,8 +6,13 @@
 -- ARGV    activityId, userId
 -- Returns -1 already seized, -3 no stock or window field (unknown / not
 -- preheated), -4 not started, -5 ended, -2 sold out (or revoked: the stock
--- field is a tombstone below zero), else the remaining stock after this
--- seize (>= 0).
+-- field is a tombstone below zero), -6 no stock now but nodes still hold
+-- reserves of it (sold out for now, not for good: they may come back), else
+-- the remaining stock after this seize (>= 0).
+--
+-- The reserves' count lives in COUPON:RESERVE:{i}, the stock key's own
+-- hash slot; it is read only when the stock is gone, so the common path
+-- touches exactly the four keys above.
 --
 -- The window is judged by Redis' own clock, never by the caller's: a node
 -- whose clock is wrong can neither open a sale early nor keep it open late.
@@ -38,6 +43,12 @@ if now >= tonumber(endms) then
 end
 stock = tonumber(stock)
 if stock == nil or stock <= 0 then
+  if stock == 0 then
+    local tag = string.match(KEYS[1], '{[^}]*}$')
+    if tag and tonumber(redis.call('HGET', 'COUPON:RESERVE:' .. tag, ARGV[1]) or '0') > 0 then
+      return -6
+    end
+  end
   return -2
 end
 redis.call('HINCRBY', KEYS[1], ARGV[1], -1)

@@ -1,0 +1,407 @@
+/* reserve.c - spending a node reserve, and the reserves' Lua scripts. */
+#include "reserve.h"
+#include "cs.h"
+#include "keys.h"
+#include "log.h"
+
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+
+/*
+ * Setting aside. KEYS: stock, window, reserve, epochs. ARGV: activityId,
+ * incarnation, epoch, wanted. Idempotent per (incarnation, epoch): asked
+ * again it answers what it did the first time (the amount, or -1 for an
+ * epoch that is closed or was refused). Judged by Redis' clock: only while
+ * the sale is open, at most a tenth of what is left, and only while the
+ * stock stays at or above twice everything set aside (the low-water mark).
+ * A refusal is recorded as a closed epoch, so a retry refuses too.
+ */
+const char RESERVE_LUA_SET_ASIDE[] =
+    "if redis.replicate_commands then redis.replicate_commands() end\n"
+    "local ef = ARGV[2] .. ':' .. ARGV[3]\n"
+    "local st = redis.call('HGET', KEYS[4], ef)\n"
+    "if st then\n"
+    "  local n = string.match(st, '^open:(%d+)$')\n"
+    "  if n then return tonumber(n) end\n"
+    "  return -1\n"
+    "end\n"
+    "local function refuse() redis.call('HSET', KEYS[4], ef, 'closed') return -1 end\n"
+    "local rf = ARGV[1] .. ':' .. ARGV[2]\n"
+    "if redis.call('HEXISTS', KEYS[3], rf) == 1 "
+    "or redis.call('HEXISTS', KEYS[3], ARGV[1] .. ':low') == 1 then return refuse() end\n"
+    "local stock = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '')\n"
+    "local window = redis.call('HGET', KEYS[2], ARGV[1])\n"
+    "if not stock or not window then return refuse() end\n"
+    "local s, e = string.match(window, '^(%d+),(%d+)$')\n"
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "if not s or now < tonumber(s) or now >= tonumber(e) then return refuse() end\n"
+    "local held = tonumber(redis.call('HGET', KEYS[3], ARGV[1] .. ':held') or '0')\n"
+    "local n = math.min(tonumber(ARGV[4]), math.floor(stock / 10))\n"
+    "if n <= 0 or stock - n < 2 * (held + n) then return refuse() end\n"
+    "redis.call('HINCRBY', KEYS[1], ARGV[1], -n)\n"
+    "redis.call('HSET', KEYS[3], rf, n)\n"
+    "redis.call('HINCRBY', KEYS[3], ARGV[1], 1)\n"
+    "redis.call('HINCRBY', KEYS[3], ARGV[1] .. ':held', n)\n"
+    "redis.call('HSET', KEYS[4], ef, 'open:' .. n)\n"
+    "return n\n";
+
+/*
+ * The lease of one shard. KEYS: reserve, stock, window. ARGV: incarnation,
+ * then activity ids. Records when this incarnation last renewed
+ * ("lease:<incarnation>" -> Redis ms, for the admin's return of a lost
+ * node's reserve), and answers {seconds, microseconds, restore generation,
+ * then per activity: its open reserve of this incarnation (false: none),
+ * its stock (false: none), its window (false: none), the sum held}.
+ */
+const char RESERVE_LUA_RENEW[] =
+    "if redis.replicate_commands then redis.replicate_commands() end\n"
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "redis.call('HSET', KEYS[1], 'lease:' .. ARGV[1], now)\n"
+    "local out = {t[1], t[2], redis.call('HGET', KEYS[1], 'restored') or '0'}\n"
+    "for i = 2, #ARGV do\n"
+    "  local a = ARGV[i]\n"
+    "  out[#out + 1] = redis.call('HGET', KEYS[1], a .. ':' .. ARGV[1]) or ''\n"
+    "  out[#out + 1] = redis.call('HGET', KEYS[2], a) or ''\n"
+    "  out[#out + 1] = redis.call('HGET', KEYS[3], a) or ''\n"
+    "  out[#out + 1] = redis.call('HGET', KEYS[1], a .. ':held') or '0'\n"
+    "end\n"
+    "return out\n";
+
+/*
+ * Replaying one token. KEYS: stock, seize list, queue, reserve, epochs,
+ * dead letters. ARGV: activityId, userId, incarnation, epoch, token, seize
+ * time (ms, Redis' clock as estimated by the node). Checked and written in
+ * this one script, so replaying twice changes nothing (0). From an open
+ * epoch the reserve drops by one, and the grant enters the seize list and
+ * the queue (1), or, when the user already holds a coupon, the token's goes
+ * back to stock (2; never onto a revoke tombstone). A token of an unknown or
+ * closed epoch takes from stock (3) when there is any, else goes to the
+ * dead letters (-1). Without a stock field (Redis lost its data and is not
+ * restored yet) nothing is written (-3): the token waits.
+ */
+const char RESERVE_LUA_REPLAY[] =
+    "local mk = ARGV[3] .. ':' .. ARGV[4] .. ':' .. ARGV[5]\n"
+    "if redis.call('HEXISTS', KEYS[5], mk) == 1 then return 0 end\n"
+    "local st = redis.call('HGET', KEYS[5], ARGV[3] .. ':' .. ARGV[4])\n"
+    "local rf = ARGV[1] .. ':' .. ARGV[3]\n"
+    "local open = st and string.sub(st, 1, 5) == 'open:' "
+    "and redis.call('HEXISTS', KEYS[4], rf) == 1\n"
+    "local stock = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '')\n"
+    "if not stock then return -3 end\n"
+    "local has = redis.call('HEXISTS', KEYS[2], ARGV[2]) == 1\n"
+    "local function grant(code)\n"
+    "  redis.call('HSET', KEYS[2], ARGV[2], ARGV[6])\n"
+    "  redis.call('HSET', KEYS[3], ARGV[1] .. ':' .. ARGV[2], ARGV[6])\n"
+    "  redis.call('HSET', KEYS[5], mk, ARGV[2])\n"
+    "  return code\n"
+    "end\n"
+    "if open then\n"
+    "  redis.call('HINCRBY', KEYS[4], rf, -1)\n"
+    "  redis.call('HINCRBY', KEYS[4], ARGV[1] .. ':held', -1)\n"
+    "  if has then\n"
+    "    if stock and stock >= 0 then redis.call('HINCRBY', KEYS[1], ARGV[1], 1) end\n"
+    "    redis.call('HSET', KEYS[5], mk, 'dup')\n"
+    "    return 2\n"
+    "  end\n"
+    "  return grant(1)\n"
+    "end\n"
+    "if has then\n"
+    "  redis.call('HSET', KEYS[5], mk, 'dup')\n"
+    "  return 2\n"
+    "end\n"
+    "if stock and stock > 0 then\n"
+    "  redis.call('HINCRBY', KEYS[1], ARGV[1], -1)\n"
+    "  return grant(3)\n"
+    "end\n"
+    "redis.call('HSET', KEYS[6], ARGV[1] .. ':' .. mk, ARGV[2] .. ':' .. ARGV[6])\n"
+    "redis.call('HSET', KEYS[5], mk, 'dead')\n"
+    "return -1\n";
+
+/*
+ * Giving back. KEYS: stock, reserve, epochs. ARGV: activityId, incarnation,
+ * epoch, the lease (ms) that must have passed since the node's last renewal
+ * (0 for the node itself; an admin returning a lost node's reserve passes
+ * fallback.lease_ms), and 1 when given back at the low-water mark (no more
+ * set-aside for this sale then). Returns what went back to stock, -1 when
+ * the epoch is not open (given back already), or -2 when the node renewed
+ * within the lease (the admin must wait).
+ */
+const char RESERVE_LUA_GIVE_BACK[] =
+    "if redis.replicate_commands then redis.replicate_commands() end\n"
+    "local ef = ARGV[2] .. ':' .. ARGV[3]\n"
+    "local st = redis.call('HGET', KEYS[3], ef)\n"
+    "if not st or string.sub(st, 1, 5) ~= 'open:' then return -1 end\n"
+    "if tonumber(ARGV[4]) > 0 then\n"
+    "  local t = redis.call('TIME')\n"
+    "  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "  local last = tonumber(redis.call('HGET', KEYS[2], 'lease:' .. ARGV[2]) or '0')\n"
+    "  if now - last <= tonumber(ARGV[4]) then return -2 end\n"
+    "end\n"
+    "local rf = ARGV[1] .. ':' .. ARGV[2]\n"
+    "local left = tonumber(redis.call('HGET', KEYS[2], rf) or '0')\n"
+    "redis.call('HDEL', KEYS[2], rf)\n"
+    "redis.call('HSET', KEYS[3], ef, 'closed')\n"
+    "if ARGV[5] == '1' then redis.call('HSET', KEYS[2], ARGV[1] .. ':low', 1) end\n"
+    "if redis.call('HINCRBY', KEYS[2], ARGV[1], -1) <= 0 then\n"
+    "  redis.call('HDEL', KEYS[2], ARGV[1], ARGV[1] .. ':held')\n"
+    "else\n"
+    "  redis.call('HINCRBY', KEYS[2], ARGV[1] .. ':held', -left)\n"
+    "end\n"
+    "local stock = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '')\n"
+    "if stock and stock >= 0 and left > 0 then\n"
+    "  redis.call('HINCRBY', KEYS[1], ARGV[1], left)\n"
+    "  return left\n"
+    "end\n"
+    "return 0\n";
+
+int reserve_slot_of(const struct shm_reserves *rv, int64_t id)
+{
+    for (int i = 0; i < SHM_RESERVES; i++)
+        if (atomic_load_explicit(&rv->slot[i].activity_id, memory_order_acquire) == id
+            && atomic_load(&rv->slot[i].state) != RSV_EMPTY)
+            return i;
+    return -1;
+}
+
+int reserve_lease(const struct shm_reserves *rv, int shard, int lease_ms, int64_t now_mono,
+                  int64_t *lo, int64_t *hi)
+{
+    const struct shm_rsv_lease *l = &rv->lease[shard];
+    int64_t sent, recv, redis_ms;
+    uint32_t seq;
+    int tries = 0;
+
+    do {
+        seq = atomic_load(&l->seq);
+        if (seq & 1) {
+            if (++tries > 100)
+                return CS_ERR;
+            continue;
+        }
+        sent = atomic_load(&l->sent_mono);
+        recv = atomic_load(&l->recv_mono);
+        redis_ms = atomic_load(&l->redis_ms);
+    } while ((seq & 1) || atomic_load(&l->seq) != seq);
+    if (sent <= 0 || now_mono - sent >= lease_ms || recv < sent)
+        return CS_ERR;
+    /* Redis read its clock after the send and before the answer. */
+    *lo = redis_ms + (now_mono - recv);
+    *hi = redis_ms + (now_mono - sent);
+    return CS_OK;
+}
+
+static uint64_t reserve_grant_key(int64_t id, int64_t uid)
+{
+    uint64_t x = (uint64_t)id * 0x9E3779B97F4A7C15ULL ^ (uint64_t)uid * 0xC2B2AE3D27D4EB4FULL;
+    x ^= x >> 31;
+    x *= 0xBF58476D1CE4E5B9ULL;
+    x ^= x >> 29;
+    return x == 0 ? 1 : x;
+}
+
+int reserve_grant_find(const struct shm_reserves *rv, int64_t id, int64_t uid)
+{
+    uint64_t key = reserve_grant_key(id, uid);
+    for (unsigned i = 0, h = (unsigned)key & (SHM_RGRANTS - 1); i < SHM_RGRANTS;
+         i++, h = (h + 1) & (SHM_RGRANTS - 1)) {
+        uint64_t k = atomic_load(&rv->grant[h].key);
+        if (k == 0)
+            return -1;
+        if (k == key)
+            return atomic_load(&rv->grant[h].state) > 0 ? (int)h : -1;
+    }
+    return -1;
+}
+
+int reserve_grant_add(struct shm_reserves *rv, int64_t id, int64_t uid, int *entry)
+{
+    uint64_t key = reserve_grant_key(id, uid);
+    for (unsigned i = 0, h = (unsigned)key & (SHM_RGRANTS - 1); i < SHM_RGRANTS;
+         i++, h = (h + 1) & (SHM_RGRANTS - 1)) {
+        struct shm_rgrant *g = &rv->grant[h];
+        uint64_t k = atomic_load(&g->key);
+        if (k == 0) {
+            /* Kept at most half full, so a probe stays short. */
+            if (atomic_load(&rv->ngrants) >= SHM_RGRANTS / 2)
+                break;
+            if (!atomic_compare_exchange_strong(&g->key, &k, key) && k != key)
+                continue;
+            if (k == 0) {
+                atomic_store(&g->activity_id, id);
+                atomic_store(&g->user_id, uid);
+                atomic_store(&g->state, RGRANT_PENDING);
+                atomic_fetch_add(&rv->ngrants, 1);
+                *entry = (int)h;
+                return CS_OK;
+            }
+        }
+        if (k != key)
+            continue;
+        /* This user's entry (a 64-bit hash that collided counts as the same
+         * user: a refusal, never a second grant). A cancelled one is taken
+         * back by exactly one caller. */
+        int st = RGRANT_CANCELLED;
+        *entry = (int)h;
+        if (atomic_compare_exchange_strong(&g->state, &st, RGRANT_PENDING))
+            return CS_OK;
+        return CS_ERR;
+    }
+    *entry = -1;
+    return CS_ERR;
+}
+
+int reserve_granted(const struct shm_reserves *rv, int64_t id, int64_t uid, int *replayed)
+{
+    int e = reserve_grant_find(rv, id, uid);
+    if (e < 0)
+        return 0;
+    int st = atomic_load(&rv->grant[e].state);
+    if (st < RGRANT_GRANTED)
+        return 0;
+    *replayed = st == RGRANT_REPLAYED;
+    return 1;
+}
+
+static int reserve_journal_ready(struct reserve_journal *rj, const char *jdir, int wslot,
+                                 uint64_t seg)
+{
+    char path[PATH_MAX], err[256];
+
+    if (rj->seg == seg && rj->j.fd >= 0)
+        return rj->j.failed ? CS_ERR : CS_OK;
+    if (rj->seg != 0)
+        journal_close(&rj->j);
+    rj->seg = 0;
+    journal_segment_path(path, sizeof(path), jdir, wslot, seg);
+    if (journal_open_path(&rj->j, path, err, sizeof(err)) != CS_OK) {
+        log_error("reserve journal: %s", err);
+        return CS_ERR;
+    }
+    rj->seg = seg;
+    return CS_OK;
+}
+
+enum reserve_outcome reserve_grant(struct shm_node *shm, int wslot, const char *jdir,
+                                   struct reserve_journal *rj, int lease_ms, int margin_ms,
+                                   int64_t id, int64_t uid, int *left)
+{
+    struct shm_reserves *rv = &shm->rsv;
+    int64_t now = cs_mono_ms(), lo, hi;
+
+    if (wslot < 0 || wslot >= SHM_MAX_WORKERS || atomic_load(&rv->keeper_pid) == 0
+        || atomic_load(&rv->halted))
+        return RESERVE_NONE;
+    int i = reserve_slot_of(rv, id);
+    if (i < 0)
+        return RESERVE_NONE;
+    struct shm_rsv_slot *s = &rv->slot[i];
+    if (atomic_load(&s->state) != RSV_OPEN
+        || reserve_lease(rv, keys_shard(id), lease_ms, now, &lo, &hi) != CS_OK
+        || lo < atomic_load(&s->start_ms) || hi >= atomic_load(&s->end_ms) - margin_ms)
+        return RESERVE_NONE;
+    int e = reserve_grant_find(rv, id, uid);
+    if (e >= 0)
+        return atomic_load(&rv->grant[e].state) >= RGRANT_GRANTED ? RESERVE_ALREADY
+                                                                   : RESERVE_UNKNOWN;
+
+    /* The busy marker goes up before the state is read again: a keeper that
+     * stopped the slot either sees the marker and waits for this grant, or
+     * this grant sees the slot stopped (both sequentially consistent). */
+    atomic_store(&rv->busy[wslot], i + 1);
+    enum reserve_outcome out = RESERVE_NONE;
+    if (atomic_load(&s->state) != RSV_OPEN || atomic_load(&s->activity_id) != id)
+        goto done;
+    uint64_t epoch = atomic_load(&s->epoch);
+    int32_t amount = atomic_load(&s->amount);
+    uint64_t seg = atomic_load(&rv->journal_seg);
+    if (seg == 0 || atomic_load(&s->next) >= amount)
+        goto done;
+    int entry;
+    if (reserve_grant_add(rv, id, uid, &entry) != CS_OK) {
+        /* Granted by another worker meanwhile (perhaps still being written:
+         * then this request cannot know), or the table is full. */
+        if (entry >= 0)
+            out = atomic_load(&rv->grant[entry].state) >= RGRANT_GRANTED ? RESERVE_ALREADY
+                                                                         : RESERVE_UNKNOWN;
+        goto done;
+    }
+    int32_t token = atomic_fetch_add(&s->next, 1);
+    if (token >= amount) {
+        /* Spent meanwhile; the entry says nothing was granted: it must not
+         * stay, or the user would be told ALREADY_SEIZED. */
+        atomic_store(&rv->grant[entry].state, RGRANT_CANCELLED);
+        goto done;
+    }
+    if (reserve_journal_ready(rj, jdir, wslot, seg) != CS_OK) {
+        /* Nothing written: the token stays unused and goes back with the
+         * reserve; the user holds nothing. */
+        atomic_store(&rv->grant[entry].state, RGRANT_CANCELLED);
+        goto done;
+    }
+    struct journal_rec rec = {
+        .activity_id = id,
+        .epoch = epoch,
+        .token = (uint32_t)token,
+        .user_id = uid,
+        .seize_ms = lo + (hi - lo) / 2,
+    };
+    atomic_fetch_add(&rv->journal_depth, 1);
+    int64_t zero = 0;
+    atomic_compare_exchange_strong(&rv->oldest_unreplayed_ms, &zero, cs_now_ms());
+    if (journal_append(&rj->j, &rec) != CS_OK) {
+        /* The record may or may not be on disk: the answer cannot be
+         * either way, and the node grants no more. */
+        atomic_store(&rv->halted, 1);
+        atomic_fetch_add(&rv->journal_failures, 1);
+        out = RESERVE_UNKNOWN;
+        goto done;
+    }
+    /* Unless the keeper already replayed it. */
+    int pending = RGRANT_PENDING;
+    atomic_compare_exchange_strong(&rv->grant[entry].state, &pending, RGRANT_GRANTED);
+    atomic_fetch_add(&rv->spent, 1);
+    *left = amount - token - 1;
+    out = RESERVE_SEIZED;
+done:
+    atomic_store(&rv->busy[wslot], 0);
+    return out;
+}
+
+int64_t reserve_held(const struct shm_reserves *rv)
+{
+    int64_t held = 0;
+    for (int i = 0; i < SHM_RESERVES; i++) {
+        const struct shm_rsv_slot *s = &rv->slot[i];
+        if (atomic_load(&s->state) != RSV_OPEN)
+            continue;
+        int32_t left = atomic_load(&s->amount) - atomic_load(&s->next);
+        if (left > 0)
+            held += left;
+    }
+    return held;
+}
+
+const char *reserve_seize_source(const struct shm_node *shm, int redis_ok, int lease_ms)
+{
+    const struct shm_reserves *rv = &shm->rsv;
+    int64_t now = cs_mono_ms(), lo, hi;
+
+    if (redis_ok)
+        return "redis";
+    if (atomic_load(&rv->keeper_pid) == 0 || atomic_load(&rv->halted))
+        return "none";
+    for (int i = 0; i < SHM_RESERVES; i++) {
+        const struct shm_rsv_slot *s = &rv->slot[i];
+        if (atomic_load(&s->state) != RSV_OPEN
+            || atomic_load(&s->next) >= atomic_load(&s->amount))
+            continue;
+        if (reserve_lease(rv, keys_shard(atomic_load(&s->activity_id)), lease_ms, now, &lo, &hi)
+            == CS_OK)
+            return "reserve";
+    }
+    return "none";
+}

@@ -1,0 +1,78 @@
+/* reserve.h - node reserves: what a worker may grant while Redis cannot be
+ * reached (DESIGN.md "Selling through a slow or missing Redis").
+ *
+ * The reserve keeper (fcgi/keeper.c) sets aside epochs of numbered tokens
+ * in Redis, renews the node's lease on each shard, replays the journal and
+ * gives reserves back; it publishes what may be spent in node shared memory
+ * (struct shm_reserves). A worker whose seize never reached Redis spends one
+ * token here: it checks the lease, takes the next token, appends the grant
+ * to its journal segment and fsyncs it before the answer.
+ */
+#ifndef CS_RESERVE_H
+#define CS_RESERVE_H
+
+#include <stdint.h>
+
+#include "journal.h"
+#include "shm.h"
+
+/* Lua scripts of the reserves (text; loaded with SCRIPT LOAD by the keeper
+ * and the admin route). Their keys and arguments are described in reserve.c. */
+extern const char RESERVE_LUA_SET_ASIDE[];
+extern const char RESERVE_LUA_RENEW[];
+extern const char RESERVE_LUA_REPLAY[];
+extern const char RESERVE_LUA_GIVE_BACK[];
+
+enum reserve_outcome {
+    RESERVE_NONE = 0,          /* nothing granted, nothing written: answer as without reserves */
+    RESERVE_SEIZED,            /* the grant is on disk: SEIZED */
+    RESERVE_ALREADY,           /* this node granted the user a coupon of it already */
+    RESERVE_UNKNOWN,           /* the journal write failed midway: UNKNOWN_OUTCOME */
+};
+
+/* A worker's journal segment, opened at its first grant. */
+struct reserve_journal {
+    struct journal j;
+    uint64_t seg;              /* 0: none open */
+};
+
+/* The slot holding activity id's reserve (any state), or -1. */
+int reserve_slot_of(const struct shm_reserves *rv, int64_t id);
+
+/*
+ * Redis' clock on shard now, estimated from the last renewal: *lo and *hi
+ * bound it (the renewal ran somewhere between its send and its answer).
+ * CS_ERR when the shard has no renewal, or the last one was sent lease_ms
+ * or longer ago: the lease is over.
+ */
+int reserve_lease(const struct shm_reserves *rv, int shard, int lease_ms, int64_t now_mono,
+                  int64_t *lo, int64_t *hi);
+
+/*
+ * Grants user uid a coupon of activity id from this node's reserve, when
+ * one is open, the lease holds and Redis' estimated time lies inside the
+ * window less margin_ms. wslot is the worker's registry slot (the busy
+ * marker and the journal file are its own). On RESERVE_SEIZED, *left is
+ * what the reserve has left. jdir is the journal directory.
+ */
+enum reserve_outcome reserve_grant(struct shm_node *shm, int wslot, const char *jdir,
+                                   struct reserve_journal *rj, int lease_ms, int margin_ms,
+                                   int64_t id, int64_t uid, int *left);
+
+/* Whether this node granted uid a coupon of id from a reserve; *replayed
+ * says whether the grant reached Redis already. */
+int reserve_granted(const struct shm_reserves *rv, int64_t id, int64_t uid, int *replayed);
+
+/* The grants table: add (CS_OK), or CS_ERR when already there (*entry set)
+ * or full (*entry -1). */
+int reserve_grant_add(struct shm_reserves *rv, int64_t id, int64_t uid, int *entry);
+int reserve_grant_find(const struct shm_reserves *rv, int64_t id, int64_t uid);
+
+/* What the node can sell now on shard: "redis" (breaker closed), "reserve"
+ * (a reserve is open and the lease holds) or "none". */
+const char *reserve_seize_source(const struct shm_node *shm, int redis_ok, int lease_ms);
+
+/* Tokens open for spending on this node (sum over open slots). */
+int64_t reserve_held(const struct shm_reserves *rv);
+
+#endif
