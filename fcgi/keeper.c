@@ -742,6 +742,9 @@ static void keeper_slots(struct keeper *k, int stopping)
             why = "the sale ends";
         else if (l->stock < 2 * l->held)
             why = "stock at the low-water mark", l->low_water = 1;
+        else if (atomic_load(&s->next) >= atomic_load(&s->amount) && l->pending == 0
+                 && atomic_load(&s->state) == RSV_OPEN)
+            why = "spent";
         if (why != NULL && !l->giveback) {
             log_info("reserve keeper: activity %" PRId64 ": giving back its reserve (%s)", aid,
                      why);
@@ -980,6 +983,15 @@ static int keeper_rebuild_rec(void *arg, const struct journal_rec *rec)
 {
     struct keeper *k = arg;
     int i = reserve_slot_of(k->rv, rec->activity_id);
+    if ((i < 0 || atomic_load(&k->rv->slot[i].epoch) != rec->epoch)
+        && !keeper_is_closed(k, rec->activity_id, rec->epoch)) {
+        /* Not open: an epoch this node gave back was replayed to the end
+         * first, so its records are done; one an admin closed is not. */
+        char by[16];
+        if (keeper_epoch_state(k, rec->activity_id, rec->epoch, by, sizeof(by)) == 2
+            && strcmp(by, "node") == 0)
+            keeper_add_closed(k, rec->activity_id, rec->epoch);
+    }
     if (i >= 0 && atomic_load(&k->rv->slot[i].epoch) == rec->epoch) {
         struct shm_rsv_slot *s = &k->rv->slot[i];
         if ((int32_t)rec->token + 1 > atomic_load(&s->next))

@@ -16,16 +16,18 @@ static const char SQL_LOCK[] =
     "SELECT total_num, status, distribute_end_time <= NOW(), "
     "updated_at >= NOW() - INTERVAL ? SECOND FROM activity WHERE id = ? FOR UPDATE";
 
-/* KEYS: stock hash, seize list. ARGV: activity id, MySQL total. The stock
- * becomes total - users who seized, never below 0. {-3} no stock field,
- * {-4} the revoke tombstone, else {before, after, sold}. */
+/* KEYS: stock hash, seize list, reserves. ARGV: activity id, MySQL total.
+ * The stock becomes total - users who seized - what node reserves hold,
+ * never below 0. {-3} no stock field, {-4} the revoke tombstone, else
+ * {before, after, sold}. */
 static const char RECONCILE_LUA[] =
     "local v = redis.call('HGET', KEYS[1], ARGV[1]) "
     "if not v then return {-3, 0, 0} end "
     "v = tonumber(v) "
     "if v == nil or v < 0 then return {-4, 0, 0} end "
     "local sold = redis.call('HLEN', KEYS[2]) "
-    "local want = tonumber(ARGV[2]) - sold "
+    "local held = tonumber(redis.call('HGET', KEYS[3], ARGV[1] .. ':held') or '0') "
+    "local want = tonumber(ARGV[2]) - sold - held "
     "if want < 0 then want = 0 end "
     "if want ~= v then redis.call('HSET', KEYS[1], ARGV[1], want) end "
     "return {v, want, sold}";
@@ -53,17 +55,18 @@ static int lock_row_cb(void *arg, int ncols, char **c)
 static int reconcile_script(struct rconn *rc, int64_t id, int64_t total, long long out[3],
                             char *err, size_t errlen)
 {
-    char stock[KEYS_MAX], list[KEYS_MAX], field[24], tot[24];
-    const char *argv[7] = {"EVAL", RECONCILE_LUA, "2", stock, list, field, tot};
-    size_t argl[7];
+    char stock[KEYS_MAX], list[KEYS_MAX], rsv[KEYS_MAX], field[24], tot[24];
+    const char *argv[8] = {"EVAL", RECONCILE_LUA, "3", stock, list, rsv, field, tot};
+    size_t argl[8];
     argl[0] = 4;
     argl[1] = strlen(RECONCILE_LUA);
     argl[2] = 1;
     argl[3] = keys_stock(stock, keys_shard(id));
     argl[4] = keys_seize_list(list, id);
-    argl[5] = (size_t)snprintf(field, sizeof(field), "%" PRId64, id);
-    argl[6] = (size_t)snprintf(tot, sizeof(tot), "%" PRId64, total);
-    redisReply *rep = rconn_commandv(rc, stock, 7, argv, argl);
+    argl[5] = keys_reserve(rsv, keys_shard(id));
+    argl[6] = (size_t)snprintf(field, sizeof(field), "%" PRId64, id);
+    argl[7] = (size_t)snprintf(tot, sizeof(tot), "%" PRId64, total);
+    redisReply *rep = rconn_commandv(rc, stock, 8, argv, argl);
     if (rep == NULL) {
         snprintf(err, errlen, "EVAL reconcile %s: %s", stock, rc->errstr);
         return CS_ERR;

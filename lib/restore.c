@@ -22,6 +22,85 @@ static const char SQL_COUPON_USERS[] =
     "SELECT user_id, CAST(UNIX_TIMESTAMP(seized_at)*1000 AS SIGNED) FROM coupon "
     "WHERE activity_id = ? AND returned = 0";
 
+/* Reserve epochs still open: coupons that nodes hold (DESIGN.md rule 10). */
+static const char SQL_OPEN_EPOCHS[] =
+    "SELECT incarnation, epoch, amount FROM reserve_epoch WHERE activity_id = ? AND state = 1";
+
+struct open_epoch {
+    char inc[40];
+    int64_t epoch, amount;
+};
+
+struct open_epochs {
+    struct open_epoch *v;
+    size_t n;
+    int64_t sum;
+};
+
+static int open_epoch_row(void *arg, int ncols, char **cols)
+{
+    struct open_epochs *e = arg;
+    if (ncols != 3 || cols[0] == NULL || cols[1] == NULL || cols[2] == NULL)
+        return CS_ERR;
+    e->v = xrealloc(e->v, (e->n + 1) * sizeof(*e->v));
+    struct open_epoch *o = &e->v[e->n++];
+    snprintf(o->inc, sizeof(o->inc), "%s", cols[0]);
+    o->epoch = strtoll(cols[1], NULL, 10);
+    o->amount = strtoll(cols[2], NULL, 10);
+    e->sum += o->amount;
+    return CS_OK;
+}
+
+/*
+ * Recreates the reserve fields of a's open epochs (as set-aside wrote them:
+ * each epoch's full amount, so that what its node gives back or replays
+ * balances what the stock leaves out), and bumps the shard's restore
+ * generation so nodes stop spending until they have replayed. Idempotent.
+ */
+static int restore_reserves(struct rconn *rc, const struct activity *a,
+                            const struct open_epochs *e, char *err, size_t errlen)
+{
+    char rkey[KEYS_MAX], ekey[KEYS_MAX];
+    int shard = keys_shard(a->id);
+    int n = 0;
+
+    keys_reserve(rkey, shard);
+    keys_reserve_epochs(ekey, a->id);
+    for (size_t i = 0; i < e->n; i++) {
+        const struct open_epoch *o = &e->v[i];
+        if (rconn_append(rc, rkey, "HSETNX %s %" PRId64 ":%s %" PRId64, rkey, a->id, o->inc,
+                         o->amount) != CS_OK
+            || rconn_append(rc, ekey, "HSETNX %s %s:%" PRId64 " open:%" PRId64, ekey, o->inc,
+                            o->epoch, o->amount) != CS_OK)
+            goto fail;
+        n += 2;
+    }
+    if (e->n > 0) {
+        if (rconn_append(rc, rkey, "HSET %s %" PRId64 " %zu %" PRId64 ":held %" PRId64, rkey,
+                         a->id, e->n, a->id, e->sum) != CS_OK)
+            goto fail;
+        n++;
+    }
+    if (rconn_append(rc, rkey, "HINCRBY %s restored 1", rkey) != CS_OK)
+        goto fail;
+    n++;
+    int ret = CS_OK;
+    for (int i = 0; i < n; i++) {
+        redisReply *r;
+        if (rconn_get_reply(rc, &r) != CS_OK)
+            goto fail;
+        if (r->type == REDIS_REPLY_ERROR && ret == CS_OK) {
+            snprintf(err, errlen, "restoring reserves of activity %" PRId64 ": %s", a->id, r->str);
+            ret = CS_ERR;
+        }
+        freeReplyObject(r);
+    }
+    return ret;
+fail:
+    snprintf(err, errlen, "restoring reserves of activity %" PRId64 ": %s", a->id, rc->errstr);
+    return CS_ERR;
+}
+
 /* Pending HSET of seize-list pairs, flushed every ACT_HSET_CHUNK pairs. */
 struct act_hset {
     struct rconn *rc;
@@ -172,8 +251,24 @@ int restore_stock(struct mconn *mc, struct rconn *rc, const struct activity *a, 
     act_hset_flush(&h);
     if (h.failed)
         goto out;
+    /* So are the reserves nodes hold: their coupons are not in the stock. */
+    struct open_epochs eps = {NULL, 0, 0};
+    if (mconn_query(mc, SQL_OPEN_EPOCHS, p, 1, open_epoch_row, &eps) != CS_OK) {
+        snprintf(err, errlen, "selecting reserve epochs of activity %" PRId64 ": %s", a->id,
+                 mc->errstr);
+        free(eps.v);
+        goto out;
+    }
+    if ((in_mysql + queued > 0 || eps.n > 0)
+        && restore_reserves(rc, a, &eps, err, errlen) != CS_OK) {
+        free(eps.v);
+        goto out;
+    }
+    int64_t reserved = eps.sum;
+    size_t nepochs = eps.n;
+    free(eps.v);
 
-    int64_t stock = a->total_num - in_mysql - queued;
+    int64_t stock = a->total_num - in_mysql - queued - reserved;
     if (stock < 0)
         stock = 0;
     r = rconn_command(rc, skey, "HSETNX %s %s %" PRId64, skey, field, stock);
@@ -181,11 +276,12 @@ int restore_stock(struct mconn *mc, struct rconn *rc, const struct activity *a, 
         goto out;
     *created = r->integer == 1;
     freeReplyObject(r);
-    if (*created && in_mysql + queued > 0) {
+    if (*created && in_mysql + queued + reserved > 0) {
         *restored = 1;
         log_notice("activity %" PRId64 ": stock restored to %" PRId64 " (total %" PRId64
-                   ", %" PRId64 " coupons in MySQL, %" PRId64 " queued)",
-                   a->id, stock, a->total_num, in_mysql, queued);
+                   ", %" PRId64 " coupons in MySQL, %" PRId64 " queued, %" PRId64
+                   " in %zu open node reserves)",
+                   a->id, stock, a->total_num, in_mysql, queued, reserved, nepochs);
     }
     ret = CS_OK;
 out:

@@ -204,6 +204,19 @@ static int exp_due(struct rconn *rc, int shard, int64_t cutoff_ms, int64_t **ids
     return CS_OK;
 }
 
+/* How many reserve epochs of activity id are open (-1: Redis failed). */
+static int exp_reserves_open(struct rconn *rc, int shard, int64_t id)
+{
+    char key[KEYS_MAX];
+    keys_reserve(key, shard);
+    redisReply *r = rconn_command(rc, key, "HGET %s %" PRId64, key, id);
+    if (r == NULL)
+        return -1;
+    int n = r->type == REDIS_REPLY_STRING ? atoi(r->str) : 0;
+    freeReplyObject(r);
+    return n;
+}
+
 /*
  * Removes from Redis what activity ID left behind, in one pipeline, stock
  * field first: with it gone the script grants nothing (-3), so deleting the
@@ -213,7 +226,7 @@ static int exp_due(struct rconn *rc, int shard, int64_t cutoff_ms, int64_t **ids
 static int exp_remove(struct rconn *rc, int shard, int64_t id, char *err, size_t errlen)
 {
     char skey[KEYS_MAX], lkey[KEYS_MAX], wkey[KEYS_MAX], mkey[KEYS_MAX], vkey[KEYS_MAX];
-    char ekey[KEYS_MAX];
+    char ekey[KEYS_MAX], rkey[KEYS_MAX], pkey[KEYS_MAX];
     int ret = CS_OK;
 
     keys_stock(skey, shard);
@@ -224,16 +237,23 @@ static int exp_remove(struct rconn *rc, int shard, int64_t id, char *err, size_t
     keys_ends(ekey, shard);
     /* The version and the end time go last: until then a preheat that
      * still reads the activity finds its version and writes nothing older. */
+    keys_reserve(rkey, shard);
+    keys_reserve_epochs(pkey, id);
+    /* The reserves' bookkeeping and replay markers go with the rest: every
+     * epoch of the activity is closed by now (checked by the caller). */
     if (rconn_append(rc, skey, "HDEL %s %" PRId64, skey, id) != CS_OK
         || rconn_append(rc, lkey, "UNLINK %s", lkey) != CS_OK
         || rconn_append(rc, wkey, "HDEL %s %" PRId64, wkey, id) != CS_OK
         || rconn_append(rc, mkey, "HDEL %s %" PRId64, mkey, id) != CS_OK
+        || rconn_append(rc, rkey, "HDEL %s %" PRId64 " %" PRId64 ":held %" PRId64 ":low", rkey,
+                        id, id, id) != CS_OK
+        || rconn_append(rc, pkey, "UNLINK %s", pkey) != CS_OK
         || rconn_append(rc, vkey, "HDEL %s %" PRId64, vkey, id) != CS_OK
         || rconn_append(rc, ekey, "ZREM %s %" PRId64, ekey, id) != CS_OK) {
         snprintf(err, errlen, "expiring activity %" PRId64 ": %s", id, rc->errstr);
         return CS_ERR;
     }
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < 8; i++) {
         redisReply *r;
         if (rconn_get_reply(rc, &r) != CS_OK) {
             snprintf(err, errlen, "expiring activity %" PRId64 ": %s", id, rc->errstr);
@@ -270,6 +290,13 @@ int jobs_expire(struct rconn *rc, int grace_s, int full, int *removed)
         for (size_t i = 0; ok && i < n; i++) {
             if (queued[i] > 0) /* coupon-sync has not written all of it yet */
                 continue;
+            int open = exp_reserves_open(rc, shard, ids[i]);
+            if (open != 0) { /* a node still holds a reserve of it (or Redis failed) */
+                if (open > 0)
+                    log_debug("activity %" PRId64 ": %d reserve epochs still open; kept", ids[i],
+                              open);
+                continue;
+            }
             ok = exp_remove(rc, shard, ids[i], err, sizeof(err)) == CS_OK;
             if (ok) {
                 (*removed)++;
@@ -493,11 +520,13 @@ static int rec_read_shard(struct mconn *mc, struct rconn *rc, struct rec_item *i
                           const struct rec_sel *sel, char *err, size_t errlen, int *mysql_failed)
 {
     int shard = sel->shard;
-    char skey[KEYS_MAX];
+    char skey[KEYS_MAX], rkey[KEYS_MAX];
 
     *mysql_failed = 0;
     keys_stock(skey, shard);
-    /* Pipelined: one round trip for the shard's stock fields. */
+    keys_reserve(rkey, shard);
+    /* Pipelined: one round trip for the shard's stock fields and what node
+     * reserves hold of each (counted with the stock: not sold, not free). */
     size_t sent = 0;
     for (size_t i = 0; i < n; i++) {
         struct rec_item *it = &items[i];
@@ -506,32 +535,40 @@ static int rec_read_shard(struct mconn *mc, struct rconn *rc, struct rec_item *i
         it->read = 1;
         it->found = it->has_stock = 0;
         it->total = it->coupons = it->queued = it->stock = it->delta = 0;
-        if (rconn_append(rc, skey, "HGET %s %" PRId64, skey, it->id) != CS_OK) {
+        if (rconn_append(rc, skey, "HGET %s %" PRId64, skey, it->id) != CS_OK
+            || rconn_append(rc, rkey, "HGET %s %" PRId64 ":held", rkey, it->id) != CS_OK) {
             snprintf(err, errlen, "HGET %s: %s", skey, rc->errstr);
             return CS_ERR;
         }
-        sent++;
+        sent += 2;
     }
     int ok = 1;
     for (size_t i = 0; i < n && sent > 0; i++) {
         struct rec_item *it = &items[i];
         if (keys_shard(it->id) != shard)
             continue;
-        redisReply *r;
-        sent--;
-        if (rconn_get_reply(rc, &r) != CS_OK) {
-            snprintf(err, errlen, "HGET %s: %s", skey, rc->errstr);
-            return CS_ERR;
+        redisReply *r[2];
+        for (int j = 0; j < 2; j++) {
+            sent--;
+            if (rconn_get_reply(rc, &r[j]) != CS_OK) {
+                if (j == 1)
+                    freeReplyObject(r[0]);
+                snprintf(err, errlen, "HGET %s: %s", skey, rc->errstr);
+                return CS_ERR;
+            }
+            if (r[j]->type == REDIS_REPLY_ERROR && ok) {
+                snprintf(err, errlen, "HGET %s: %s", j ? rkey : skey, r[j]->str);
+                ok = 0;
+            }
         }
-        if (r->type == REDIS_REPLY_ERROR && ok) {
-            snprintf(err, errlen, "HGET %s: %s", skey, r->str);
-            ok = 0;
-        }
-        if (r->type == REDIS_REPLY_STRING) {
+        if (r[0]->type == REDIS_REPLY_STRING) {
             it->has_stock = 1;
-            it->stock = strtoll(r->str, NULL, 10);
+            it->stock = strtoll(r[0]->str, NULL, 10);
+            if (r[1]->type == REDIS_REPLY_STRING && it->stock >= 0)
+                it->stock += strtoll(r[1]->str, NULL, 10);
         }
-        freeReplyObject(r);
+        freeReplyObject(r[0]);
+        freeReplyObject(r[1]);
     }
     if (!ok)
         return CS_ERR;
