@@ -68,6 +68,15 @@ static int status_mine(struct worker *w, int64_t aid, int64_t uid, cJSON *mine)
     redisReply *rep[3] = {NULL, NULL, NULL};
     int ok = 0, got = 0;
 
+    /* A grant from this node's reserve that Redis has not seen yet: the
+     * journal holds it, and it reaches Redis and MySQL when replayed. */
+    int replayed = 0;
+    if (reserve_granted(&w->shm->rsv, aid, uid, &replayed) && !replayed) {
+        cJSON_AddBoolToObject(mine, "seized", 1);
+        cJSON_AddBoolToObject(mine, "persisted", 0);
+        cJSON_AddBoolToObject(mine, "pending", 1);
+        return CS_OK;
+    }
     if (!worker_redis_readable(w))
         return CS_ERR;
     keys_seize_list(klist, aid);

@@ -237,26 +237,37 @@ int activity_stock_read(struct rconn *rc, struct activity_stock *s, size_t n)
         s[i].state = ACT_STOCK_UNKNOWN;
         s[i].value = 0;
     }
+    char rkey[KEYS_MAX];
     for (size_t i = 0; i < n; i++) {
         keys_stock(key, keys_shard(s[i].id));
+        keys_reserve(rkey, keys_shard(s[i].id));
         snprintf(field, sizeof(field), "%" PRId64, s[i].id);
         /* A failed append drops the connection: no reply is left to read. */
-        if (rconn_append(rc, key, "HGET %s %s", key, field) != CS_OK)
+        if (rconn_append(rc, key, "HGET %s %s", key, field) != CS_OK
+            || rconn_append(rc, rkey, "HGET %s %s:held", rkey, field) != CS_OK)
             return CS_ERR;
     }
     for (size_t i = 0; i < n; i++) {
-        redisReply *r;
+        redisReply *r, *h;
         if (rconn_get_reply(rc, &r) != CS_OK)
             return CS_ERR;
+        if (rconn_get_reply(rc, &h) != CS_OK) {
+            freeReplyObject(r);
+            return CS_ERR;
+        }
         if (r->type == REDIS_REPLY_NIL) {
             s[i].state = ACT_STOCK_ABSENT;
         } else if (r->type == REDIS_REPLY_STRING) {
             s[i].state = ACT_STOCK_SET;
             s[i].value = strtoll(r->str, NULL, 10);
+            /* What node reserves hold is not sold: it is still on sale. */
+            if (s[i].value >= 0 && h->type == REDIS_REPLY_STRING)
+                s[i].value += strtoll(h->str, NULL, 10);
         } else {
             ret = CS_ERR;
         }
         freeReplyObject(r);
+        freeReplyObject(h);
     }
     return ret;
 }

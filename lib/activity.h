@@ -84,7 +84,8 @@ enum activity_stock_state {
 struct activity_stock {
     int64_t id;
     enum activity_stock_state state;
-    int64_t value;             /* the field when ACT_STOCK_SET, else 0 */
+    int64_t value;             /* the field (plus what open node reserves hold of it)
+                                * when ACT_STOCK_SET, else 0 */
 };
 
 /* Reads the stock fields of s[0..n) (HGET, pipelined: one round trip) into
