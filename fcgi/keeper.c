@@ -1192,12 +1192,16 @@ int keeper_main(const struct cs_conf *conf, struct shm_node *shm)
         }
         keeper_pass(&k, stop_by != 0);
         if (stop_by != 0) {
-            int open = 0;
+            int open = 0, cut = 0;
             for (int i = 0; i < SHM_RESERVES; i++)
-                open += atomic_load(&k.rv->slot[i].state) != RSV_EMPTY;
+                if (atomic_load(&k.rv->slot[i].state) != RSV_EMPTY) {
+                    open++;
+                    cut += !k.renewed[keys_shard(atomic_load(&k.rv->slot[i].activity_id))];
+                }
             if (open == 0 && atomic_load(&k.rv->journal_depth) == 0)
                 break;
-            if (cs_mono_ms() >= stop_by) {
+            /* Redis is away: waiting holds up the stop for nothing. */
+            if (cs_mono_ms() >= stop_by || (cut > 0 && cs_mono_ms() >= stop_by - KEEPER_STOP_MS + 1000)) {
                 log_warn("reserve keeper: %d reserves not given back (Redis unreachable?); "
                          "the next start replays and returns them", open);
                 rc = 0;

@@ -345,8 +345,10 @@ static void seize_grant(struct worker *w, struct req *r, struct seize_call *sc,
     if (settled)
         code = seize_settle_resent(w, sc, cs_mono_ms() - sent_at, &res);
     int64_t recheck = cs_mono_ms() + c->limits_soldout_recheck_ms;
-    if ((code == CODE_SOLD_OUT || (code == CODE_SEIZED && res == 0)) &&
-        c->limits_soldout_recheck_ms > 0)
+    /* With reserves on, the last coupon of the stock is not the last of
+     * the sale (nodes may give theirs back): only the script's -2 is. */
+    if ((code == CODE_SOLD_OUT || (code == CODE_SEIZED && res == 0 && c->fallback_reserve == 0))
+        && c->limits_soldout_recheck_ms > 0)
         shm_flag_set(w->shm->soldout, id, recheck);
     if (code == CODE_SEIZED) {
         char extra[96];

@@ -61,8 +61,10 @@ static void status_stock(struct worker *w, const struct activity *acts, size_t n
 
 /* mine: seized = in the seize list; persisted = seized, no longer queued
  * (coupon-sync removes a queue entry only after its MySQL commit) and not
- * moved to the dead letters (which it does when the entry cannot be written). */
-static int status_mine(struct worker *w, int64_t aid, int64_t uid, cJSON *mine)
+ * moved to the dead letters (which it does when the entry cannot be written).
+ * A grant from this node's reserve not yet replayed is seized and pending,
+ * known without Redis. With Redis not read (stale), nothing else is said. */
+static int status_mine(struct worker *w, int64_t aid, int64_t uid, cJSON *mine, int stale)
 {
     char klist[KEYS_MAX], kqueue[KEYS_MAX], kdead[KEYS_MAX], fuser[24], fqueue[KEYS_MAX];
     redisReply *rep[3] = {NULL, NULL, NULL};
@@ -77,7 +79,7 @@ static int status_mine(struct worker *w, int64_t aid, int64_t uid, cJSON *mine)
         cJSON_AddBoolToObject(mine, "pending", 1);
         return CS_OK;
     }
-    if (!worker_redis_readable(w))
+    if (stale || !worker_redis_readable(w))
         return CS_ERR;
     keys_seize_list(klist, aid);
     keys_queue(kqueue, keys_shard(aid));
@@ -160,7 +162,7 @@ static void status_one(struct worker *w, struct req *r, int64_t id, int64_t uid)
     if (uid > 0) {
         cJSON *mine = cJSON_CreateObject();
         /* mine is read live or not at all (null): it is never an old copy. */
-        if (!stale && status_mine(w, id, uid, mine) == CS_OK) {
+        if (status_mine(w, id, uid, mine, stale) == CS_OK) {
             cJSON_AddItemToObject(root, "mine", mine);
         } else {
             cJSON_Delete(mine);

@@ -186,8 +186,13 @@ int worker_redis_allowed(struct worker *w)
 
 int worker_redis_readable(const struct worker *w)
 {
+    /* Once the open interval is over a read is tried again: a node whose
+     * seizes all need metadata it has not cached (a sale that started
+     * during the outage) would otherwise never send the seize that probes
+     * and closes the breaker. */
     return atomic_load(&w->shm->breaker_state) == BREAKER_CLOSED
-           || atomic_load(&w->shm->redis_fault) != RCONN_FAULT_DOWN;
+           || atomic_load(&w->shm->redis_fault) != RCONN_FAULT_DOWN
+           || cs_mono_ms() >= atomic_load(&w->shm->breaker_open_until_ms);
 }
 
 struct rconn *worker_long_rconn(const struct worker *w)
@@ -360,6 +365,7 @@ static int worker_init(struct worker *w, const struct cs_conf *conf, struct shm_
     }
     /* Counted by the metrics route; a full registry only hides this worker there. */
     w->rj.j.fd = -1;
+    reserve_init_faults();
     w->slot = shm_worker_register(shm, (int32_t)getpid());
     if (w->slot < 0)
         log_warn("worker %d: no free slot in the worker registry (metrics omit it, and it "

@@ -96,7 +96,8 @@ int worker_redis_allowed(struct worker *w);
 void worker_redis_done(struct worker *w, enum rconn_fault fault);
 
 /* Whether a read (metadata, status) is worth trying: not while the breaker
- * is open because Redis is unreachable. Reads never feed the breaker. */
+ * is open because Redis is unreachable, until its open interval is over.
+ * Reads never feed the breaker. */
 int worker_redis_readable(const struct worker *w);
 
 /* A new connection with coupon-sync's longer command timeout, for work that

@@ -5,6 +5,8 @@
 #include "log.h"
 
 #include <inttypes.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -157,6 +159,14 @@ const char RESERVE_LUA_GIVE_BACK[] =
     "  return left\n"
     "end\n"
     "return 0\n";
+
+int reserve_crash_after_append;
+
+void reserve_init_faults(void)
+{
+    const char *f = getenv("COUPONSEIZE_FAULT");
+    reserve_crash_after_append = f != NULL && strcmp(f, "crash-after-journal") == 0;
+}
 
 int reserve_slot_of(const struct shm_reserves *rv, int64_t id)
 {
@@ -360,6 +370,10 @@ enum reserve_outcome reserve_grant(struct shm_node *shm, int wslot, const char *
         out = RESERVE_UNKNOWN;
         goto done;
     }
+    /* A fault for the tests: the worker dies with the grant on disk and
+     * the answer not sent (DESIGN.md rule 6). */
+    if (reserve_crash_after_append)
+        raise(SIGKILL);
     /* Unless the keeper already replayed it. */
     int pending = RGRANT_PENDING;
     atomic_compare_exchange_strong(&rv->grant[entry].state, &pending, RGRANT_GRANTED);

@@ -36,6 +36,12 @@ struct reserve_journal {
     uint64_t seg;              /* 0: none open */
 };
 
+/* Fault injection for the tests: COUPONSEIZE_FAULT=crash-after-journal in
+ * a worker's environment makes it die (SIGKILL) right after a grant's
+ * journal record is on disk, before the answer. Read once at start-up. */
+extern int reserve_crash_after_append;
+void reserve_init_faults(void);
+
 /* The slot holding activity id's reserve (any state), or -1. */
 int reserve_slot_of(const struct shm_reserves *rv, int64_t id);
 

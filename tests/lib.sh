@@ -269,6 +269,71 @@ http() {
     HTTP_BODY=${out#*$'\r\n\r\n'}
 }
 
+# node_up NAME [KEY=VALUE ...]: a further coupon-fcgi node of this stack in
+# $COUPON_DIR/NAME: the stack's configuration with its own socket, shared
+# memory, journal and 2 workers (KEY=VALUE: more "key = value;" lines to
+# change, e.g. host='"127.0.1.20"'), on the same Redis and MySQL; stopped on
+# exit. Sets NODE_SOCK_<NAME> and NODE_PID_<NAME>. Extra environment for it:
+# NODE_ENV (e.g. "COUPONSEIZE_FAULT=...").
+node_up() {
+    local name=$1 dir=$COUPON_DIR/$1 kv
+    shift
+    mkdir -p "$dir"
+    local -a sed_args=(-e "s|^\( *listen = \).*|\1\"$dir/fcgi.sock\";|"
+        -e "s|^\( *workers = \).*|\12;|"
+        -e "s|^\( *shm_name = \).*|\1\"/couponseize-$name-$$\";|"
+        -e "s|^\( *journal = \).*|\1\"$dir/journal\";|")
+    for kv in "$@"; do sed_args+=(-e "s|^\( *${kv%%=*} = \).*|\1${kv#*=};|"); done
+    sed "${sed_args[@]}" "$COUPON_CONF" >"$dir/couponseize.conf"
+    # shellcheck disable=SC2086 # NODE_ENV: words of VAR=VALUE
+    env ${NODE_ENV:-} "$top_builddir/coupon-fcgi" -c "$dir/couponseize.conf" \
+        >>"$dir/fcgi.log" 2>&1 </dev/null &
+    printf -v "NODE_PID_$name" '%s' "$!"
+    printf -v "NODE_SOCK_$name" '%s' "$dir/fcgi.sock"
+    cs_defer node_down "$name"
+    wait_for 20 test -S "$dir/fcgi.sock" || {
+        not_ok "node $name starts" "$(tail -n 5 "$dir/fcgi.log")"
+        return 1
+    }
+}
+
+# node_down NAME [SIGNAL]: stops node NAME (TERM: a graceful stop; KILL: the
+# whole node at once, supervisor, workers and keeper).
+node_down() {
+    local name=$1 sig=${2:-TERM} pidvar="NODE_PID_$1" pid
+    pid=${!pidvar:-}
+    [[ -n $pid ]] || return 0
+    if [[ $sig == KILL ]]; then
+        pkill -KILL -P "$pid" 2>/dev/null
+        kill -KILL "$pid" 2>/dev/null
+    else
+        kill -TERM "$pid" 2>/dev/null
+    fi
+    wait "$pid" 2>/dev/null
+    rm -f "$COUPON_DIR/$name/fcgi.sock"
+    [[ $sig == KILL ]] || rm -f "/dev/shm/couponseize-$name-$$"*
+    printf -v "$pidvar" '%s' ""
+    return 0
+}
+
+# node_http NAME METHOD PATH [JSON_BODY] [TOKEN]: http() straight to node
+# NAME's FastCGI socket (cgi-fcgi); sets HTTP_CODE and HTTP_BODY.
+node_http() {
+    local sockvar="NODE_SOCK_$1" method=$2 uri=$3 body=${4:-} token=${5:-} out path query=""
+    path=${uri%%\?*}
+    [[ $uri == *\?* ]] && query=${uri#*\?}
+    out=$(printf '%s' "$body" | env -i REQUEST_METHOD="$method" REQUEST_URI="$uri" \
+        SCRIPT_NAME="$path" QUERY_STRING="$query" SERVER_PROTOCOL=HTTP/1.1 \
+        GATEWAY_INTERFACE=CGI/1.1 REMOTE_ADDR=127.0.0.1 SERVER_NAME=localhost \
+        CONTENT_LENGTH="${#body}" CONTENT_TYPE="${body:+application/json}" \
+        ${token:+HTTP_AUTHORIZATION="Bearer $token"} \
+        timeout 10 cgi-fcgi -bind -connect "${!sockvar}" 2>/dev/null) || true
+    HTTP_CODE=$(sed -n 's/^Status: \([0-9]*\).*/\1/p' <<<"$out" | head -n1)
+    HTTP_CODE=${HTTP_CODE:-200}
+    # shellcheck disable=SC2034
+    HTTP_BODY=$(sed '1,/^\r\{0,1\}$/d' <<<"$out")
+}
+
 # http_code METHOD PATH [JSON_BODY] [TOKEN]: prints only the status code.
 http_code() {
     http "$@"
@@ -371,6 +436,42 @@ load_argv() {
     shift 4
     LOAD_ARGV=("$LOADGEN" -p "${COUPON_URL##*:}" -s "$COUPON_JWT_SECRET" -a "$id" -c "$conc"
         -n "$total" -b "$base" -j "$@")
+}
+
+# seize_judge NAME ACTIVITY LOG [FIRST_USER]: checks the answers in LOG (a
+# loadgen -L log: one line per answer) against the coupon rows of ACTIVITY
+# (of users FIRST_USER and up, when given), per user: told SEIZED => holds a
+# coupon; holds one => was told SEIZED or UNKNOWN_OUTCOME. Sets the counts
+# SEIZED UNKNOWN UNAVAILABLE SOLD (SOLD_OUT), the latencies P99_MS and MAX_MS,
+# N (answers) and BAD_SEIZED / BAD_HOLDERS.
+seize_judge() {
+    local rows
+    rows=$(mysql_q "SELECT user_id FROM coupon WHERE activity_id = $2 AND user_id >= ${4:-0}")
+    read -r SEIZED UNKNOWN UNAVAILABLE SOLD P99_MS MAX_MS BAD_SEIZED BAD_HOLDERS N < <(python3 - "$3" <<PY
+import sys
+rows = set(int(x) for x in """$rows""".split())
+told, lat = {}, []
+with open(sys.argv[1]) as f:
+    f.readline()
+    for line in f:
+        ms, status, code, user, us = line.split()
+        told[int(user)] = code
+        lat.append(int(us))
+lat.sort()
+count = lambda c: sum(1 for v in told.values() if v == c)
+bad_seized = sum(1 for u, c in told.items() if c == "SEIZED" and u not in rows)
+bad_holders = sum(1 for u in rows if told.get(u) not in ("SEIZED", "UNKNOWN_OUTCOME"))
+p99 = lat[int(len(lat) * 0.99)] // 1000 if lat else -1
+mx = lat[-1] // 1000 if lat else -1
+print(count("SEIZED"), count("UNKNOWN_OUTCOME"), count("UNAVAILABLE"), count("SOLD_OUT"), p99, mx,
+      bad_seized, bad_holders, len(lat))
+PY
+)
+    diag "$1: $N answers: $SEIZED SEIZED, $UNKNOWN UNKNOWN_OUTCOME, $UNAVAILABLE UNAVAILABLE," \
+        "$SOLD SOLD_OUT;" \
+        "p99 $P99_MS ms, max $MAX_MS ms"
+    check_eq "$1: every user told SEIZED holds a coupon in MySQL" 0 "$BAD_SEIZED"
+    check_eq "$1: every holder was told SEIZED or UNKNOWN_OUTCOME" 0 "$BAD_HOLDERS"
 }
 
 # code_count JSON CODE: how many answers of a seize_load summary had CODE.
