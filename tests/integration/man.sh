@@ -61,9 +61,10 @@ while read -r type key rest; do
         ;;
     esac
     re=$(sed 's/[][\\.*^$()|+?{}]/\\&/g' <<<"$want")
-    # A default given by a macro (the seize script) is a path of this build.
+    # A default given by a macro (the seize script, the journal) is a path of this build.
     # (written as a macro line, which may be as long as the install prefix).
     re=${re/CS_DEFAULT_SCRIPT/\.Qq Pa \/[^ ]*\/seize\\.lua}
+    re=${re/CS_DEFAULT_JOURNAL/\.Qq Pa \/[^ ]*\/lib\/couponseize\/journal}
     [[ $type == I ]] && re="$re([^0-9]|$)"
     check_match "couponseize.conf(5): $key: $want" "$re" "$b"
 done <<<"$table"
