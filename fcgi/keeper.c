@@ -86,6 +86,7 @@ struct kfile {
 
 struct kact {
     int64_t id, start_ms, end_ms;
+    int open_to_all;           /* no eligibleGroups */
 };
 
 /* Epochs closed by this node (given back after a full replay): their
@@ -795,6 +796,25 @@ static void keeper_slots(struct keeper *k, int stopping)
 
 /* ---- setting aside --------------------------------------------------------------- */
 
+/* Whether each slot's sale is open to all users, from the list just read (a
+ * sale not in it: no, so a worker without metadata grants nothing of it). */
+static void keeper_slots_eligibility(struct keeper *k)
+{
+    for (int i = 0; i < SHM_RESERVES; i++) {
+        struct shm_rsv_slot *s = &k->rv->slot[i];
+        if (atomic_load(&s->state) == RSV_EMPTY)
+            continue;
+        int64_t id = atomic_load(&s->activity_id);
+        int all = 0;
+        for (size_t j = 0; j < k->nacts; j++)
+            if (k->acts[j].id == id) {
+                all = k->acts[j].open_to_all;
+                break;
+            }
+        atomic_store(&s->open_to_all, all);
+    }
+}
+
 static void keeper_read_list(struct keeper *k)
 {
     int64_t now = cs_mono_ms();
@@ -819,9 +839,11 @@ static void keeper_read_list(struct keeper *k)
         k->nacts = 0;
         for (size_t i = 0; i < n; i++)
             if (all[i].status != ACT_VOIDED)
-                k->acts[k->nacts++] = (struct kact){all[i].id, all[i].start_ms, all[i].end_ms};
+                k->acts[k->nacts++] = (struct kact){all[i].id, all[i].start_ms, all[i].end_ms,
+                                                    all[i].groups[0] == '\0'};
         free(all);
         k->list_gen = gen;
+        keeper_slots_eligibility(k);
     }
     freeReplyObject(r);
 }
@@ -963,6 +985,7 @@ static void keeper_set_aside(struct keeper *k)
         atomic_store(&s->next, 0);
         atomic_store(&s->start_ms, act->start_ms);
         atomic_store(&s->end_ms, act->end_ms);
+        atomic_store(&s->open_to_all, act->open_to_all);
         k->loc[i].field = 1;
         k->loc[i].stock = stock;
         atomic_store(&s->state, RSV_PENDING);
@@ -1024,6 +1047,7 @@ static int keeper_mine_row(void *arg, int ncols, char **cols)
     atomic_store(&s->next, 0);
     atomic_store(&s->start_ms, 0);
     atomic_store(&s->end_ms, 0);
+    atomic_store(&s->open_to_all, 0); /* until the activity list is read */
     k->loc[i].resume = 1;
     k->loc[i].field = 1;
     atomic_store(&s->state, RSV_STOPPED);

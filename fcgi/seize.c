@@ -36,16 +36,18 @@ static void seize_unavailable(struct worker *w, struct req *r)
  * granted from the node's reserve while one is open and the lease holds
  * (DESIGN.md "Selling through a slow or missing Redis", rule 4). Returns 1
  * when it answered r; 0 when nothing was granted or written, and the caller
- * answers as it would have.
+ * answers as it would have. meta_known: the caller judged the activity's
+ * eligibility from its metadata (0: it could not read it).
  */
-static int seize_from_reserve(struct worker *w, struct req *r, int64_t id, int64_t uid)
+static int seize_from_reserve(struct worker *w, struct req *r, int64_t id, int64_t uid,
+                              int meta_known)
 {
     const struct cs_conf *c = w->conf;
     char extra[96];
     int left = 0;
 
     switch (reserve_grant(w->shm, w->slot, c->fallback_journal, &w->rj, c->fallback_lease_ms,
-                          c->fallback_budget_ms, id, uid, &left)) {
+                          c->fallback_budget_ms, id, uid, meta_known, &left)) {
     case RESERVE_NONE:
         return 0;
     case RESERVE_SEIZED:
@@ -326,7 +328,7 @@ static void seize_grant(struct worker *w, struct req *r, struct seize_call *sc,
         code = seize_eval(w, sc, &res, &resent); /* -3 changed nothing: ask again */
     if (code != CODE_OK) {
         /* UNAVAILABLE: Redis certainly did not run it. */
-        if (code == CODE_UNAVAILABLE && seize_from_reserve(w, r, a->id, uid))
+        if (code == CODE_UNAVAILABLE && seize_from_reserve(w, r, a->id, uid, 1))
             return;
         req_reply(r, code, NULL, NULL, worker_retry_after(w));
         return;
@@ -436,7 +438,8 @@ void seize_handle(struct worker *w, struct req *r)
         req_reply(r, CODE_VOIDED, NULL, NULL, 0);
         return;
     case META_UNAVAILABLE:
-        if (!seize_from_reserve(w, r, id, who.user_id))
+        /* Its eligibleGroups unknown: only a sale open to all. */
+        if (!seize_from_reserve(w, r, id, who.user_id, 0))
             seize_unavailable(w, r);
         return;
     case META_FOUND:
@@ -460,7 +463,7 @@ void seize_handle(struct worker *w, struct req *r)
         return;
     }
     if (!worker_seize_allowed(w, keys_shard(id))) {
-        if (!seize_from_reserve(w, r, id, who.user_id))
+        if (!seize_from_reserve(w, r, id, who.user_id, 1))
             seize_unavailable(w, r);
         return;
     }

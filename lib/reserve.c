@@ -297,7 +297,7 @@ static int reserve_journal_ready(struct reserve_journal *rj, const char *jdir, i
 
 enum reserve_outcome reserve_grant(struct shm_node *shm, int wslot, const char *jdir,
                                    struct reserve_journal *rj, int lease_ms, int margin_ms,
-                                   int64_t id, int64_t uid, int *left)
+                                   int64_t id, int64_t uid, int meta_known, int *left)
 {
     struct shm_reserves *rv = &shm->rsv;
     int64_t now = cs_mono_ms(), lo, hi;
@@ -309,7 +309,7 @@ enum reserve_outcome reserve_grant(struct shm_node *shm, int wslot, const char *
     if (i < 0)
         return RESERVE_NONE;
     struct shm_rsv_slot *s = &rv->slot[i];
-    if (atomic_load(&s->state) != RSV_OPEN
+    if (atomic_load(&s->state) != RSV_OPEN || (!meta_known && !atomic_load(&s->open_to_all))
         || reserve_lease(rv, keys_shard(id), lease_ms, now, &lo, &hi) != CS_OK
         || lo < atomic_load(&s->start_ms) || hi >= atomic_load(&s->end_ms) - margin_ms)
         return RESERVE_NONE;

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #define SHM_MAGIC 0x4353484d4e4f4445ULL /* "CSHMNODE" */
-#define SHM_VERSION 9
+#define SHM_VERSION 10
 #define SHM_PROBES 16
 
 const int64_t shm_lat_bounds_us[SHM_LAT_BUCKETS] = {

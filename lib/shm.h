@@ -44,6 +44,8 @@ struct shm_rsv_slot {
     _Atomic int32_t next;        /* the next token to hand out (may pass amount) */
     _Atomic int64_t start_ms;    /* the window by Redis' clock, from the last renewal */
     _Atomic int64_t end_ms;
+    _Atomic int open_to_all;     /* the sale has no eligibleGroups (from the activity list):
+                                  * a worker without its metadata may grant from it */
 };
 
 /* The lease of one shard: the last renewal that Redis answered, written by

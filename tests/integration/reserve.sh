@@ -7,7 +7,9 @@
 #  (c) two coupon-fcgi nodes on one Redis, the same users seizing on both
 #      during an outage: each holds one coupon, the spare goes back to stock;
 #  (e) a sale that sells out with reserves on ends with stock 0 and every
-#      reserve 0 and closed, and its last SOLD_OUT is final.
+#      reserve 0 and closed, and its last SOLD_OUT is final;
+#  (h) a worker without a sale's metadata grants nothing from the reserve of
+#      a sale for some groups only (it cannot judge eligibility).
 # shellcheck source=tests/lib.sh
 . "${top_srcdir:-$(dirname "$0")/../..}/tests/lib.sh"
 
@@ -168,5 +170,38 @@ seize_judge "(e) first round" 4003 "$COUPON_DIR/soldout.log" 4003000000
 http POST /market/consumer/coupon/seize '{"id":4003}' "$(mint_jwt 4003999999)"
 check_eq "(e) the last SOLD_OUT is final" "409 SOLD_OUT " \
     "$HTTP_CODE $(json_get "$HTTP_BODY" code) $(json_get "$HTTP_BODY" final)"
+
+# --- (h) a sale for some groups only, during an outage -------------------------------------
+# A worker that cannot read the sale's metadata cannot judge its
+# eligibleGroups: it must not grant from the reserve (nobody seized this sale
+# before the outage, so no worker has it cached).
+held0=$(metric couponseize_reserve_held)
+mk_activity 4004 1000 -60 3600
+mysql_q "UPDATE activity SET eligible_groups = '[\"vip\"]' WHERE id = 4004"
+http POST /market/admin/coupon/preheat '' "$ADMIN"
+check "(h) the node set a reserve aside for the vip-only sale" wait_for 15 reserved 4004 "$K"
+# Spendable on the node (the keeper opens it once the set-aside is durable).
+held_over() { (($(metric couponseize_reserve_held) >= $1)); }
+check "(h) the node opened that reserve for spending" wait_for 15 held_over $((held0 + K))
+stack stop-redis --kill
+check "(h) health: seizes from the reserve while Redis is down" wait_for 5 health_says reserve
+declare -A toldh
+for u in $(seq 1 12); do
+    tok=$(mint_jwt $((4004000 + u)))
+    for i in 1 2 3 4 5 6; do
+        http POST /market/consumer/coupon/seize '{"id":4004}' "$tok"
+        [[ $(json_get "$HTTP_BODY" code) != UNKNOWN_OUTCOME ]] && break
+    done
+    toldh[$u]=$(json_get "$HTTP_BODY" code)
+done
+diag "(h) users outside the groups were told: ${toldh[*]}"
+seized=0
+for u in $(seq 1 12); do [[ ${toldh[$u]} == SEIZED ]] && ((seized++)); done
+check_eq "(h) no user outside the sale's groups was granted from the reserve" 0 "$seized"
+stack start-redis
+check "(h) health: seizes from Redis once it is back" wait_for 20 health_says redis
+check "(h) the journal was replayed" wait_for 20 metric_is couponseize_journal_depth 0
+check "(h) coupon-sync drained the queue" wait_for 60 drained 4
+check_eq "(h) no coupon of the vip-only sale in MySQL" 0 "$(rows_of 4004)"
 
 finish
