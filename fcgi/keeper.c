@@ -43,6 +43,8 @@
 #define KEEPER_TICK_MS 100
 #define KEEPER_ASIDE_MS 1000       /* how often open sales are looked at for a set-aside */
 #define KEEPER_LIST_MS 2000        /* how often the activity list's generation is read */
+#define KEEPER_ASIDE_BATCH 64      /* sales read from Redis per set-aside pass (two reads each) */
+#define KEEPER_ASIDE_VISIT 1024    /* sales of the list gone through per pass */
 #define KEEPER_STOP_MS 10000       /* a graceful stop gives up on Redis after this */
 
 static const char SQL_RSV_NEXT[] =
@@ -114,6 +116,7 @@ struct keeper {
     struct kact *acts;
     size_t nacts;
     long long list_gen;
+    size_t aside_next;         /* where the next set-aside pass goes on in acts */
     int64_t list_next_ms, aside_next_ms;
     int margin_ms;
 };
@@ -932,13 +935,26 @@ static void keeper_set_aside(struct keeper *k)
     keeper_read_list(k);
     if (atomic_load(&k->rv->ngrants) >= SHM_RGRANTS / 4)
         return;
-    for (size_t j = 0; j < k->nacts; j++) {
-        const struct kact *act = &k->acts[j];
+    /* A few sales a pass, round the list: with thousands on sale a pass
+     * costs what it looks at, not what exists. */
+    size_t looked = 0;
+    for (size_t v = 0; v < k->nacts && v < KEEPER_ASIDE_VISIT && looked < KEEPER_ASIDE_BATCH;
+         v++) {
+        if (k->aside_next >= k->nacts)
+            k->aside_next = 0;
+        const struct kact *act = &k->acts[k->aside_next++];
         /* Open by this clock, with room before the end; the script judges by Redis'. */
         if (now_ms < act->start_ms || now_ms >= act->end_ms - 2 * k->margin_ms
             || reserve_slot_of(k->rv, act->id) >= 0 || keeper_pending_of(k, act->id) > 0)
             continue;
         int shard = keys_shard(act->id);
+        int i;
+        for (i = 0; i < SHM_RESERVES; i++)
+            if (atomic_load(&k->rv->slot[i].state) == RSV_EMPTY)
+                break;
+        if (i == SHM_RESERVES)
+            return;
+        looked++;
         /* Only while stock is plentiful: read first, so a low stock costs no
          * MySQL row. */
         char skey[KEYS_MAX], rkey[KEYS_MAX];
@@ -957,13 +973,6 @@ static void keeper_set_aside(struct keeper *k)
         int64_t n = stock / 10 < k->conf->fallback_reserve ? stock / 10 : k->conf->fallback_reserve;
         if (n <= 0 || stock - n < 2 * (held + n))
             continue;
-
-        int i;
-        for (i = 0; i < SHM_RESERVES; i++)
-            if (atomic_load(&k->rv->slot[i].state) == RSV_EMPTY)
-                break;
-        if (i == SHM_RESERVES)
-            return;
         /* MySQL first: a restore counts the epoch from its row. */
         int64_t epoch = 0;
         struct mval p[] = {MV_INT(act->id), MV_TXT(k->jd.incarnation, JOURNAL_ID_LEN)};
