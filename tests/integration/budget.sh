@@ -13,7 +13,9 @@
 [[ -x $LOADGEN ]] || skip_all "tests/bench/loadgen is not built (make check builds it)"
 BUDGET=1000
 export COUPON_WORKERS=8
+# The budget alone: without node reserves, whatever their default.
 export COUPON_CONF_OVERRIDES="fallback.budget_ms=$BUDGET
+fallback.reserve=0
 ${COUPON_CONF_OVERRIDES:-}"
 cs_stack_up
 PORT=${COUPON_URL##*:}
