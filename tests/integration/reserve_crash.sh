@@ -15,7 +15,6 @@
 # shellcheck source=tests/lib.sh
 . "${top_srcdir:-$(dirname "$0")/../..}/tests/lib.sh"
 
-[[ -x $LOADGEN ]] || skip_all "tests/bench/loadgen is not built (make check builds it)"
 skip_unless_cmd cgi-fcgi || skip_all "cgi-fcgi is not installed (Debian libfcgi-bin)"
 K=20
 export COUPON_WORKERS=4
