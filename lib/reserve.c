@@ -302,8 +302,17 @@ enum reserve_outcome reserve_grant(struct shm_node *shm, int wslot, const char *
     struct shm_reserves *rv = &shm->rsv;
     int64_t now = cs_mono_ms(), lo, hi;
 
-    if (wslot < 0 || wslot >= SHM_MAX_WORKERS || atomic_load(&rv->keeper_pid) == 0
-        || atomic_load(&rv->halted))
+    if (wslot < 0 || wslot >= SHM_MAX_WORKERS)
+        return RESERVE_NONE;
+    /* A user this node granted (its journal says so) is answered so even
+     * when nothing is spendable now: a stopped reserve (a restart, a replay
+     * pending), a lapsed lease or a halted node must not say UNAVAILABLE to
+     * someone who holds a coupon. */
+    int e = reserve_grant_find(rv, id, uid);
+    if (e >= 0)
+        return atomic_load(&rv->grant[e].state) >= RGRANT_GRANTED ? RESERVE_ALREADY
+                                                                   : RESERVE_UNKNOWN;
+    if (atomic_load(&rv->keeper_pid) == 0 || atomic_load(&rv->halted))
         return RESERVE_NONE;
     int i = reserve_slot_of(rv, id);
     if (i < 0)
@@ -313,10 +322,6 @@ enum reserve_outcome reserve_grant(struct shm_node *shm, int wslot, const char *
         || reserve_lease(rv, keys_shard(id), lease_ms, now, &lo, &hi) != CS_OK
         || lo < atomic_load(&s->start_ms) || hi >= atomic_load(&s->end_ms) - margin_ms)
         return RESERVE_NONE;
-    int e = reserve_grant_find(rv, id, uid);
-    if (e >= 0)
-        return atomic_load(&rv->grant[e].state) >= RGRANT_GRANTED ? RESERVE_ALREADY
-                                                                   : RESERVE_UNKNOWN;
 
     /* The busy marker goes up before the state is read again: a keeper that
      * stopped the slot either sees the marker and waits for this grant, or
