@@ -383,6 +383,16 @@ static void keeper_read_journal(struct keeper *k, struct kscan *s)
     }
 }
 
+/* A record on disk is a grant, whether or not its worker lived to answer:
+ * the user is told ALREADY_SEIZED from now on, not UNKNOWN_OUTCOME. */
+static void keeper_mark_granted(struct keeper *k, int64_t aid, int64_t uid)
+{
+    int e = reserve_grant_find(k->rv, aid, uid);
+    int pending = RGRANT_PENDING;
+    if (e >= 0)
+        atomic_compare_exchange_strong(&k->rv->grant[e].state, &pending, RGRANT_GRANTED);
+}
+
 static void keeper_mark_replayed(struct keeper *k, int64_t aid, int64_t uid)
 {
     int e = reserve_grant_find(k->rv, aid, uid);
@@ -410,6 +420,7 @@ static void keeper_replay(struct keeper *k)
         int shard = keys_shard(r->activity_id);
         if (keeper_is_closed(k, r->activity_id, r->epoch))
             continue; /* replayed before its epoch was given back */
+        keeper_mark_granted(k, r->activity_id, r->user_id);
         if (!k->renewed[shard] || failed[shard])
             continue;
         struct kargs a = {.n = 0};
