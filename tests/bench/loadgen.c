@@ -7,7 +7,7 @@
  *
  *   loadgen -p PORT -s SECRET -a ACTIVITY [-c 64] [-n 2000] [-b USERBASE]
  *           [-U] [-u PATH] [-m METHOD] [-d BODY] [-T trusted-header] [-j]
- *           [-D SECONDS] [-L FILE] [-r ROLE] [-B FILE]
+ *           [-D SECONDS] [-L FILE] [-r ROLE] [-B FILE] [-R RPS]
  *
  * -r ROLE adds a "role" claim to every token (e.g. "service" for the coupon
  * use route). -B FILE takes the bodies from FILE, one a line: request n
@@ -17,6 +17,11 @@
  * cap). -L writes one line per response: "ms_since_start status code user
  * latency_us", after a first line "# start_epoch_ms E". SIGTERM or SIGINT ends
  * the run early: requests in flight are answered, then the summary is printed.
+ * -R paces the load: request n is not sent before start + n / RPS seconds (a
+ * connection whose next request is not due yet waits idle), so a run of N
+ * requests spreads over N / RPS seconds at least; the C connections still cap
+ * what is in flight. Latency is measured from the send, not from when the
+ * request was due.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -52,10 +57,10 @@ static struct {
     const char *host, *path, *method, *secret, *body, *mode, *role, *bodyfile;
     int port, conc, total, same_user, json;
     int64_t activity, user_base;
-    double duration;
+    double duration, rate;
     const char *logpath;
 } opt = {"127.0.0.1", "/market/consumer/coupon/seize", "POST", NULL, NULL, "jwt", NULL, NULL,
-         0, 64, 2000, 0, 0, 1, 1000000, 0, NULL};
+         0, 64, 2000, 0, 0, 1, 1000000, 0, 0, NULL};
 
 static char **bodies; /* -B: one body per line */
 static int nbodies;
@@ -284,10 +289,16 @@ static int cmp64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* -R: whether request number n may be sent now (always without -R). */
+static int due(int64_t t0, int n)
+{
+    return opt.rate <= 0 || now_us() >= t0 + (int64_t)((double)n * 1e6 / opt.rate);
+}
+
 int main(int argc, char **argv)
 {
     int o;
-    while ((o = getopt(argc, argv, "h:p:u:m:s:a:c:n:b:Ud:T:jD:L:r:B:")) != -1) {
+    while ((o = getopt(argc, argv, "h:p:u:m:s:a:c:n:b:Ud:T:jD:L:r:B:R:")) != -1) {
         switch (o) {
         case 'h': opt.host = optarg; break;
         case 'p': opt.port = atoi(optarg); break;
@@ -306,10 +317,12 @@ int main(int argc, char **argv)
         case 'L': opt.logpath = optarg; break;
         case 'r': opt.role = optarg; break;
         case 'B': opt.bodyfile = optarg; break;
+        case 'R': opt.rate = atof(optarg); break;
         default:
             fprintf(stderr, "usage: loadgen -p PORT [-s SECRET] [-a ID] [-c CONC] [-n TOTAL] "
                             "[-b USERBASE] [-U] [-u PATH] [-m METHOD] [-d BODY] "
-                            "[-T jwt|trusted-header|none] [-j] [-r ROLE] [-B BODYFILE]\n");
+                            "[-T jwt|trusted-header|none] [-j] [-r ROLE] [-B BODYFILE] "
+                            "[-D SECONDS] [-L FILE] [-R RPS]\n");
             return 2;
         }
     }
@@ -345,9 +358,18 @@ int main(int argc, char **argv)
     struct sigaction sa = {.sa_handler = on_stop, .sa_flags = SA_RESTART};
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    /* -R: connections whose next request is not due yet. */
+    struct conn **idle = calloc((size_t)opt.conc, sizeof(*idle));
+    int nidle = 0;
     for (int i = 0; i < opt.conc; i++) {
         struct conn *c = &conns[i];
         c->fd = connect_one();
+        if (!due(t0, started)) {
+            struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+            epoll_ctl(ep, EPOLL_CTL_ADD, c->fd, &ev);
+            idle[nidle++] = c;
+            continue;
+        }
         struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT, .data.ptr = c};
         epoll_ctl(ep, EPOLL_CTL_ADD, c->fd, &ev);
         build_request(c, started++);
@@ -355,17 +377,56 @@ int main(int argc, char **argv)
         c->sent_us = now_us();
     }
     struct epoll_event evs[256];
-    int inflight = opt.conc;
-    while (inflight > 0) {
-        int n = epoll_wait(ep, evs, 256, 10000);
+    int inflight = opt.conc - nidle;
+    int64_t last_progress = now_us();
+#define MORE() (started < opt.total && now_us() < deadline && !stop_now)
+    while (inflight > 0 || (nidle > 0 && MORE())) {
+        /* Idle connections take the requests that are due. */
+        while (nidle > 0 && MORE() && due(t0, started)) {
+            struct conn *c = idle[--nidle];
+            if (c->fd < 0) {
+                c->fd = connect_one();
+                struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT, .data.ptr = c};
+                epoll_ctl(ep, EPOLL_CTL_ADD, c->fd, &ev);
+            } else {
+                struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT, .data.ptr = c};
+                epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
+            }
+            build_request(c, started++);
+            c->busy = 1;
+            c->sent_us = now_us();
+            inflight++;
+        }
+        int timeout = 1000;
+        if (nidle > 0 && MORE()) {
+            int64_t wait = t0 + (int64_t)((double)started * 1e6 / opt.rate) - now_us();
+            timeout = wait <= 0 ? 0 : (int)((wait + 999) / 1000);
+        }
+        int n = epoll_wait(ep, evs, 256, timeout);
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0) {
-            fprintf(stderr, "loadgen: no progress for 10 s (%d of %d done)\n", done, opt.total);
-            break;
+            if (inflight > 0 && now_us() - last_progress > 10000000) {
+                fprintf(stderr, "loadgen: no progress for 10 s (%d of %d done)\n", done,
+                        opt.total);
+                break;
+            }
+            continue;
         }
         for (int i = 0; i < n; i++) {
             struct conn *c = evs[i].data.ptr;
+            if (!c->busy) {
+                /* An idle keep-alive connection the server closed: a new
+                 * one when its next request is due. */
+                char b[64];
+                ssize_t r = c->fd >= 0 ? read(c->fd, b, sizeof(b)) : 1;
+                if (r == 0 || (r < 0 && errno != EAGAIN)) {
+                    epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
+                    close(c->fd);
+                    c->fd = -1;
+                }
+                continue;
+            }
             if ((evs[i].events & EPOLLOUT) && c->outoff < c->outlen) {
                 ssize_t w = write(c->fd, c->out + c->outoff, c->outlen - c->outoff);
                 if (w > 0)
@@ -382,20 +443,26 @@ int main(int argc, char **argv)
                     errors++;
                     epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
                     close(c->fd);
+                    c->fd = -1;
                     c->inlen = 0;
                     if ((size_t)done < latcap)
                         lat[done] = now_us() - c->sent_us;
                     done++;
+                    last_progress = now_us();
                     count_code("CONNECTION_ERROR");
                     log_response(c, 0, "CONNECTION_ERROR", now_us());
                     inflight--;
-                    if (started < opt.total && now_us() < deadline && !stop_now) {
+                    c->busy = 0;
+                    if (MORE() && due(t0, started)) {
                         c->fd = connect_one();
                         build_request(c, started++);
+                        c->busy = 1;
                         c->sent_us = now_us();
                         struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT, .data.ptr = c};
                         epoll_ctl(ep, EPOLL_CTL_ADD, c->fd, &ev);
                         inflight++;
+                    } else if (MORE()) {
+                        idle[nidle++] = c;
                     }
                     continue;
                 }
@@ -405,13 +472,20 @@ int main(int argc, char **argv)
                     if ((size_t)done < latcap)
                         lat[done] = now_us() - c->sent_us;
                     done++;
+                    last_progress = now_us();
                     inflight--;
-                    if (started < opt.total && now_us() < deadline && !stop_now) {
+                    c->busy = 0;
+                    if (MORE() && due(t0, started)) {
                         build_request(c, started++);
+                        c->busy = 1;
                         c->sent_us = now_us();
                         struct epoll_event ev = {.events = EPOLLIN | EPOLLOUT, .data.ptr = c};
                         epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
                         inflight++;
+                    } else if (MORE()) {
+                        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+                        epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
+                        idle[nidle++] = c;
                     } else {
                         epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
                     }
@@ -419,6 +493,8 @@ int main(int argc, char **argv)
             }
         }
     }
+#undef MORE
+    free(idle);
     double secs = (double)(now_us() - t0) / 1e6;
     if (resp_log)
         fclose(resp_log);
