@@ -57,7 +57,7 @@ static const struct conf_key conf_keys[] = {
     I("redis.wait_timeout_ms", redis_wait_timeout_ms, 1, 60000, 100),
 
     I("fallback.budget_ms", fallback_budget_ms, 50, 60000, 1000),
-    I("fallback.reserve", fallback_reserve, 0, 100000, 0),
+    I("fallback.reserve", fallback_reserve, 0, 100000, 1000),
     I("fallback.lease_ms", fallback_lease_ms, 100, 3600000, 10000),
     S("fallback.journal", fallback_journal, 1, CS_DEFAULT_JOURNAL, NULL),
 
