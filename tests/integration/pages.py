@@ -215,6 +215,20 @@ def operator(b, ids):
     ok = b.wait(lambda: b.js(card_js(sel + " .remaining", "dataset.value")) == "100000", 15)
     check("operator: the load sale shows its full stock", ok,
           b.js(card_js(sel + " .remaining", "dataset.value")))
+    # pages.sh runs the stack with fallback.reserve = 20: the node sets a
+    # reserve aside for the load sale within seconds of its start.
+    rsel = sel + " .reserves tbody tr"
+    ok = b.wait(lambda: b.js("return document.querySelectorAll(arguments[0]).length", rsel) == 1, 20)
+    check("operator: the load sale shows the node's reserve", ok,
+          mysql("SELECT incarnation, state FROM reserve_epoch WHERE activity_id = %s" % load))
+    cells = b.js("return [...document.querySelectorAll(arguments[0])].map(x => x.textContent)",
+                 rsel + " td") or []
+    inc = mysql("SELECT incarnation FROM reserve_epoch WHERE activity_id = %s AND state = 1" % load)
+    check("operator: the reserve row names the node, left / set aside and a live lease",
+          len(cells) == 4 and inc and cells[0] == inc[:8] and cells[1] == "20 / 20"
+          and re.fullmatch(r"\d+\.\d s ago", cells[2]), cells)
+    check("operator: its Return button is off while the node's lease lives",
+          b.js(card_js(rsel + " .return", "disabled")) is True)
     port = URL.rsplit(":", 1)[1]
     # The load runs until the page has shown three readings (SIGTERM: loadgen
     # stops and reports), 60 s at most: a busy machine slows the page's
