@@ -116,6 +116,9 @@ done
 
 # --- (b) n2 killed: its reserve returned once its lease is over ------------------------------
 node_down n2 KILL
+# n2 must not have given its reserve back by itself before it died.
+gave=$(grep -h "giving back\|given back" "$COUPON_DIR/n2/fcgi.log")
+[[ -z $gave ]] || diag "n2 before it died: $gave"
 s0=$(stock_of "$A")
 http POST "$RETURN" "$(ret_body "$INC2")" "$ADMIN"
 check_eq "(b) a return within n2's lease: 409 LEASE_NOT_EXPIRED" "409 LEASE_NOT_EXPIRED" \
@@ -231,6 +234,16 @@ bad_is "403 FORBIDDEN" "$RETURN" "$(ret_body "$INC2")" "$USER" "a user's token"
 bad_is "401 UNAUTHORIZED" "$RETURN" "$(ret_body "$INC2")" "" "no token"
 bad_is "400 BAD_REQUEST" "GET /market/admin/coupon/reserves?id=x" "" "$ADMIN" "list ?id=x"
 bad_is "403 FORBIDDEN" "GET $LIST" "" "$USER" "list with a user's token"
+# An Idempotency-Key: the repeat answers the first answer, and says so.
+idem() {
+    curl -s -D - -o /dev/null -X POST -H "Authorization: Bearer $ADMIN" \
+        -H 'Content-Type: application/json' -H 'Idempotency-Key: reserve-admin-test-1' \
+        --data-binary "$(ret_body 0123456789abcdef0123456789abcdef)" "$COUPON_URL$RETURN" |
+        tr -d '\r' | sed -n 's/^HTTP\/[0-9.]* \([0-9]*\).*/\1/p; s/^Idempotent-Replayed: //Ip'
+}
+idem >/dev/null
+check_eq "(d) a repeated Idempotency-Key is answered as the first time" "404 true" \
+    "$(idem | tr '\n' ' ' | sed 's/ $//')"
 http GET "$RETURN" '' "$ADMIN"
 check_eq "(d) GET on the return route: 405" "405 METHOD_NOT_ALLOWED" \
     "$HTTP_CODE $(json_get "$HTTP_BODY" code)"
