@@ -83,7 +83,7 @@ void reserve_list_handle(struct worker *w, struct req *r)
         cJSON_AddBoolToObject(o, "leaseExpired", l.redis_ok && v->lease_expired);
         cJSON_AddItemToArray(arr, o);
     }
-    reserve_list_free(&l);
+    reserve_admin_list_free(&l);
     char *txt = cJSON_PrintUnformatted(root);
     r->code = CODE_OK;
     snprintf(r->msg, sizeof(r->msg), "ok");

@@ -38,7 +38,7 @@ static const struct rscript *ra_give_script(void)
     return &ra_give;
 }
 
-void reserve_list_free(struct reserve_list *l)
+void reserve_admin_list_free(struct reserve_list *l)
 {
     free(l->v);
     l->v = NULL;
@@ -196,7 +196,7 @@ int reserve_admin_list(struct mconn *mc, struct rconn *rc, int64_t id, int lease
                        : mconn_query(mc, SQL_OPEN_ALL, all, 1, ra_row, &rr);
     if (rc_my != CS_OK) {
         snprintf(err, errlen, "reading open reserve epochs from MySQL: %s", mc->errstr);
-        reserve_list_free(out);
+        reserve_admin_list_free(out);
         return CS_ERR;
     }
     out->redis_ok = ra_redis_views(rc, out, lease_ms) == CS_OK;
@@ -392,6 +392,6 @@ int reserve_admin_return(struct mconn *mc, struct rconn *rc, const struct reserv
         res->returned += back;
         res->amount += v->amount;
     }
-    reserve_list_free(&l);
+    reserve_admin_list_free(&l);
     return ret;
 }

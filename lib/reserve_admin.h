@@ -35,7 +35,7 @@ struct reserve_view {
 };
 
 struct reserve_list {
-    struct reserve_view *v;    /* xmalloc'ed; reserve_list_free() */
+    struct reserve_view *v;    /* xmalloc'ed; reserve_admin_list_free() */
     size_t n;
     int truncated;             /* more open epochs than were listed */
     int redis_ok;              /* 0: Redis could not be read (left, lease unknown) */
@@ -50,11 +50,11 @@ struct reserve_list {
  * counts as expired when more than lease_ms passed since the renewal (or
  * there was none), as the give-back script judges it. Returns CS_OK (Redis
  * failing leaves out->redis_ok 0), or CS_ERR with err set when MySQL failed.
- * The caller frees *out with reserve_list_free().
+ * The caller frees *out with reserve_admin_list_free().
  */
 int reserve_admin_list(struct mconn *mc, struct rconn *rc, int64_t id, int lease_ms,
                        struct reserve_list *out, char *err, size_t errlen);
-void reserve_list_free(struct reserve_list *l);
+void reserve_admin_list_free(struct reserve_list *l);
 
 /* Whether s (len bytes) is an incarnation id: JOURNAL_ID_LEN lowercase hex
  * digits, as lib/journal.c makes them. */

@@ -11,7 +11,10 @@
 #  (c) n2 grants from its reserve while Redis is down and is killed before
 #      it could replay; its reserve is returned; restarted, it replays those
 #      grants (from stock) and every user told SEIZED holds the coupon;
-#  (d) bad input: 4xx with stable codes.
+#  (d) n2 cut off from Redis (a proxy killed) grants from its reserve; its
+#      reserve is returned while it runs; back on Redis it finds its epoch
+#      closed, spends no more of it and replays its grants;
+#  (e) bad input: 4xx with stable codes.
 # Throughout: stock + what reserves hold + seize-list entries = total.
 # shellcheck source=tests/lib.sh
 . "${top_srcdir:-$(dirname "$0")/../..}/tests/lib.sh"
@@ -211,12 +214,102 @@ for u in 11 12 13; do
 done
 check_eq "(c) every user told SEIZED holds one coupon in MySQL" 0 "$bad"
 
-# --- (d) bad input ----------------------------------------------------------------------------
+# --- (d) a live node cut off from Redis finds its epoch returned ----------------------------
+# n2 reaches Redis through a TCP proxy that the test kills and starts again:
+# n2 alone loses Redis, node 1 (serving the admin routes) keeps it.
+cat >"$COUPON_DIR/proxy.py" <<'PY'
+import asyncio, sys
+async def pipe(r, w):
+    try:
+        while data := await r.read(65536):
+            w.write(data)
+            await w.drain()
+    except (ConnectionError, OSError):
+        pass
+    finally:
+        w.close()
+async def client(cr, cw):
+    try:
+        ur, uw = await asyncio.open_connection("127.0.0.1", int(sys.argv[2]))
+    except OSError:
+        cw.close()
+        return
+    await asyncio.gather(pipe(cr, uw), pipe(ur, cw))
+async def main():
+    srv = await asyncio.start_server(client, "127.0.0.1", int(sys.argv[1]))
+    async with srv:
+        await srv.serve_forever()
+asyncio.run(main())
+PY
+PROXY_PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+PROXY_PID=""
+proxy_open() { (exec 3<>"/dev/tcp/127.0.0.1/$PROXY_PORT") 2>/dev/null; }
+proxy_up() {
+    python3 "$COUPON_DIR/proxy.py" "$PROXY_PORT" "$REDIS_PORT" 2>/dev/null &
+    PROXY_PID=$!
+    wait_for 10 proxy_open
+}
+proxy_kill() { [[ -z $PROXY_PID ]] || { kill -KILL "$PROXY_PID" 2>/dev/null; wait "$PROXY_PID" 2>/dev/null; PROXY_PID=""; }; }
+cs_defer proxy_kill
+# The stack's configuration with redis.port (only) pointing at the proxy.
+awk -v port="$PROXY_PORT" '/^redis = \{/ { r = 1 } r && /^ *port = / { sub(/=.*/, "= " port ";") }
+    /^\};/ { r = 0 } { print }' "$COUPON_CONF" >"$COUPON_DIR/n2-proxy.conf"
+node_down n2
+check "(d) the proxy to Redis for n2 is up" proxy_up
+COUPON_CONF=$COUPON_DIR/n2-proxy.conf node_up n2 || finish
+open_epoch() {
+    E=$(mysql_q "SELECT MAX(epoch) FROM reserve_epoch WHERE activity_id = $A
+                 AND incarnation = '$INC2' AND state = 1")
+    [[ $E =~ ^[0-9]+$ ]]
+}
+check "(d) n2 (through the proxy) set a new epoch aside" wait_for 20 open_epoch
+n2_live() { http GET "$LIST" '' "$ADMIN"; [[ $(rsv "$INC2" leaseExpired) == false ]]; }
+check "(d) n2's lease is live" wait_for 10 n2_live
+diag "(d) n2's epoch is $E"
+for u in 1 2 3 4 5 6; do
+    node_http n2 POST /market/consumer/coupon/seize "{\"id\":$A}" "$(mint_jwt $((5001200 + u)))"
+done
+spent0=$(n2_metric couponseize_reserve_spent_total)
+proxy_kill
+declare -A told2
+for u in 11 12 13; do told2[$u]=$(seize_n2 $((5001200 + u))); done
+for u in 11 12 13; do diag "(d) user $((5001200 + u)) was told ${told2[$u]} by n2"; done
+spent=$(($(n2_metric couponseize_reserve_spent_total) - spent0))
+check "(d) n2, cut off, granted from its reserve ($spent)" test "$spent" -ge 1
+check "(d) n2's lease is over" wait_for 15 lease_over "$INC2"
+held2=$(rsv "$INC2" left)
+s0=$(stock_of "$A")
+http POST "$RETURN" "$(ret_body "$INC2")" "$ADMIN"
+check_eq "(d) its reserve returned while n2 runs: 200 OK, $held2 coupons" "200 OK $held2" \
+    "$HTTP_CODE $(json_get "$HTTP_BODY" code) $(json_get "$HTTP_BODY" returned)"
+check_eq "(d) the stock rose by exactly that" $((s0 + held2)) "$(stock_of "$A")"
+check_eq "(d) n2's grants wait in its journal" "$spent" "$(n2_metric couponseize_journal_depth)"
+balanced "(d) n2 cut off with unreplayed grants, its reserve returned"
+check "(d) the proxy is back: n2 reaches Redis again" proxy_up
+check "(d) n2 replays its journal" wait_for 20 n2_metric_is couponseize_journal_depth 0
+closed_seen() { grep -q "epoch $E was closed elsewhere (admin); this node spends no more of it" \
+    "$COUPON_DIR/n2/fcgi.log"; }
+check "(d) n2 found its epoch closed by admin and dropped it" wait_for 10 closed_seen
+check_eq "(d) no dead letters" 0 "$(n2_metric couponseize_reserve_dead_letters_total)"
+check_eq "(d) n2 spent nothing more of it" "$spent" \
+    "$(($(n2_metric couponseize_reserve_spent_total) - spent0))"
+bad=0
+for u in 11 12 13; do
+    if [[ ${told2[$u]} == SEIZED && $(rcli HEXISTS "COUPON:SEIZE:LIST:${A}_{$SHARD}" \
+        $((5001200 + u))) != 1 ]]; then bad=$((bad + 1)); fi
+done
+check_eq "(d) every user n2 told SEIZED is in the seize list" 0 "$bad"
+check_eq "(d) epoch $E stays closed by admin" "2 admin $held2" "$(epoch_row "$INC2" "$E")"
+balanced "(d) after the replay"
+next_epoch() { open_epoch && ((E > ${1})); }
+check "(d) n2 goes on with a new epoch" wait_for 20 next_epoch "$E"
+
+# --- (e) bad input ----------------------------------------------------------------------------
 USER=$(mint_jwt 77)
 bad_is() {
     local want=$1 path=$2 body=$3 tok=${4-$ADMIN}
     if [[ $path == GET* ]]; then http GET "${path#GET }" '' "$tok"; else http POST "$path" "$body" "$tok"; fi
-    check_eq "(d) ${5:-$body}: $want" "$want" "$HTTP_CODE $(json_get "$HTTP_BODY" code 2>/dev/null)"
+    check_eq "(e) ${5:-$body}: $want" "$want" "$HTTP_CODE $(json_get "$HTTP_BODY" code 2>/dev/null)"
 }
 bad_is "400 BAD_REQUEST" "$RETURN" "{\"incarnation\":\"$INC2\"}" "$ADMIN" "missing id"
 bad_is "400 BAD_REQUEST" "$RETURN" "{\"id\":$A}" "$ADMIN" "missing incarnation"
@@ -242,11 +335,11 @@ idem() {
         tr -d '\r' | sed -n 's/^HTTP\/[0-9.]* \([0-9]*\).*/\1/p; s/^Idempotent-Replayed: //Ip'
 }
 idem >/dev/null
-check_eq "(d) a repeated Idempotency-Key is answered as the first time" "404 true" \
+check_eq "(e) a repeated Idempotency-Key is answered as the first time" "404 true" \
     "$(idem | tr '\n' ' ' | sed 's/ $//')"
 http GET "$RETURN" '' "$ADMIN"
-check_eq "(d) GET on the return route: 405" "405 METHOD_NOT_ALLOWED" \
+check_eq "(e) GET on the return route: 405" "405 METHOD_NOT_ALLOWED" \
     "$HTTP_CODE $(json_get "$HTTP_BODY" code)"
-balanced "(d) at the end"
+balanced "(e) at the end"
 
 finish
