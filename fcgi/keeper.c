@@ -556,6 +556,7 @@ static int keeper_renew(struct keeper *k, int shard)
     ka_str(&a, k->jd.incarnation);
     /* At most 12 activities per call (struct kargs); more take more calls. */
     int next = 0;
+    int64_t first_sent = -1, first_recv = 0, first_ms = 0;
     do {
         a.n = 4;
         n = 0;
@@ -613,9 +614,16 @@ static int keeper_renew(struct keeper *k, int shard)
                 atomic_store(&s->end_ms, en);
             }
         }
-        keeper_lease_set(k->rv, shard, sent, recv, redis_ms);
+        if (first_sent < 0) {
+            first_sent = sent;
+            first_recv = recv;
+            first_ms = redis_ms;
+        }
         freeReplyObject(r);
     } while (next < SHM_RESERVES && n == 12);
+    /* The lease is made good only now, once every slot whose reserve is gone
+     * is stopped; the first call's times, the oldest, are the ones kept. */
+    keeper_lease_set(k->rv, shard, first_sent, first_recv, first_ms);
     return CS_OK;
 }
 
