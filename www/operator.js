@@ -141,7 +141,7 @@ async function giveBack(r, tr) {
   const inc = tr.dataset.incarnation;
   if (!btn.dataset.armed) {
     btn.dataset.armed = '1';
-    btn.textContent = 'Really return?';
+    btn.textContent = 'Sure?';
     setTimeout(() => { delete btn.dataset.armed; btn.textContent = 'Return'; }, 4000);
     return;
   }
