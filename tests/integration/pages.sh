@@ -5,8 +5,9 @@
 # by the server's clock; one seize per button, checked in the server's
 # metrics; remaining stock falling on the operator page under load; a top-up
 # done from the page; the node reserves of a sale (fallback.reserve > 0) and
-# the return of a lost node's reserve from the page. Screenshots: tests/integration/pages-*.png in the build
-# tree. The checks themselves are in pages.py.
+# the return of a lost node's reserve from the page. Screenshots:
+# tests/integration/pages-*.png in the build tree. The checks themselves are
+# in pages.py.
 set -u
 
 # shellcheck source=tests/lib.sh
