@@ -38,10 +38,14 @@ held_of() { local v; v=$(rcli HGET "COUPON:RESERVE:{$SHARD}" "$A:held"); echo "$
 field_of() { rcli HGET "COUPON:RESERVE:{$SHARD}" "$A:$1"; }
 seized_of() { rcli HLEN "COUPON:SEIZE:LIST:${A}_{$SHARD}"; }
 reserved() { (($(held_of) >= $1)); }
-# balanced WHAT: Redis stock + what reserves hold + seize-list entries = total.
+# balanced WHAT: Redis stock + what reserves hold + seize-list entries = total,
+# read in one script (a set-aside between separate reads would count twice).
 balanced() {
     local s h l
-    s=$(stock_of "$A") h=$(held_of) l=$(seized_of)
+    read -r s h l < <(rcli EVAL "return {redis.call('HGET', KEYS[1], ARGV[1]) or '0',
+        redis.call('HGET', KEYS[2], ARGV[1] .. ':held') or '0', redis.call('HLEN', KEYS[3])}" \
+        3 "COUPON:RESOURCE:STOCK:{$SHARD}" "COUPON:RESERVE:{$SHARD}" \
+        "COUPON:SEIZE:LIST:${A}_{$SHARD}" "$A" | tr '\n' ' ')
     if ((s + h + l == TOTAL)); then
         ok "$1: stock $s + held $h + seized $l = $TOTAL"
     else
@@ -303,6 +307,20 @@ check_eq "(d) epoch $E stays closed by admin" "2 admin $held2" "$(epoch_row "$IN
 balanced "(d) after the replay"
 next_epoch() { open_epoch && ((E > ${1})); }
 check "(d) n2 goes on with a new epoch" wait_for 20 next_epoch "$E"
+
+# A lost node's reserve with nothing left (all spent and replayed) while
+# other nodes hold theirs: closed, nothing back, what the others hold kept.
+SPENT=fedcba9876543210fedcba9876543210
+mysql_q "INSERT INTO reserve_epoch (activity_id, incarnation, epoch, amount) VALUES ($A, '$SPENT', 1, 2)"
+rcli HSET "COUPON:RESERVE:{$SHARD}" "$A:$SPENT" 0 >/dev/null
+rcli HINCRBY "COUPON:RESERVE:{$SHARD}" "$A" 1 >/dev/null
+rcli HSET "COUPON:RESERVE:EPOCH:${A}_{$SHARD}" "$SPENT:1" open:2 >/dev/null
+h0=$(held_of) s0=$(stock_of "$A")
+http POST "$RETURN" "$(ret_body "$SPENT")" "$ADMIN"
+check_eq "(d) a spent reserve of a lost node: 200 OK, 0 returned" "200 OK 0" \
+    "$HTTP_CODE $(json_get "$HTTP_BODY" code) $(json_get "$HTTP_BODY" returned)"
+check_eq "(d) ... stock and what the others hold unchanged" "$s0 $h0" "$(stock_of "$A") $(held_of)"
+check_eq "(d) ... its epoch closed by admin" "2 admin 0" "$(epoch_row "$SPENT" 1)"
 
 # --- (e) bad input ----------------------------------------------------------------------------
 USER=$(mint_jwt 77)
