@@ -45,6 +45,14 @@ static const struct {
     [CODE_ALREADY_USED] = {409, "ALREADY_USED", "the coupon was used by another order"},
     [CODE_EXPIRED] = {409, "EXPIRED", "the coupon has expired"},
     [CODE_UNUSED] = {409, "UNUSED", "the coupon is not used by any order"},
+    [CODE_LEASE_NOT_EXPIRED] = {409, "LEASE_NOT_EXPIRED",
+                                "the node renewed its lease within fallback.lease_ms and may "
+                                "still spend its reserve; retry once the lease is over"},
+    [CODE_NO_OPEN_RESERVE] = {404, "NO_OPEN_RESERVE",
+                              "no open reserve of that node incarnation for this activity"},
+    [CODE_RESERVE_NOT_IN_REDIS] = {409, "RESERVE_NOT_IN_REDIS",
+                                   "the epoch is open in MySQL but unknown to Redis (Redis lost "
+                                   "its data?): a preheat restores it first"},
 };
 
 int http_code_status(enum cs_code code)

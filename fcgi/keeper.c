@@ -571,6 +571,7 @@ static int keeper_renew(struct keeper *k, int shard)
     ka_str(&a, k->jd.incarnation);
     /* At most 12 activities per call (struct kargs); more take more calls. */
     int next = 0;
+    int64_t first_sent = -1, first_recv = 0, first_ms = 0;
     do {
         a.n = 4;
         n = 0;
@@ -595,7 +596,6 @@ static int keeper_renew(struct keeper *k, int shard)
         int64_t redis_ms = strtoll(r->element[0]->str, NULL, 10) * 1000
                            + strtoll(r->element[1]->str, NULL, 10) / 1000;
         int64_t gen = strtoll(r->element[2]->str, NULL, 10);
-        keeper_lease_set(k->rv, shard, sent, recv, redis_ms);
         if (k->restored[shard] >= 0 && gen != k->restored[shard]) {
             /* Redis was restored: stop spending until replayed. */
             log_warn("reserve keeper: shard %d was restored; reserves stop until replayed", shard);
@@ -613,6 +613,12 @@ static int keeper_renew(struct keeper *k, int shard)
             struct shm_rsv_slot *s = &k->rv->slot[idx[j]];
             redisReply **e = &r->element[3 + 4 * j];
             l->field = e[0]->type == REDIS_REPLY_STRING && e[0]->len > 0;
+            /* Its reserve is gone from Redis (an admin returned it after the
+             * lease ran out, or Redis lost it): stopped before this renewal
+             * makes the lease good again, so no worker spends it meanwhile.
+             * keeper_slots() decides what comes next. */
+            if (!l->field && !l->in_doubt && atomic_load(&s->state) == RSV_OPEN)
+                atomic_store(&s->state, RSV_STOPPED);
             l->stock = e[1]->type == REDIS_REPLY_STRING && e[1]->len > 0
                            ? strtoll(e[1]->str, NULL, 10) : INT64_MIN;
             l->held = e[3]->type == REDIS_REPLY_STRING ? strtoll(e[3]->str, NULL, 10) : 0;
@@ -623,8 +629,16 @@ static int keeper_renew(struct keeper *k, int shard)
                 atomic_store(&s->end_ms, en);
             }
         }
+        if (first_sent < 0) {
+            first_sent = sent;
+            first_recv = recv;
+            first_ms = redis_ms;
+        }
         freeReplyObject(r);
     } while (next < SHM_RESERVES && n == 12);
+    /* The lease is made good only now, once every slot whose reserve is gone
+     * is stopped; the first call's times, the oldest, are the ones kept. */
+    keeper_lease_set(k->rv, shard, first_sent, first_recv, first_ms);
     return CS_OK;
 }
 

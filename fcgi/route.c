@@ -19,6 +19,8 @@ const char *const route_names[ROUTE__COUNT] = {
     [ROUTE_MINE] = "mine",
     [ROUTE_USE] = "use",
     [ROUTE_RELEASE] = "release",
+    [ROUTE_RESERVES] = "reserves",
+    [ROUTE_RESERVE_RETURN] = "reserve_return",
     [ROUTE_OTHER] = "other",
 };
 
@@ -42,6 +44,9 @@ static const struct {
     /* Audited when an admin token calls (the handler sets the action). */
     {"/market/service/coupon/use", "POST", ROUTE_USE, coupon_use_handle, NULL, 0},
     {"/market/service/coupon/release", "POST", ROUTE_RELEASE, coupon_release_handle, NULL, 0},
+    {"/market/admin/coupon/reserves", "GET", ROUTE_RESERVES, reserve_list_handle, NULL, 0},
+    {"/market/admin/coupon/reserve/return", "POST", ROUTE_RESERVE_RETURN, reserve_return_handle,
+     "reserve_return", 1},
 };
 
 void route_dispatch(struct worker *w, struct req *r)

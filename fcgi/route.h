@@ -17,6 +17,8 @@ enum route_id {
     ROUTE_MINE,
     ROUTE_USE,
     ROUTE_RELEASE,
+    ROUTE_RESERVES,
+    ROUTE_RESERVE_RETURN,
     ROUTE_OTHER,
     ROUTE__COUNT
 };
@@ -43,5 +45,9 @@ void activity_handle(struct worker *w, struct req *r);
 void coupon_mine_handle(struct worker *w, struct req *r);
 void coupon_use_handle(struct worker *w, struct req *r);
 void coupon_release_handle(struct worker *w, struct req *r);
+/* GET /market/admin/coupon/reserves[?id=N], POST /market/admin/coupon/reserve/return
+ * {"id": N, "incarnation": "..."} (reserve_api.c, lib/reserve_admin.h). */
+void reserve_list_handle(struct worker *w, struct req *r);
+void reserve_return_handle(struct worker *w, struct req *r);
 
 #endif

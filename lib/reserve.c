@@ -130,7 +130,9 @@ const char RESERVE_LUA_REPLAY[] =
  * fallback.lease_ms), and 1 when given back at the low-water mark (no more
  * set-aside for this sale then). Returns what went back to stock, -1 when
  * the epoch is not open (given back already), or -2 when the node renewed
- * within the lease (the admin must wait).
+ * within the lease (the admin must wait). A reserve with nothing left (all
+ * spent and replayed) leaves ':held' alone: Lua writes -0 as "-0", which
+ * HINCRBY refuses, and a script that fails midway keeps what it wrote.
  */
 const char RESERVE_LUA_GIVE_BACK[] =
     "if redis.replicate_commands then redis.replicate_commands() end\n"
@@ -150,7 +152,7 @@ const char RESERVE_LUA_GIVE_BACK[] =
     "if ARGV[5] == '1' then redis.call('HSET', KEYS[2], ARGV[1] .. ':low', 1) end\n"
     "if redis.call('HINCRBY', KEYS[2], ARGV[1], -1) <= 0 then\n"
     "  redis.call('HDEL', KEYS[2], ARGV[1], ARGV[1] .. ':held')\n"
-    "else\n"
+    "elseif left > 0 then\n"
     "  redis.call('HINCRBY', KEYS[2], ARGV[1] .. ':held', -left)\n"
     "end\n"
     "local stock = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '')\n"

@@ -304,6 +304,10 @@ node_down() {
     pid=${!pidvar:-}
     [[ -n $pid ]] || return 0
     if [[ $sig == KILL ]]; then
+        # Frozen first: a supervisor left running between its children's
+        # death and its own would restart the keeper, which then gives the
+        # reserves back gracefully on its parent's death (PDEATHSIG).
+        kill -STOP "$pid" 2>/dev/null
         pkill -KILL -P "$pid" 2>/dev/null
         kill -KILL "$pid" 2>/dev/null
     else

@@ -1,8 +1,10 @@
 // operator.js - the operator page: create / top-up / preheat / revoke over the
-// admin API, and every second the live stock, seize rate, breaker, sync queue.
+// admin API, and every second the live stock, seize rate, breaker, sync queue,
+// and the reserves nodes hold (with a return for a node whose lease is over).
 import { $, api, adminWrite, takeToken, syncClock, serverNow, duration, stateAt, STATE_WORDS } from './ui.js';
 
 const ACTIVITY = '/market/admin/coupon/activity';
+const RESERVES = '/market/admin/coupon/reserves';
 const TOKEN_KEY = 'couponseize.adminToken';
 
 let token = takeToken(TOKEN_KEY);
@@ -104,6 +106,60 @@ async function revoke(r) {
   refresh();
 }
 
+// The reserves of one sale, one row per node incarnation, updated in place
+// (a "Return" button armed by a first click survives the refresh).
+function renderReserves(r, list) {
+  const box = $('.reserves', r.node);
+  const body = $('tbody', box);
+  box.hidden = list.length === 0;
+  const seen = new Set();
+  for (const x of list) {
+    const key = `${x.incarnation}:${x.epoch}`;
+    seen.add(key);
+    let tr = body.querySelector(`tr[data-key="${key}"]`);
+    if (!tr) {
+      tr = $('#reserve-row').content.firstElementChild.cloneNode(true);
+      tr.dataset.key = key;
+      tr.dataset.incarnation = x.incarnation;
+      $('.return', tr).addEventListener('click', () => giveBack(r, tr));
+      body.append(tr);
+    }
+    $('.inc', tr).textContent = x.incarnation.slice(0, 8);
+    $('.inc', tr).title = `${x.incarnation}, epoch ${x.epoch}`;
+    $('.left', tr).textContent = `${x.left === null ? '?' : x.left} / ${x.amount}`;
+    const age = x.leaseAgeMs === null ? 'never' : `${(x.leaseAgeMs / 1000).toFixed(1)} s ago`;
+    $('.lease', tr).textContent = x.leaseExpired ? `${age}, expired` : age;
+    tr.dataset.expired = String(x.leaseExpired);
+    const btn = $('.return', tr);
+    if (!btn.dataset.busy) btn.disabled = !x.leaseExpired;
+  }
+  for (const tr of [...body.children]) if (!seen.has(tr.dataset.key)) tr.remove();
+}
+
+async function giveBack(r, tr) {
+  const btn = $('.return', tr);
+  const inc = tr.dataset.incarnation;
+  if (!btn.dataset.armed) {
+    btn.dataset.armed = '1';
+    btn.textContent = 'Sure?';
+    setTimeout(() => { delete btn.dataset.armed; btn.textContent = 'Return'; }, 4000);
+    return;
+  }
+  delete btn.dataset.armed;
+  btn.textContent = 'Return';
+  btn.disabled = true;
+  btn.dataset.busy = '1';
+  const res = await adminWrite('/market/admin/coupon/reserve/return',
+    { method: 'POST', body: `{"id":${r.a.idStr},"incarnation":"${inc}"}`, token, timeoutMs: 15000 });
+  delete btn.dataset.busy;
+  if (res.json && res.json.code === 'OK') {
+    say(`Returned node ${inc.slice(0, 8)}'s reserve of "${r.a.name}": ${res.json.returned ?? 'unknown'} coupons back in stock.`, true);
+  } else {
+    say(`Return failed: ${answerText(res)}`, false);
+  }
+  refresh();
+}
+
 function row(a) {
   const node = $('#row').content.firstElementChild.cloneNode(true);
   node.dataset.id = a.idStr;
@@ -151,7 +207,8 @@ async function refreshMetrics() {
 async function refresh() {
   if (!token) { $('#who').textContent = 'no token: paste an admin token'; return; }
   const sent = Date.now();
-  const res = await api(`${ACTIVITY}?page=1&size=50`, { token });
+  const [res, rsv] = await Promise.all([api(`${ACTIVITY}?page=1&size=50`, { token }),
+    api(RESERVES, { token })]);
   const got = Date.now();
   if (!res.json || res.json.code !== 'OK') {
     $('#who').textContent = answerText(res);
@@ -163,6 +220,15 @@ async function refresh() {
   if (j.breaker) $('#node .breaker').textContent = j.breaker;
   $('#node .queue').textContent = j.queueDepth === null || j.queueDepth === undefined ? 'unknown' : String(j.queueDepth);
   $('#node .updated').textContent = new Date(serverNow()).toLocaleTimeString();
+  // Open reserves by sale (null: the list could not be read this time).
+  const bySale = new Map();
+  const rsvOk = rsv.json && rsv.json.code === 'OK';
+  if (rsvOk) {
+    for (const x of rsv.json.reserves || []) {
+      if (!bySale.has(x.activityIdStr)) bySale.set(x.activityIdStr, []);
+      bySale.get(x.activityIdStr).push(x);
+    }
+  }
   const list = $('#rows');
   const seen = new Set();
   let prev = null;
@@ -177,6 +243,7 @@ async function refresh() {
     }
     prev = r.node;
     render(r);
+    if (rsvOk) renderReserves(r, bySale.get(a.idStr) || []);
   }
   for (const [id, r] of rows) if (!seen.has(id)) { r.node.remove(); rows.delete(id); }
 }

@@ -93,6 +93,28 @@ def mysql(sql):
         check=True, capture_output=True, text=True).stdout.strip()
 
 
+def rcli(*args):
+    return subprocess.run(
+        ["redis-cli", "-h", os.environ["REDIS_HOST"], "-p", os.environ["REDIS_PORT"]] + list(args),
+        check=True, capture_output=True, text=True).stdout.strip()
+
+
+def lost_reserve(aid, inc, n):
+    """A reserve of n coupons of activity aid held by node incarnation inc
+    that never renews (a node that died), written as the set-aside script and
+    the keeper would: MySQL row first, then stock -> reserve in Redis."""
+    shard = int(aid) % 10
+    mysql("INSERT INTO reserve_epoch (activity_id, incarnation, epoch, amount) "
+          "VALUES (%s, '%s', 1, %d)" % (aid, inc, n))
+    script = ("redis.call('HINCRBY', KEYS[1], ARGV[1], -ARGV[3]) "
+              "redis.call('HSET', KEYS[2], ARGV[1] .. ':' .. ARGV[2], ARGV[3]) "
+              "redis.call('HINCRBY', KEYS[2], ARGV[1], 1) "
+              "redis.call('HINCRBY', KEYS[2], ARGV[1] .. ':held', ARGV[3]) "
+              "redis.call('HSET', KEYS[3], ARGV[2] .. ':1', 'open:' .. ARGV[3])")
+    rcli("EVAL", script, "3", "COUPON:RESOURCE:STOCK:{%d}" % shard, "COUPON:RESERVE:{%d}" % shard,
+         "COUPON:RESERVE:EPOCH:%s_{%d}" % (aid, shard), str(aid), inc, str(n))
+
+
 def rfc3339(t):
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
@@ -215,6 +237,20 @@ def operator(b, ids):
     ok = b.wait(lambda: b.js(card_js(sel + " .remaining", "dataset.value")) == "100000", 15)
     check("operator: the load sale shows its full stock", ok,
           b.js(card_js(sel + " .remaining", "dataset.value")))
+    # pages.sh runs the stack with fallback.reserve = 20: the node sets a
+    # reserve aside for the load sale within seconds of its start.
+    rsel = sel + " .reserves tbody tr"
+    ok = b.wait(lambda: b.js("return document.querySelectorAll(arguments[0]).length", rsel) == 1, 20)
+    check("operator: the load sale shows the node's reserve", ok,
+          mysql("SELECT incarnation, state FROM reserve_epoch WHERE activity_id = %s" % load))
+    cells = b.js("return [...document.querySelectorAll(arguments[0])].map(x => x.textContent)",
+                 rsel + " td") or []
+    inc = mysql("SELECT incarnation FROM reserve_epoch WHERE activity_id = %s AND state = 1" % load)
+    check("operator: the reserve row names the node, left / set aside and a live lease",
+          len(cells) == 4 and inc and cells[0] == inc[:8] and cells[1] == "20 / 20"
+          and re.fullmatch(r"\d+\.\d s ago", cells[2]), cells)
+    check("operator: its Return button is off while the node's lease lives",
+          b.js(card_js(rsel + " .return", "disabled")) is True)
     port = URL.rsplit(":", 1)[1]
     # The load runs until the page has shown three readings (SIGTERM: loadgen
     # stops and reports), 60 s at most: a busy machine slows the page's
@@ -271,9 +307,43 @@ def operator(b, ids):
     row = mysql("SELECT action, result FROM admin_audit WHERE activity_id = %s "
                 "ORDER BY id DESC LIMIT 1" % load)
     check("operator: the top-up is in admin_audit", row == "topup\tOK", row)
+
+    # A node that died holding a reserve: its row shows the lease expired,
+    # and "Return" (two clicks) puts its coupons back in stock.
+    lost = "0123456789abcdef0123456789abcdef"
+    stock = lambda: int(rcli("HGET", "COUPON:RESOURCE:STOCK:{%d}" % (int(load) % 10), load))
+    lost_reserve(load, lost, 7)
+    s0 = stock()
+    lsel = sel + ' .reserves tr[data-incarnation="%s"]' % lost
+    ok = b.wait(lambda: b.js(card_js(lsel + " .return", "disabled")) is False, 15)
+    check("operator: a lost node's reserve shows, expired, with Return on", ok,
+          b.js(card_js(lsel, "textContent")))
+    check("operator: ... named by its short id, 7 / 7, lease never renewed",
+          b.js("return [...document.querySelectorAll(arguments[0])].map(x => x.textContent)",
+               lsel + " td")[:3] == [lost[:8], "7 / 7", "never, expired"],
+          b.js(card_js(lsel, "textContent")))
+    b.js("document.querySelector(arguments[0]).scrollIntoView()", sel)
+    b.screenshot(os.path.join(OUT, "pages-operator-reserves.png"))
+    b.click(b.find(lsel + " .return"))
+    armed = b.js(card_js(lsel + " .return", "textContent"))
+    b.click(b.find(lsel + " .return"))
+    msg = b.wait(lambda: b.js(card_js("#msg", "textContent")) if "Returned node" in (
+        b.js(card_js("#msg", "textContent")) or "") else None, 10)
+    check("operator: Return asks once more, then returns it", armed == "Sure?" and msg
+          and "7 coupons back in stock" in msg, (armed, b.js(card_js("#msg", "textContent"))))
+    check("operator: the stock rose by the 7", stock() == s0 + 7, (s0, stock()))
+    gone = b.wait(lambda: b.js("return document.querySelector(arguments[0]) === null", lsel), 10)
+    check("operator: the returned reserve leaves the page", gone)
+    row = mysql("SELECT state, closed_by, returned FROM reserve_epoch WHERE activity_id = %s "
+                "AND incarnation = '%s'" % (load, lost))
+    check("operator: MySQL has the epoch closed by admin", row == "2\tadmin\t7", row)
+    row = mysql("SELECT action, result FROM admin_audit WHERE activity_id = %s "
+                "ORDER BY id DESC LIMIT 1" % load)
+    check("operator: the return is in admin_audit", row == "reserve_return\tOK", row)
+    b.js("document.querySelector(arguments[0]).scrollIntoView()", sel)
     b.screenshot(os.path.join(OUT, "pages-operator.png"))
-    say("# screenshots: %s, %s" % (os.path.join(OUT, "pages-operator-load.png"),
-                                   os.path.join(OUT, "pages-operator.png")))
+    say("# screenshots: %s" % ", ".join(os.path.join(OUT, "pages-operator%s.png" % x)
+                                         for x in ("-load", "-reserves", "")))
 
 
 def token_fragment(b):

@@ -4,8 +4,10 @@
 # WebDriver (chromedriver): every sale by name with its state and a countdown
 # by the server's clock; one seize per button, checked in the server's
 # metrics; remaining stock falling on the operator page under load; a top-up
-# done from the page. Screenshots: tests/integration/pages-*.png in the build
-# tree. The checks themselves are in pages.py.
+# done from the page; the node reserves of a sale (fallback.reserve > 0) and
+# the return of a lost node's reserve from the page. Screenshots:
+# tests/integration/pages-*.png in the build tree. The checks themselves are
+# in pages.py.
 set -u
 
 # shellcheck source=tests/lib.sh
@@ -18,7 +20,8 @@ command -v chromedriver >/dev/null 2>&1 || skip_all "chromedriver is not install
 # coupon-sync's periodic preheat an hour apart: the sales created through the
 # admin API must reach the pages because the API published them, not because
 # a preheat (5 s on the test stack) happened to run meanwhile.
-export COUPON_CONF_OVERRIDES="preheat.interval_s=3600"
+export COUPON_CONF_OVERRIDES="preheat.interval_s=3600
+fallback.reserve=20"
 cs_stack_up
 OUT=$top_builddir/tests/integration
 mkdir -p "$OUT"

@@ -88,6 +88,19 @@ http POST $S "{\"id\":${VIP:-1}}" "$(mint_jwt 31)"
 check_eq "a seize outside the groups under valgrind" NOT_ELIGIBLE "$(json_get "$HTTP_BODY" code)"
 http POST $S "{\"id\":${VIP:-1}}" "$(JWT_EXTRA='"groups":["vip"]' mint_jwt 32)"
 check_eq "a seize inside the groups under valgrind" SEIZED "$(json_get "$HTTP_BODY" code)"
+# The reserves routes: a lost node's reserve of the revoked sale (a give-back
+# adds nothing to its tombstone), listed, returned, refused.
+LOST=0123456789abcdef0123456789abcdef
+mysql_q "INSERT INTO reserve_epoch (activity_id, incarnation, epoch, amount) VALUES (402, '$LOST', 1, 3)"
+rcli HSET 'COUPON:RESERVE:{2}' "402:$LOST" 3 402 1 402:held 3 >/dev/null
+rcli HSET 'COUPON:RESERVE:EPOCH:402_{2}' "$LOST:1" open:3 >/dev/null
+http GET '/market/admin/coupon/reserves?id=402' '' "$ADMIN"
+check_eq "reserves list under valgrind" "200 3" "$HTTP_CODE $(jat "$HTTP_BODY" reserves.0.left)"
+http GET /market/admin/coupon/reserves '' "$ADMIN"
+http POST /market/admin/coupon/reserve/return "{\"id\":402,\"incarnation\":\"$LOST\"}" "$ADMIN"
+check_eq "reserve return under valgrind" 200 "$HTTP_CODE"
+http POST /market/admin/coupon/reserve/return "{\"id\":402,\"incarnation\":\"$LOST\"}" "$ADMIN"
+http POST /market/admin/coupon/reserve/return '{"id":402,"incarnation":"x","y":1}' "$ADMIN"
 # A rolling reload replaces the workers (they exit, so their leak checks run).
 old_workers=$(pgrep -P "$COUPON_FCGI_PID" | sort | tr '\n' ' ')
 kill -HUP "$COUPON_FCGI_PID"

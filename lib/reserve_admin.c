@@ -1,0 +1,397 @@
+/* reserve_admin.c - node reserves as an operator sees and returns them. */
+#include "reserve_admin.h"
+#include "cs.h"
+#include "keys.h"
+#include "log.h"
+#include "mconn.h"
+#include "rconn.h"
+#include "reserve.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char SQL_OPEN_ONE[] =
+    "SELECT activity_id, incarnation, epoch, amount FROM reserve_epoch "
+    "WHERE activity_id = ? AND state = 1 ORDER BY incarnation, epoch LIMIT ?";
+static const char SQL_OPEN_ALL[] =
+    "SELECT activity_id, incarnation, epoch, amount FROM reserve_epoch "
+    "WHERE state = 1 ORDER BY activity_id, incarnation, epoch LIMIT ?";
+static const char SQL_OPEN_OF[] =
+    "SELECT activity_id, incarnation, epoch, amount FROM reserve_epoch "
+    "WHERE activity_id = ? AND incarnation = ? AND state = 1 ORDER BY epoch LIMIT ?";
+static const char SQL_CLOSE[] =
+    "UPDATE reserve_epoch SET state = 2, closed_by = 'admin', returned = ?, "
+    "closed_at = NOW(3) WHERE activity_id = ? AND incarnation = ? AND epoch = ? AND state = 1";
+
+/* One worker serves one request at a time: the script's SHA is loaded once
+ * per process (rconn loads it on first use and on NOSCRIPT). */
+static struct rscript ra_give;
+
+static const struct rscript *ra_give_script(void)
+{
+    if (ra_give.src == NULL) {
+        ra_give.src = (char *)RESERVE_LUA_GIVE_BACK;
+        ra_give.len = strlen(RESERVE_LUA_GIVE_BACK);
+    }
+    return &ra_give;
+}
+
+void reserve_admin_list_free(struct reserve_list *l)
+{
+    free(l->v);
+    l->v = NULL;
+    l->n = 0;
+}
+
+int reserve_admin_incarnation_ok(const char *s, size_t len)
+{
+    if (s == NULL || len != JOURNAL_ID_LEN)
+        return 0;
+    for (size_t i = 0; i < len; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return 0;
+    return 1;
+}
+
+struct ra_rows {
+    struct reserve_list *l;
+    size_t cap, max;
+};
+
+static int ra_row(void *arg, int ncols, char **cols)
+{
+    struct ra_rows *rr = arg;
+    struct reserve_list *l = rr->l;
+
+    if (ncols < 4 || cols[0] == NULL || cols[1] == NULL || cols[2] == NULL || cols[3] == NULL
+        || !reserve_admin_incarnation_ok(cols[1], strlen(cols[1])))
+        return CS_OK;
+    if (l->n == rr->max) {
+        l->truncated = 1;
+        return CS_OK;
+    }
+    if (l->n == rr->cap) {
+        rr->cap = rr->cap ? rr->cap * 2 : 16;
+        l->v = xrealloc(l->v, rr->cap * sizeof(*l->v));
+    }
+    struct reserve_view *v = &l->v[l->n++];
+    memset(v, 0, sizeof(*v));
+    v->activity_id = strtoll(cols[0], NULL, 10);
+    memcpy(v->incarnation, cols[1], JOURNAL_ID_LEN);
+    v->incarnation[JOURNAL_ID_LEN] = '\0';
+    v->epoch = strtoll(cols[2], NULL, 10);
+    v->amount = strtoll(cols[3], NULL, 10);
+    v->left = -1;
+    v->lease_age_ms = -1;
+    v->lease_expired = 0;
+    return CS_OK;
+}
+
+/* Redis' clock in ms from a TIME reply, or -1. */
+static int64_t ra_time_ms(const redisReply *t)
+{
+    if (t == NULL || t->type != REDIS_REPLY_ARRAY || t->elements != 2
+        || t->element[0]->type != REDIS_REPLY_STRING || t->element[1]->type != REDIS_REPLY_STRING)
+        return -1;
+    return strtoll(t->element[0]->str, NULL, 10) * 1000
+           + strtoll(t->element[1]->str, NULL, 10) / 1000;
+}
+
+static int64_t ra_int_or(const redisReply *r, int64_t dflt)
+{
+    if (r != NULL && r->type == REDIS_REPLY_STRING && r->len > 0)
+        return strtoll(r->str, NULL, 10);
+    return dflt;
+}
+
+/* Appends what Redis says of view v: its reserve field, its node's last
+ * renewal, and the shard master's clock (TIME on the same master as the
+ * lease, routed by the reserve key). Three commands. */
+static int ra_append_view(struct rconn *rc, const struct reserve_view *v)
+{
+    char rkey[KEYS_MAX];
+    keys_reserve(rkey, keys_shard(v->activity_id));
+    if (rconn_append(rc, rkey, "HGET %s %" PRId64 ":%s", rkey, v->activity_id, v->incarnation)
+            != CS_OK
+        || rconn_append(rc, rkey, "HGET %s lease:%s", rkey, v->incarnation) != CS_OK
+        || rconn_append(rc, rkey, "TIME") != CS_OK)
+        return CS_ERR;
+    return CS_OK;
+}
+
+/* Reads the three replies of ra_append_view() into v. */
+static int ra_read_view(struct rconn *rc, struct reserve_view *v, int lease_ms)
+{
+    redisReply *r[3] = {NULL, NULL, NULL};
+    int ret = CS_OK;
+    for (int i = 0; i < 3; i++)
+        if (rconn_get_reply(rc, &r[i]) != CS_OK) {
+            ret = CS_ERR;
+            goto out;
+        }
+    v->left = ra_int_or(r[0], -1);
+    int64_t last = ra_int_or(r[1], -1), now = ra_time_ms(r[2]);
+    if (now < 0) {
+        ret = CS_ERR;
+        goto out;
+    }
+    v->lease_age_ms = last >= 0 ? now - last : -1;
+    /* As RESERVE_LUA_GIVE_BACK judges it: no renewal at all counts as long ago. */
+    v->lease_expired = last < 0 || now - last > lease_ms;
+out:
+    for (int i = 0; i < 3; i++)
+        if (r[i] != NULL)
+            freeReplyObject(r[i]);
+    return ret;
+}
+
+/* Fills left and the lease of every view, one pipeline; CS_ERR when Redis
+ * failed (views left unknown). */
+static int ra_redis_views(struct rconn *rc, struct reserve_list *l, int lease_ms)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (ra_append_view(rc, &l->v[i]) != CS_OK)
+            return CS_ERR;
+    for (size_t i = 0; i < l->n; i++)
+        if (ra_read_view(rc, &l->v[i], lease_ms) != CS_OK) {
+            /* A failed read dropped the connection: nothing more to read. */
+            for (size_t j = 0; j < l->n; j++) {
+                l->v[j].left = -1;
+                l->v[j].lease_age_ms = -1;
+                l->v[j].lease_expired = 0;
+            }
+            return CS_ERR;
+        }
+    return CS_OK;
+}
+
+static int ra_held(struct rconn *rc, int64_t id, int64_t *held)
+{
+    char rkey[KEYS_MAX];
+    keys_reserve(rkey, keys_shard(id));
+    redisReply *r = rconn_command(rc, rkey, "HGET %s %" PRId64 ":held", rkey, id);
+    if (r == NULL || (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_NIL)) {
+        if (r != NULL)
+            freeReplyObject(r);
+        return CS_ERR;
+    }
+    *held = ra_int_or(r, 0);
+    freeReplyObject(r);
+    return CS_OK;
+}
+
+int reserve_admin_list(struct mconn *mc, struct rconn *rc, int64_t id, int lease_ms,
+                       struct reserve_list *out, char *err, size_t errlen)
+{
+    struct ra_rows rr = {.l = out, .cap = 0, .max = RESERVE_ADMIN_LIST_MAX};
+
+    memset(out, 0, sizeof(*out));
+    out->held = -1;
+    /* One more than shown: whether the list was cut. */
+    struct mval one[] = {MV_INT(id), MV_INT(RESERVE_ADMIN_LIST_MAX + 1)};
+    struct mval all[] = {MV_INT(RESERVE_ADMIN_LIST_MAX + 1)};
+    int rc_my = id > 0 ? mconn_query(mc, SQL_OPEN_ONE, one, 2, ra_row, &rr)
+                       : mconn_query(mc, SQL_OPEN_ALL, all, 1, ra_row, &rr);
+    if (rc_my != CS_OK) {
+        snprintf(err, errlen, "reading open reserve epochs from MySQL: %s", mc->errstr);
+        reserve_admin_list_free(out);
+        return CS_ERR;
+    }
+    out->redis_ok = ra_redis_views(rc, out, lease_ms) == CS_OK;
+    if (out->redis_ok && id > 0 && ra_held(rc, id, &out->held) != CS_OK) {
+        out->held = -1;
+        out->redis_ok = 0;
+    }
+    if (!out->redis_ok)
+        log_warn("reserve list: Redis could not be read: %s", rc->errstr);
+    return CS_OK;
+}
+
+/* ---- returning a lost node's reserve ------------------------------------------------ */
+
+/* The epoch's state in Redis ("open:<n>", "closed"; "" when absent) into st. */
+static int ra_epoch_state(struct rconn *rc, int64_t id, const char *inc, int64_t epoch, char *st,
+                          size_t stlen)
+{
+    char ekey[KEYS_MAX];
+    keys_reserve_epochs(ekey, id);
+    redisReply *r = rconn_command(rc, ekey, "HGET %s %s:%" PRId64, ekey, inc, epoch);
+    if (r == NULL || (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_NIL)) {
+        if (r != NULL)
+            freeReplyObject(r);
+        return CS_ERR;
+    }
+    snprintf(st, stlen, "%s", r->type == REDIS_REPLY_STRING ? r->str : "");
+    freeReplyObject(r);
+    return CS_OK;
+}
+
+/* The durability rule for what ran at site (fence: it wrote nothing, so a
+ * write of the fence key goes first and the WAIT covers what was there). */
+static int ra_durable(struct rconn *rc, const struct reserve_admin_opts *o, int shard,
+                      const struct rconn_site *site, int fence)
+{
+    char fkey[KEYS_MAX];
+    if (o->wait_replicas <= 0)
+        return CS_OK;
+    keys_fence(fkey, shard);
+    int copies = rconn_copies(rc, site, o->wait_replicas);
+    return rconn_wait_at(rc, site, fence ? fkey : NULL, copies, o->wait_timeout_ms);
+}
+
+static int ra_close_mysql(struct mconn *mc, int64_t id, const char *inc, int64_t epoch,
+                          int64_t returned, char *err, size_t errlen)
+{
+    struct mval p[] = {returned >= 0 ? MV_INT(returned) : (struct mval){.t = MV_NULL},
+                       MV_INT(id), MV_TXT(inc, JOURNAL_ID_LEN), MV_INT(epoch)};
+    if (mconn_exec(mc, SQL_CLOSE, p, 4, NULL) != CS_OK) {
+        snprintf(err, errlen, "closing epoch %" PRId64 " in MySQL: %s", epoch, mc->errstr);
+        return CS_ERR;
+    }
+    return CS_OK;
+}
+
+/*
+ * The give-back script said the epoch is not open in Redis (-1). Its node
+ * may be giving it back itself right now (script done, MySQL not yet): only
+ * once its lease is over is that ruled out. Then "closed" is a return whose
+ * MySQL step failed (or a refused set-aside whose node died before closing
+ * it): closed in MySQL now, with what went back unknown (NULL).
+ */
+static int ra_not_open(struct mconn *mc, struct rconn *rc, const struct reserve_admin_opts *o,
+                       const struct reserve_view *v, struct reserve_return *res, char *err,
+                       size_t errlen)
+{
+    char st[64];
+    struct reserve_view lv = *v;
+
+    if (ra_append_view(rc, &lv) != CS_OK || ra_read_view(rc, &lv, o->lease_ms) != CS_OK
+        || ra_epoch_state(rc, v->activity_id, v->incarnation, v->epoch, st, sizeof(st))
+               != CS_OK) {
+        snprintf(err, errlen, "reading reserve epoch %" PRId64 " from Redis: %s", v->epoch,
+                 rc->errstr);
+        return CS_ERR;
+    }
+    res->lease_age_ms = lv.lease_age_ms;
+    if (!lv.lease_expired) {
+        res->outcome = RRET_LEASE_NOT_EXPIRED;
+        return CS_OK;
+    }
+    if (st[0] == '\0') {
+        res->outcome = RRET_NOT_IN_REDIS;
+        return CS_OK;
+    }
+    if (strcmp(st, "closed") != 0) {
+        snprintf(err, errlen, "reserve epoch %" PRId64 " is \"%s\" in Redis but the give-back "
+                 "found it not open", v->epoch, st);
+        return CS_ERR;
+    }
+    struct rconn_site at = {0, -1};
+    char ekey[KEYS_MAX];
+    keys_reserve_epochs(ekey, v->activity_id);
+    /* What was read must outlive a failover before MySQL says so: a fence
+     * write and WAIT on the master that answered. */
+    if (o->wait_replicas > 0) {
+        redisReply *r = rconn_commandv_at(rc, ekey, 2, (const char *[]){"EXISTS", ekey},
+                                          (const size_t[]){6, strlen(ekey)}, &at);
+        if (r == NULL || ra_durable(rc, o, keys_shard(v->activity_id), &at, 1) != CS_OK) {
+            if (r != NULL)
+                freeReplyObject(r);
+            snprintf(err, errlen, "reserve epoch %" PRId64 ": not confirmed by replicas: %s",
+                     v->epoch, rc->errstr);
+            return CS_ERR;
+        }
+        freeReplyObject(r);
+    }
+    if (ra_close_mysql(mc, v->activity_id, v->incarnation, v->epoch, -1, err, errlen) != CS_OK)
+        return CS_ERR;
+    res->epochs++;
+    res->amount += v->amount;
+    if (res->outcome != RRET_RETURNED)
+        res->outcome = RRET_CLOSED;
+    return CS_OK;
+}
+
+int reserve_admin_return(struct mconn *mc, struct rconn *rc, const struct reserve_admin_opts *o,
+                         int64_t id, const char *inc, struct reserve_return *res, char *err,
+                         size_t errlen)
+{
+    struct reserve_list l;
+    struct ra_rows rr = {.l = &l, .cap = 0, .max = RESERVE_ADMIN_LIST_MAX};
+    int shard = keys_shard(id), ret = CS_OK;
+
+    memset(res, 0, sizeof(*res));
+    memset(&l, 0, sizeof(l));
+    res->outcome = RRET_NONE_OPEN;
+    res->lease_age_ms = -1;
+    struct mval p[] = {MV_INT(id), MV_TXT(inc, JOURNAL_ID_LEN), MV_INT(RESERVE_ADMIN_LIST_MAX)};
+    if (mconn_query(mc, SQL_OPEN_OF, p, 3, ra_row, &rr) != CS_OK) {
+        snprintf(err, errlen, "reading open reserve epochs from MySQL: %s", mc->errstr);
+        return CS_ERR;
+    }
+    for (size_t i = 0; i < l.n && ret == CS_OK; i++) {
+        const struct reserve_view *v = &l.v[i];
+        char ebuf[48], lbuf[24];
+        char skey[KEYS_MAX], rkey[KEYS_MAX], ekey[KEYS_MAX], abuf[24];
+        keys_stock(skey, shard);
+        keys_reserve(rkey, shard);
+        keys_reserve_epochs(ekey, id);
+        snprintf(abuf, sizeof(abuf), "%" PRId64, id);
+        snprintf(ebuf, sizeof(ebuf), "%" PRId64, v->epoch);
+        snprintf(lbuf, sizeof(lbuf), "%d", o->lease_ms > 0 ? o->lease_ms : 1);
+        /* KEYS stock, reserve, epochs; ARGV activity, incarnation, epoch,
+         * the lease that must have passed, not at the low-water mark. */
+        const char *argv[] = {skey, rkey, ekey, abuf, inc, ebuf, lbuf, "0"};
+        size_t argl[CS_ARRAY_LEN(argv)];
+        for (size_t j = 0; j < CS_ARRAY_LEN(argv); j++)
+            argl[j] = strlen(argv[j]);
+        struct rconn_site at = {0, -1};
+        redisReply *r = rconn_evalsha_at(rc, ra_give_script(), 3, (int)CS_ARRAY_LEN(argv), argv, argl,
+                                         &at);
+        if (r == NULL || r->type != REDIS_REPLY_INTEGER) {
+            snprintf(err, errlen, "giving back epoch %" PRId64 " in Redis: %s", v->epoch,
+                     r != NULL && r->type == REDIS_REPLY_ERROR ? r->str : rc->errstr);
+            if (r != NULL)
+                freeReplyObject(r);
+            ret = CS_ERR;
+            break;
+        }
+        long long back = r->integer;
+        freeReplyObject(r);
+        if (back == -2) {
+            /* The node renewed within the lease: it may still be spending. */
+            struct reserve_view lv = *v;
+            if (ra_append_view(rc, &lv) == CS_OK && ra_read_view(rc, &lv, o->lease_ms) == CS_OK)
+                res->lease_age_ms = lv.lease_age_ms;
+            if (res->outcome != RRET_RETURNED)
+                res->outcome = RRET_LEASE_NOT_EXPIRED;
+            break;
+        }
+        if (back == -1) {
+            ret = ra_not_open(mc, rc, o, v, res, err, errlen);
+            continue;
+        }
+        if (ra_durable(rc, o, shard, &at, 0) != CS_OK) {
+            snprintf(err, errlen, "epoch %" PRId64 " was given back in Redis (%lld coupons) but "
+                     "not confirmed by replicas: %s; a repeat closes it", v->epoch, back,
+                     rc->errstr);
+            ret = CS_ERR;
+            break;
+        }
+        if (ra_close_mysql(mc, id, inc, v->epoch, back, err, errlen) != CS_OK) {
+            log_error("reserve return: activity %" PRId64 " incarnation %s epoch %" PRId64
+                      ": %lld coupons went back to stock in Redis, but MySQL still has the "
+                      "epoch open: %s", id, inc, v->epoch, back, err);
+            ret = CS_ERR;
+            break;
+        }
+        res->outcome = RRET_RETURNED;
+        res->epochs++;
+        res->returned += back;
+        res->amount += v->amount;
+    }
+    reserve_admin_list_free(&l);
+    return ret;
+}

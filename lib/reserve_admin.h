@@ -1,0 +1,101 @@
+/* reserve_admin.h - what an operator sees and does with node reserves
+ * (DESIGN.md "Selling through a slow or missing Redis", rule 8): the open
+ * epochs per node incarnation with what Redis says of them, and returning
+ * the reserve of a node that was lost, once its lease is over.
+ *
+ * Both run in a worker of coupon-fcgi for the admin routes
+ * GET /market/admin/coupon/reserves and POST .../reserve/return; the node
+ * that held the reserve finds its epoch closed when it comes back (its
+ * keeper stops spending it and replays what its journal holds, rule 7).
+ */
+#ifndef CS_RESERVE_ADMIN_H
+#define CS_RESERVE_ADMIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "journal.h"
+
+struct mconn;
+struct rconn;
+
+/* At most this many epochs in one listing. */
+#define RESERVE_ADMIN_LIST_MAX 200
+
+/* One open epoch, as MySQL and Redis see it. */
+struct reserve_view {
+    int64_t activity_id;
+    char incarnation[JOURNAL_ID_LEN + 1];
+    int64_t epoch;
+    int64_t amount;            /* set aside (MySQL) */
+    int64_t left;              /* the reserve field in Redis; -1 when absent or unknown */
+    int64_t lease_age_ms;      /* ms since the incarnation last renewed, by Redis' clock;
+                                  -1 when it never did or Redis could not be read */
+    int lease_expired;         /* the admin may return it now (no renewal within the lease) */
+};
+
+struct reserve_list {
+    struct reserve_view *v;    /* xmalloc'ed; reserve_admin_list_free() */
+    size_t n;
+    int truncated;             /* more open epochs than were listed */
+    int redis_ok;              /* 0: Redis could not be read (left, lease unknown) */
+    int64_t held;              /* with one activity: its "<id>:held" in Redis (-1 unknown) */
+};
+
+/*
+ * Lists the open epochs (MySQL reserve_epoch, state 1) of activity id, or of
+ * every activity when id is 0 (the first RESERVE_ADMIN_LIST_MAX, by
+ * activity, incarnation, epoch), with what Redis holds of each: tokens left
+ * in its reserve field and the age of its node's last lease renewal. A lease
+ * counts as expired when more than lease_ms passed since the renewal (or
+ * there was none), as the give-back script judges it. Returns CS_OK (Redis
+ * failing leaves out->redis_ok 0), or CS_ERR with err set when MySQL failed.
+ * The caller frees *out with reserve_admin_list_free().
+ */
+int reserve_admin_list(struct mconn *mc, struct rconn *rc, int64_t id, int lease_ms,
+                       struct reserve_list *out, char *err, size_t errlen);
+void reserve_admin_list_free(struct reserve_list *l);
+
+/* Whether s (len bytes) is an incarnation id: JOURNAL_ID_LEN lowercase hex
+ * digits, as lib/journal.c makes them. */
+int reserve_admin_incarnation_ok(const char *s, size_t len);
+
+enum reserve_return_outcome {
+    RRET_RETURNED,             /* given back now: `returned` tokens are in stock again */
+    RRET_CLOSED,               /* Redis had closed it already (a return whose MySQL step
+                                  failed): closed in MySQL now, what went back unknown */
+    RRET_NONE_OPEN,            /* MySQL has no open epoch of that incarnation and activity */
+    RRET_LEASE_NOT_EXPIRED,    /* the node renewed within the lease: it may still spend */
+    RRET_NOT_IN_REDIS,         /* open in MySQL, unknown to Redis (lost, not restored yet) */
+};
+
+struct reserve_return {
+    enum reserve_return_outcome outcome;
+    int epochs;                /* epochs closed by this call */
+    int64_t returned;          /* tokens put back into stock by this call */
+    int64_t amount;            /* what the epochs closed had set aside */
+    int64_t lease_age_ms;      /* -1 unknown */
+};
+
+struct reserve_admin_opts {
+    int lease_ms;              /* fallback.lease_ms */
+    int wait_replicas;         /* redis.wait_replicas: the durability rule */
+    int wait_timeout_ms;
+};
+
+/*
+ * Returns to stock the open reserve of incarnation inc (JOURNAL_ID_LEN hex
+ * digits, checked by the caller) for activity id, epoch by epoch: the
+ * give-back script with the lease check (RESERVE_LUA_GIVE_BACK, ARGV[4] =
+ * lease_ms), then the durability rule, then the epoch closed in MySQL
+ * (state 2, closed_by 'admin', returned). Safe to repeat: a return whose
+ * MySQL step failed is closed in MySQL by the next call (RRET_CLOSED).
+ * CS_OK with *res; CS_ERR with err set when MySQL or Redis failed or the
+ * give-back was not confirmed by the copies the rule asks for (then a
+ * repeat finishes it).
+ */
+int reserve_admin_return(struct mconn *mc, struct rconn *rc, const struct reserve_admin_opts *o,
+                         int64_t id, const char *inc, struct reserve_return *res, char *err,
+                         size_t errlen);
+
+#endif

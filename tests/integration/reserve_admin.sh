@@ -1,0 +1,365 @@
+#!/usr/bin/env bash
+# reserve_admin.sh - an operator returns the reserve of a lost node
+# (DESIGN.md "Selling through a slow or missing Redis", rule 8), with real
+# servers: two coupon-fcgi nodes on one Redis and MySQL.
+#  (a) GET /market/admin/coupon/reserves lists both nodes' incarnations;
+#  (b) node n2 is killed (kill -9): a return before its lease is over is
+#      409 LEASE_NOT_EXPIRED and changes nothing; after it, 200: the stock
+#      rises by exactly what n2 held, MySQL has the epoch closed by 'admin',
+#      admin_audit has the row; n2 restarted on the same journal spends
+#      nothing of the closed epoch;
+#  (c) n2 grants from its reserve while Redis is down and is killed before
+#      it could replay; its reserve is returned; restarted, it replays those
+#      grants (from stock) and every user told SEIZED holds the coupon;
+#  (d) n2 cut off from Redis (a proxy killed) grants from its reserve; its
+#      reserve is returned while it runs; back on Redis it finds its epoch
+#      closed, spends no more of it and replays its grants;
+#  (e) bad input: 4xx with stable codes.
+# Throughout: stock + what reserves hold + seize-list entries = total.
+# shellcheck source=tests/lib.sh
+. "${top_srcdir:-$(dirname "$0")/../..}/tests/lib.sh"
+
+skip_unless_cmd cgi-fcgi || skip_all "cgi-fcgi is not installed"
+K=20
+LEASE=3000
+TOTAL=1000
+A=5001
+export COUPON_WORKERS=2
+export COUPON_CONF_OVERRIDES="fallback.reserve=$K
+fallback.lease_ms=$LEASE
+${COUPON_CONF_OVERRIDES:-}"
+cs_stack_up
+ADMIN=$(mint_jwt 1 admin)
+SHARD=$((A % 10))
+LIST="/market/admin/coupon/reserves?id=$A"
+RETURN=/market/admin/coupon/reserve/return
+
+held_of() { local v; v=$(rcli HGET "COUPON:RESERVE:{$SHARD}" "$A:held"); echo "${v:-0}"; }
+field_of() { rcli HGET "COUPON:RESERVE:{$SHARD}" "$A:$1"; }
+seized_of() { rcli HLEN "COUPON:SEIZE:LIST:${A}_{$SHARD}"; }
+reserved() { (($(held_of) >= $1)); }
+# balanced WHAT: Redis stock + what reserves hold + seize-list entries = total,
+# read in one script (a set-aside between separate reads would count twice).
+balanced() {
+    local s h l
+    read -r s h l < <(rcli EVAL "return {redis.call('HGET', KEYS[1], ARGV[1]) or '0',
+        redis.call('HGET', KEYS[2], ARGV[1] .. ':held') or '0', redis.call('HLEN', KEYS[3])}" \
+        3 "COUPON:RESOURCE:STOCK:{$SHARD}" "COUPON:RESERVE:{$SHARD}" \
+        "COUPON:SEIZE:LIST:${A}_{$SHARD}" "$A" | tr '\n' ' ')
+    if ((s + h + l == TOTAL)); then
+        ok "$1: stock $s + held $h + seized $l = $TOTAL"
+    else
+        not_ok "$1: stock + held + seized = total" "stock $s + held $h + seized $l != $TOTAL"
+    fi
+}
+# rsv INCARNATION FIELD: FIELD of that incarnation's entry in the last list
+# answer (HTTP_BODY); empty when not listed.
+rsv() {
+    python3 -c 'import json, sys
+d = json.loads(sys.argv[1])
+for x in d.get("reserves", []):
+    if x["incarnation"] == sys.argv[2]:
+        print(json.dumps(x[sys.argv[3]]))
+        break' "$HTTP_BODY" "$1" "$2" 2>/dev/null
+}
+lease_over() { http GET "$LIST" '' "$ADMIN"; [[ $(rsv "$1" leaseExpired) == true ]]; }
+n2_metric() {
+    node_http n2 GET /market/admin/metrics '' "$ADMIN"
+    sed -n "s/^$1 \([0-9.e+-]*\)\$/\1/p" <<<"$HTTP_BODY"
+}
+n2_metric_is() { [[ $(n2_metric "$1") == "$2" ]]; }
+ret_body() { printf '{"id":%s,"incarnation":"%s"}' "$A" "$1"; }
+epoch_row() {
+    mysql_q "SELECT state, COALESCE(closed_by, '-'), COALESCE(returned, '-') FROM reserve_epoch
+             WHERE activity_id = $A AND incarnation = '$1' AND epoch = $2" | tr '\t' ' '
+}
+drained() { [[ $(rcli HLEN "QUEUE:COUPON:SEIZE:SYNC:{$SHARD}") == 0 ]]; }
+# seize_n2 USER: one user's seize on n2, asked again while the answer cannot
+# say (a worker whose connection died with Redis answers UNKNOWN_OUTCOME
+# once); prints the last code.
+seize_n2() {
+    local tok i code
+    tok=$(mint_jwt "$1")
+    for i in 1 2 3 4 5 6; do
+        node_http n2 POST /market/consumer/coupon/seize "{\"id\":$A}" "$tok"
+        code=$(json_get "$HTTP_BODY" code 2>/dev/null)
+        [[ $code != UNKNOWN_OUTCOME && $code != UNAVAILABLE ]] && break
+    done
+    echo "$code"
+}
+
+# --- (a) two nodes, both listed -----------------------------------------------------------
+mk_activity "$A" "$TOTAL" -60 3600
+http POST /market/admin/coupon/preheat '' "$ADMIN"
+node_up n2 || finish
+INC1=$(cat "$COUPON_DIR/journal/incarnation")
+INC2=$(cat "$COUPON_DIR/n2/journal/incarnation")
+diag "node 1 is $INC1, n2 is $INC2"
+check "(a) both nodes set a reserve of $K aside" wait_for 20 reserved $((2 * K))
+# A node renews its lease in the pass after the set-aside (until then an
+# admin may return the epoch: it was never spendable).
+both_live() {
+    http GET "$LIST" '' "$ADMIN"
+    [[ $(rsv "$INC1" leaseExpired) == false && $(rsv "$INC2" leaseExpired) == false ]]
+}
+check "(a) the list shows both incarnations with a live lease" wait_for 10 both_live
+diag "list: $HTTP_BODY"
+check_eq "(a) the list answers 200 OK" "200 OK" "$HTTP_CODE $(json_get "$HTTP_BODY" code)"
+check_eq "(a) it says what reserves hold" $((2 * K)) "$(json_get "$HTTP_BODY" held)"
+check_eq "(a) node 1's reserve: epoch 1, $K of $K left, lease live" "1 $K $K false" \
+    "$(rsv "$INC1" epoch) $(rsv "$INC1" amount) $(rsv "$INC1" left) $(rsv "$INC1" leaseExpired)"
+check_eq "(a) n2's reserve: epoch 1, $K of $K left, lease live" "1 $K $K false" \
+    "$(rsv "$INC2" epoch) $(rsv "$INC2" amount) $(rsv "$INC2" left) $(rsv "$INC2" leaseExpired)"
+age=$(rsv "$INC2" leaseAgeMs)
+check "(a) n2's lease was renewed just now (${age} ms ago)" test "${age:-99999}" -lt "$LEASE"
+http GET /market/admin/coupon/reserves '' "$ADMIN"
+check_eq "(a) without id: every open epoch, both nodes" "1 1" \
+    "$(rsv "$INC1" epoch) $(rsv "$INC2" epoch)"
+balanced "(a)"
+# Warm-up through Redis, so that n2's workers know the sale (for (c)).
+for u in 1 2 3 4 5 6; do
+    node_http n2 POST /market/consumer/coupon/seize "{\"id\":$A}" "$(mint_jwt $((5001000 + u)))"
+done
+
+# --- (b) n2 killed: its reserve returned once its lease is over ------------------------------
+node_down n2 KILL
+# n2 must not have given its reserve back by itself before it died.
+if grep -q "given back" "$COUPON_DIR/n2/fcgi.log"; then
+    diag "n2 gave its reserve back before it died; its log:"
+    sed 's/^/#   /' "$COUPON_DIR/n2/fcgi.log"
+fi
+s0=$(stock_of "$A")
+http POST "$RETURN" "$(ret_body "$INC2")" "$ADMIN"
+check_eq "(b) a return within n2's lease: 409 LEASE_NOT_EXPIRED" "409 LEASE_NOT_EXPIRED" \
+    "$HTTP_CODE $(json_get "$HTTP_BODY" code)"
+check_eq "(b) ... and the stock is unchanged" "$s0" "$(stock_of "$A")"
+check_eq "(b) ... and the epoch still open in MySQL" "1 - -" "$(epoch_row "$INC2" 1)"
+http POST "$RETURN" "$(ret_body "$INC1")" "$ADMIN"
+check_eq "(b) a live node's reserve cannot be returned" "409 LEASE_NOT_EXPIRED" \
+    "$HTTP_CODE $(json_get "$HTTP_BODY" code)"
+check "(b) the list shows n2's lease expired" wait_for 15 lease_over "$INC2"
+held2=$(rsv "$INC2" left)
+s0=$(stock_of "$A")
+http POST "$RETURN" "$(ret_body "$INC2")" "$ADMIN"
+check_eq "(b) after the lease: 200 OK" "200 OK" "$HTTP_CODE $(json_get "$HTTP_BODY" code)"
+check_eq "(b) it returned what n2 held ($held2)" "$held2" "$(json_get "$HTTP_BODY" returned)"
+check_eq "(b) the stock rose by exactly that" $((s0 + held2)) "$(stock_of "$A")"
+check_eq "(b) n2's reserve field is gone from Redis" "" "$(field_of "$INC2")"
+check_eq "(b) MySQL: the epoch closed by admin, $held2 returned" "2 admin $held2" \
+    "$(epoch_row "$INC2" 1)"
+check_eq "(b) admin_audit has the return and the refusal" "reserve_return 409 LEASE_NOT_EXPIRED
+reserve_return 409 LEASE_NOT_EXPIRED
+reserve_return 200 OK" \
+    "$(mysql_q "SELECT action, http_status, result FROM admin_audit WHERE activity_id = $A
+                AND action = 'reserve_return' ORDER BY id" | tr '\t' ' ')"
+balanced "(b) after the return"
+http POST "$RETURN" "$(ret_body "$INC2")" "$ADMIN"
+check_eq "(b) a second return: 404 NO_OPEN_RESERVE" "404 NO_OPEN_RESERVE" \
+    "$HTTP_CODE $(json_get "$HTTP_BODY" code)"
+check_eq "(b) ... and the stock is unchanged" $((s0 + held2)) "$(stock_of "$A")"
+
+# n2 comes back on the same journal: its closed epoch is not spent again.
+node_up n2 || finish
+check "(b) n2 restarted: its keeper runs" wait_for 20 n2_metric_is couponseize_reserve_keeper_up 1
+# It may set a new epoch aside; epoch 1 stays closed and spends nothing.
+new_epoch() { [[ $(mysql_q "SELECT COUNT(*) FROM reserve_epoch WHERE activity_id = $A
+                             AND incarnation = '$INC2' AND epoch = 2 AND state = 1") == 1 ]]; }
+check "(b) n2 set aside a new epoch (2)" wait_for 20 new_epoch
+check_eq "(b) epoch 1 stays closed by admin" "2 admin $held2" "$(epoch_row "$INC2" 1)"
+wait_for 10 n2_metric_is couponseize_reserve_held "$K"
+check_eq "(b) n2 holds only the new epoch's $K" "$K" "$(n2_metric couponseize_reserve_held)"
+check_eq "(b) Redis: n2's field is the new epoch's" "$K" "$(field_of "$INC2")"
+balanced "(b) after n2's restart"
+
+# --- (c) grants from the reserve that n2 could not replay before it died ------------------
+for u in 1 2 3 4 5 6; do
+    node_http n2 POST /market/consumer/coupon/seize "{\"id\":$A}" "$(mint_jwt $((5001100 + u)))"
+done
+spent0=$(n2_metric couponseize_reserve_spent_total)
+stack stop-redis --kill
+declare -A told
+for u in 11 12 13; do told[$u]=$(seize_n2 $((5001100 + u))); done
+spent=$(($(n2_metric couponseize_reserve_spent_total) - spent0))
+depth=$(n2_metric couponseize_journal_depth)
+node_down n2 KILL
+for u in 11 12 13; do diag "(c) user $((5001100 + u)) was told ${told[$u]} by n2"; done
+check "(c) n2 granted from its reserve while Redis was down ($spent)" test "$spent" -ge 1
+check_eq "(c) ... all of them still in its journal when it died" "$spent" "$depth"
+stack start-redis
+health_ok() { [[ $(http_code GET /market/health) == 200 ]]; }
+check "(c) Redis is back" wait_for 20 health_ok
+balanced "(c) n2 dead with unreplayed grants"
+check "(c) n2's lease is over" wait_for 15 lease_over "$INC2"
+held2=$(rsv "$INC2" left)
+s0=$(stock_of "$A")
+http POST "$RETURN" "$(ret_body "$INC2")" "$ADMIN"
+check_eq "(c) its reserve returned: 200 OK, $held2 coupons" "200 OK $held2" \
+    "$HTTP_CODE $(json_get "$HTTP_BODY" code) $(json_get "$HTTP_BODY" returned)"
+check_eq "(c) the stock rose by exactly that" $((s0 + held2)) "$(stock_of "$A")"
+check_eq "(c) MySQL: epoch 2 closed by admin" "2 admin $held2" "$(epoch_row "$INC2" 2)"
+balanced "(c) after the return"
+node_up n2 || finish
+check "(c) n2 restarted replays its journal" wait_for 20 n2_metric_is couponseize_journal_depth 0
+check_eq "(c) replayed from stock: no dead letters" 0 \
+    "$(n2_metric couponseize_reserve_dead_letters_total)"
+bad=0
+for u in 11 12 13; do
+    if [[ ${told[$u]} == SEIZED && $(rcli HEXISTS "COUPON:SEIZE:LIST:${A}_{$SHARD}" \
+        $((5001100 + u))) != 1 ]]; then bad=$((bad + 1)); fi
+done
+check_eq "(c) every user n2 told SEIZED is in the seize list" 0 "$bad"
+check_eq "(c) epoch 2 stays closed by admin" "2 admin $held2" "$(epoch_row "$INC2" 2)"
+balanced "(c) after the replay"
+check "(c) coupon-sync drained the queue" wait_for 60 drained
+check_eq "(c) MySQL holds a coupon per seize-list entry" "$(seized_of)" \
+    "$(mysql_q "SELECT COUNT(*) FROM coupon WHERE activity_id = $A")"
+bad=0
+for u in 11 12 13; do
+    if [[ ${told[$u]} == SEIZED && $(mysql_q "SELECT COUNT(*) FROM coupon WHERE activity_id = $A
+        AND user_id = $((5001100 + u))") != 1 ]]; then bad=$((bad + 1)); fi
+done
+check_eq "(c) every user told SEIZED holds one coupon in MySQL" 0 "$bad"
+
+# --- (d) a live node cut off from Redis finds its epoch returned ----------------------------
+# n2 reaches Redis through a TCP proxy that the test kills and starts again:
+# n2 alone loses Redis, node 1 (serving the admin routes) keeps it.
+cat >"$COUPON_DIR/proxy.py" <<'PY'
+import asyncio, sys
+async def pipe(r, w):
+    try:
+        while data := await r.read(65536):
+            w.write(data)
+            await w.drain()
+    except (ConnectionError, OSError):
+        pass
+    finally:
+        w.close()
+async def client(cr, cw):
+    try:
+        ur, uw = await asyncio.open_connection("127.0.0.1", int(sys.argv[2]))
+    except OSError:
+        cw.close()
+        return
+    await asyncio.gather(pipe(cr, uw), pipe(ur, cw))
+async def main():
+    srv = await asyncio.start_server(client, "127.0.0.1", int(sys.argv[1]))
+    async with srv:
+        await srv.serve_forever()
+asyncio.run(main())
+PY
+PROXY_PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+PROXY_PID=""
+proxy_open() { (exec 3<>"/dev/tcp/127.0.0.1/$PROXY_PORT") 2>/dev/null; }
+proxy_up() {
+    python3 "$COUPON_DIR/proxy.py" "$PROXY_PORT" "$REDIS_PORT" 2>/dev/null &
+    PROXY_PID=$!
+    wait_for 10 proxy_open
+}
+proxy_kill() { [[ -z $PROXY_PID ]] || { kill -KILL "$PROXY_PID" 2>/dev/null; wait "$PROXY_PID" 2>/dev/null; PROXY_PID=""; }; }
+cs_defer proxy_kill
+# The stack's configuration with redis.port (only) pointing at the proxy.
+awk -v port="$PROXY_PORT" '/^redis = \{/ { r = 1 } r && /^ *port = / { sub(/=.*/, "= " port ";") }
+    /^\};/ { r = 0 } { print }' "$COUPON_CONF" >"$COUPON_DIR/n2-proxy.conf"
+node_down n2
+check "(d) the proxy to Redis for n2 is up" proxy_up
+COUPON_CONF=$COUPON_DIR/n2-proxy.conf node_up n2 || finish
+open_epoch() {
+    E=$(mysql_q "SELECT MAX(epoch) FROM reserve_epoch WHERE activity_id = $A
+                 AND incarnation = '$INC2' AND state = 1")
+    [[ $E =~ ^[0-9]+$ ]]
+}
+check "(d) n2 (through the proxy) set a new epoch aside" wait_for 20 open_epoch
+n2_live() { http GET "$LIST" '' "$ADMIN"; [[ $(rsv "$INC2" leaseExpired) == false ]]; }
+check "(d) n2's lease is live" wait_for 10 n2_live
+diag "(d) n2's epoch is $E"
+for u in 1 2 3 4 5 6; do
+    node_http n2 POST /market/consumer/coupon/seize "{\"id\":$A}" "$(mint_jwt $((5001200 + u)))"
+done
+spent0=$(n2_metric couponseize_reserve_spent_total)
+proxy_kill
+declare -A told2
+for u in 11 12 13; do told2[$u]=$(seize_n2 $((5001200 + u))); done
+for u in 11 12 13; do diag "(d) user $((5001200 + u)) was told ${told2[$u]} by n2"; done
+spent=$(($(n2_metric couponseize_reserve_spent_total) - spent0))
+check "(d) n2, cut off, granted from its reserve ($spent)" test "$spent" -ge 1
+check "(d) n2's lease is over" wait_for 15 lease_over "$INC2"
+held2=$(rsv "$INC2" left)
+s0=$(stock_of "$A")
+http POST "$RETURN" "$(ret_body "$INC2")" "$ADMIN"
+check_eq "(d) its reserve returned while n2 runs: 200 OK, $held2 coupons" "200 OK $held2" \
+    "$HTTP_CODE $(json_get "$HTTP_BODY" code) $(json_get "$HTTP_BODY" returned)"
+check_eq "(d) the stock rose by exactly that" $((s0 + held2)) "$(stock_of "$A")"
+check_eq "(d) n2's grants wait in its journal" "$spent" "$(n2_metric couponseize_journal_depth)"
+balanced "(d) n2 cut off with unreplayed grants, its reserve returned"
+check "(d) the proxy is back: n2 reaches Redis again" proxy_up
+check "(d) n2 replays its journal" wait_for 20 n2_metric_is couponseize_journal_depth 0
+closed_seen() { grep -q "epoch $E was closed elsewhere (admin); this node spends no more of it" \
+    "$COUPON_DIR/n2/fcgi.log"; }
+check "(d) n2 found its epoch closed by admin and dropped it" wait_for 10 closed_seen
+check_eq "(d) no dead letters" 0 "$(n2_metric couponseize_reserve_dead_letters_total)"
+check_eq "(d) n2 spent nothing more of it" "$spent" \
+    "$(($(n2_metric couponseize_reserve_spent_total) - spent0))"
+bad=0
+for u in 11 12 13; do
+    if [[ ${told2[$u]} == SEIZED && $(rcli HEXISTS "COUPON:SEIZE:LIST:${A}_{$SHARD}" \
+        $((5001200 + u))) != 1 ]]; then bad=$((bad + 1)); fi
+done
+check_eq "(d) every user n2 told SEIZED is in the seize list" 0 "$bad"
+check_eq "(d) epoch $E stays closed by admin" "2 admin $held2" "$(epoch_row "$INC2" "$E")"
+balanced "(d) after the replay"
+next_epoch() { open_epoch && ((E > ${1})); }
+check "(d) n2 goes on with a new epoch" wait_for 20 next_epoch "$E"
+
+# A lost node's reserve with nothing left (all spent and replayed) while
+# other nodes hold theirs: closed, nothing back, what the others hold kept.
+SPENT=fedcba9876543210fedcba9876543210
+mysql_q "INSERT INTO reserve_epoch (activity_id, incarnation, epoch, amount) VALUES ($A, '$SPENT', 1, 2)"
+rcli HSET "COUPON:RESERVE:{$SHARD}" "$A:$SPENT" 0 >/dev/null
+rcli HINCRBY "COUPON:RESERVE:{$SHARD}" "$A" 1 >/dev/null
+rcli HSET "COUPON:RESERVE:EPOCH:${A}_{$SHARD}" "$SPENT:1" open:2 >/dev/null
+h0=$(held_of) s0=$(stock_of "$A")
+http POST "$RETURN" "$(ret_body "$SPENT")" "$ADMIN"
+check_eq "(d) a spent reserve of a lost node: 200 OK, 0 returned" "200 OK 0" \
+    "$HTTP_CODE $(json_get "$HTTP_BODY" code) $(json_get "$HTTP_BODY" returned)"
+check_eq "(d) ... stock and what the others hold unchanged" "$s0 $h0" "$(stock_of "$A") $(held_of)"
+check_eq "(d) ... its epoch closed by admin" "2 admin 0" "$(epoch_row "$SPENT" 1)"
+
+# --- (e) bad input ----------------------------------------------------------------------------
+USER=$(mint_jwt 77)
+bad_is() {
+    local want=$1 path=$2 body=$3 tok=${4-$ADMIN}
+    if [[ $path == GET* ]]; then http GET "${path#GET }" '' "$tok"; else http POST "$path" "$body" "$tok"; fi
+    check_eq "(e) ${5:-$body}: $want" "$want" "$HTTP_CODE $(json_get "$HTTP_BODY" code 2>/dev/null)"
+}
+bad_is "400 BAD_REQUEST" "$RETURN" "{\"incarnation\":\"$INC2\"}" "$ADMIN" "missing id"
+bad_is "400 BAD_REQUEST" "$RETURN" "{\"id\":$A}" "$ADMIN" "missing incarnation"
+bad_is "400 BAD_REQUEST" "$RETURN" "{\"id\":$A,\"incarnation\":\"nothex\"}" "$ADMIN" "bad incarnation"
+bad_is "400 BAD_REQUEST" "$RETURN" "{\"id\":$A,\"incarnation\":\"${INC2^^}\"}" "$ADMIN" \
+    "upper-case incarnation"
+bad_is "400 BAD_REQUEST" "$RETURN" "{\"id\":$A,\"incarnation\":\"$INC2\",\"incarnation\":\"$INC1\"}" \
+    "$ADMIN" "incarnation twice"
+bad_is "400 BAD_REQUEST" "$RETURN" "{\"id\":$A,\"id\":$A,\"incarnation\":\"$INC2\"}" "$ADMIN" "id twice"
+bad_is "400 BAD_REQUEST" "$RETURN" "{\"id\":$A,\"incarnation\":\"$INC2\",\"x\":1}" "$ADMIN" \
+    "an unknown member"
+bad_is "404 NO_OPEN_RESERVE" "$RETURN" "$(ret_body 0123456789abcdef0123456789abcdef)" "$ADMIN" \
+    "an incarnation with nothing open"
+bad_is "403 FORBIDDEN" "$RETURN" "$(ret_body "$INC2")" "$USER" "a user's token"
+bad_is "401 UNAUTHORIZED" "$RETURN" "$(ret_body "$INC2")" "" "no token"
+bad_is "400 BAD_REQUEST" "GET /market/admin/coupon/reserves?id=x" "" "$ADMIN" "list ?id=x"
+bad_is "403 FORBIDDEN" "GET $LIST" "" "$USER" "list with a user's token"
+# An Idempotency-Key: the repeat answers the first answer, and says so.
+idem() {
+    curl -s -D - -o /dev/null -X POST -H "Authorization: Bearer $ADMIN" \
+        -H 'Content-Type: application/json' -H 'Idempotency-Key: reserve-admin-test-1' \
+        --data-binary "$(ret_body 0123456789abcdef0123456789abcdef)" "$COUPON_URL$RETURN" |
+        tr -d '\r' | sed -n 's/^HTTP\/[0-9.]* \([0-9]*\).*/\1/p; s/^Idempotent-Replayed: //Ip'
+}
+idem >/dev/null
+check_eq "(e) a repeated Idempotency-Key is answered as the first time" "404 true" \
+    "$(idem | tr '\n' ' ' | sed 's/ $//')"
+http GET "$RETURN" '' "$ADMIN"
+check_eq "(e) GET on the return route: 405" "405 METHOD_NOT_ALLOWED" \
+    "$HTTP_CODE $(json_get "$HTTP_BODY" code)"
+balanced "(e) at the end"
+
+finish
