@@ -848,10 +848,10 @@ static void keeper_read_list(struct keeper *k)
     int64_t now = cs_mono_ms();
     if (now < k->list_next_ms)
         return;
-    k->list_next_ms = now + KEEPER_LIST_MS;
     redisReply *g = rconn_command(k->rc, KEY_ACTIVITY_LIST_GEN, "GET %s", KEY_ACTIVITY_LIST_GEN);
     if (g == NULL)
-        return;
+        return; /* read again on the next pass that reaches Redis */
+    k->list_next_ms = now + KEEPER_LIST_MS;
     long long gen = g->type == REDIS_REPLY_STRING ? strtoll(g->str, NULL, 10) : -1;
     freeReplyObject(g);
     if (gen == k->list_gen && gen >= 0 && k->acts != NULL)
@@ -1186,6 +1186,13 @@ static void keeper_pass(struct keeper *k, int stopping)
         if (atomic_load(&k->rv->slot[i].state) == RSV_STOPPED)
             keeper_fenced(k, i);
     keeper_replay(k);
+    /* The list says which sales are open to all: known before a slot of a
+     * restarted keeper opens, so a worker without metadata may grant. */
+    int any = 0;
+    for (int s = 0; s < KEYS_SHARDS; s++)
+        any |= k->renewed[s];
+    if (any)
+        keeper_read_list(k);
     keeper_slots(k, stopping);
     keeper_retire_segments(k);
     if (!stopping)
