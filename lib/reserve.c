@@ -130,7 +130,9 @@ const char RESERVE_LUA_REPLAY[] =
  * fallback.lease_ms), and 1 when given back at the low-water mark (no more
  * set-aside for this sale then). Returns what went back to stock, -1 when
  * the epoch is not open (given back already), or -2 when the node renewed
- * within the lease (the admin must wait).
+ * within the lease (the admin must wait). A spent reserve (left 0) leaves
+ * the held count alone: Lua's -0 reaches Redis as "-0", which HINCRBY
+ * refuses, and the script would stop half done (field gone, epoch open).
  */
 const char RESERVE_LUA_GIVE_BACK[] =
     "if redis.replicate_commands then redis.replicate_commands() end\n"
@@ -150,7 +152,7 @@ const char RESERVE_LUA_GIVE_BACK[] =
     "if ARGV[5] == '1' then redis.call('HSET', KEYS[2], ARGV[1] .. ':low', 1) end\n"
     "if redis.call('HINCRBY', KEYS[2], ARGV[1], -1) <= 0 then\n"
     "  redis.call('HDEL', KEYS[2], ARGV[1], ARGV[1] .. ':held')\n"
-    "else\n"
+    "elseif left > 0 then\n"
     "  redis.call('HINCRBY', KEYS[2], ARGV[1] .. ':held', -left)\n"
     "end\n"
     "local stock = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '')\n"
