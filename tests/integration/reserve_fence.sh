@@ -49,8 +49,9 @@ K2=100         # fallback.reserve of node 2, more than a paced load spends in a 
 LEASE=3000     # fallback.lease_ms
 MARGIN=1000    # end - margin: fallback.budget_ms (its default)
 CUT_ADDR=127.0.1.40
-FENCE_TMP=$(mktemp -d "${TMPDIR:-/tmp}/cs-fence.XXXXXX") || exit 99
-N2_LINK=$FENCE_TMP/n2.sock
+# nginx connects to node 2 through this link, made once node 2 is up (nginx
+# resolves the path per request).
+N2_LINK=${TMPDIR:-/tmp}/cs-fence-$$.sock
 export COUPON_WORKERS=4
 export COUPON_REDIS_BIND="127.0.0.1 $CUT_ADDR"
 export COUPON_CONF_OVERRIDES="fallback.reserve=$K
@@ -65,7 +66,7 @@ export COUPON_NGINX_EXTRA="
             fastcgi_param REQUEST_METHOD \$request_method;
             fastcgi_param CONTENT_TYPE \$content_type;
             fastcgi_param CONTENT_LENGTH \$content_length;
-            fastcgi_param REQUEST_URI \$uri;
+            fastcgi_param REQUEST_URI \$uri\$is_args\$args;
             fastcgi_param SCRIPT_NAME \$uri;
             fastcgi_param DOCUMENT_URI \$uri;
             fastcgi_param QUERY_STRING \$query_string;
@@ -84,13 +85,13 @@ export COUPON_NGINX_EXTRA="
 ${COUPON_NGINX_EXTRA:-}"
 T0=$SECONDS
 cs_stack_up
-cs_defer rm -rf "$FENCE_TMP"
 PORT=${COUPON_URL##*:}
 ADMIN=$(mint_jwt 1 admin)
 N2_SEIZE=/n2/market/consumer/coupon/seize
 
 node_up n2 host="\"$CUT_ADDR\"" workers=4 reserve=$K2 || { finish; }
-ln -s "$COUPON_DIR/n2/fcgi.sock" "$N2_LINK"
+cs_defer rm -f "$N2_LINK"
+ln -sfn "$COUPON_DIR/n2/fcgi.sock" "$N2_LINK"
 INC1=$(cat "$COUPON_DIR/journal/incarnation")
 INC2=$(cat "$COUPON_DIR/n2/journal/incarnation")
 
@@ -142,7 +143,7 @@ n2_redis_clients() {
     rcli CLIENT LIST | grep -c "laddr=$CUT_ADDR:$REDIS_PORT " || true
 }
 
-cat >"$FENCE_TMP/paced.py" <<'PY'
+cat >"$COUPON_DIR/paced.py" <<'PY'
 # paced.py PORT PATH ACTIVITY USERBASE RATE SECONDS LOG SECRET: RATE seizes a
 # second for SECONDS (SIGTERM ends it early), user USERBASE + n for the n-th,
 # each on its own connection and thread (at most 64 in flight). LOG: "# start_epoch_ms E",
@@ -205,7 +206,7 @@ PY
 # paced_bg LOG PATH ID USERBASE RATE SECONDS: paced.py in the background;
 # PACED_PID is python itself (stopped on exit).
 paced_bg() {
-    python3 "$FENCE_TMP/paced.py" "$PORT" "$2" "$3" "$4" "$5" "$6" "$1" "$COUPON_JWT_SECRET" &
+    python3 "$COUPON_DIR/paced.py" "$PORT" "$2" "$3" "$4" "$5" "$6" "$1" "$COUPON_JWT_SECRET" &
     PACED_PID=$!
     cs_defer stop_bg "$PACED_PID"
 }
@@ -314,6 +315,8 @@ check "(g1) node 2 gave its reserve back: epoch closed, nothing onto the tombsto
                         WHERE activity_id = $A1 AND incarnation = '$INC2'" "2 0"
 check "(g1) node 1's epoch is closed too" wait_for 20 all_closed $A1
 check "(g1) node 2 answers VOIDED once back" wait_for 10 code_is "$N2_SEIZE" $A1 5001400000 VOIDED
+http GET "/n2/market/consumer/coupon/status?id=$A1"
+check_eq "(g1) status on node 2 once back: VOIDED" VOIDED "$(jat "$HTTP_BODY" activity.status)"
 after1=$(seize_load $A1 8 200 5001500000)
 after2=$(seize_load $A1 8 200 5001600000 -u "$N2_SEIZE")
 check_eq "(g1) after the cut, no node answers SEIZED" "0 0" \
