@@ -18,7 +18,11 @@
 #       spends nothing, though its lease holds; the preheat's restore sets
 #       stock = total - coupons - queued - open epochs; every user told
 #       SEIZED holds exactly one coupon once the nodes replayed and
-#       coupon-sync wrote them; stock + held + coupons = total.
+#       coupon-sync wrote them; stock + held + coupons = total. coupon-sync
+#       is stopped from the wipe to the restore, so that no periodic preheat
+#       restores before the test has looked at the empty Redis; the restore
+#       is the admin's preheat. ("queued" is 0 here: the queue went with the
+#       data, so the warm-up is drained into MySQL before Redis is killed.)
 #
 # How one node is cut off from the one Redis while coupon-sync, the admin and
 # node 1 still reach it: Redis listens on 127.0.0.1 and on $CUT_ADDR too
@@ -89,7 +93,8 @@ PORT=${COUPON_URL##*:}
 ADMIN=$(mint_jwt 1 admin)
 N2_SEIZE=/n2/market/consumer/coupon/seize
 
-node_up n2 host="\"$CUT_ADDR\"" workers=4 reserve=$K2 || { finish; }
+# host= is mysql.host too: harmless, MySQL is reached through its socket.
+node_up n2 host="\"$CUT_ADDR\"" workers=4 reserve=$K2 || finish
 cs_defer rm -f "$N2_LINK"
 ln -sfn "$COUPON_DIR/n2/fcgi.sock" "$N2_LINK"
 INC1=$(cat "$COUPON_DIR/journal/incarnation")
