@@ -144,6 +144,7 @@ n2_health_seize() {
     node_http n2 GET /market/health
     json_get "$HTTP_BODY" seize
 }
+n2_health_is() { [[ $(n2_health_seize) == "$1" ]]; }
 n2_redis_clients() {
     rcli CLIENT LIST | grep -c "laddr=$CUT_ADDR:$REDIS_PORT " || true
 }
@@ -259,9 +260,9 @@ check "(g1) both nodes set their reserves aside" wait_for 15 held_is $A1 $((K + 
 check_eq "(g1) node 2's epoch is open in MySQL" "1 -" "$(epochs $A1 "$INC2")"
 # Every worker of both nodes caches the sale first, as a running sale has.
 warm=$(seize_load $A1 8 200 5001000000)
-check_eq "(g1) node 1 warm-up granted by Redis" 200 "$(code_count "$warm" SEIZED)"
+check_eq "(g1) node 1 warm-up granted by Redis" '{"SEIZED": 200}' "$(json_get "$warm" codes)"
 warm=$(seize_load $A1 8 200 5001100000 -u "$N2_SEIZE")
-check_eq "(g1) node 2 warm-up granted by Redis" 200 "$(code_count "$warm" SEIZED)"
+check_eq "(g1) node 2 warm-up granted by Redis" '{"SEIZED": 200}' "$(json_get "$warm" codes)"
 U_DUP=5001000001 # holds a coupon from node 1; seizes again on the cut-off node
 
 log2=$COUPON_DIR/g1-n2.log
@@ -314,6 +315,9 @@ check_eq "(g1) node 1 answers VOIDED after the revoke" \
 
 net_heal
 t_heal=$(now_ms)
+# Health is the breaker's probe once its open interval is over (seizes for
+# the revoked sale, answered VOIDED from metadata, never probe).
+check "(g1) health on node 2 once back: seizes go to Redis" wait_for 10 n2_health_is redis
 check "(g1) node 2 replayed its journal once back" wait_for 20 metric_is couponseize_journal_depth 0 n2
 check "(g1) node 2 gave its reserve back: epoch closed, nothing onto the tombstone" \
     wait_for 20 sql_is "SELECT CONCAT(state, ' ', returned) FROM reserve_epoch
@@ -366,7 +370,7 @@ check_eq "(g2) ... and the end is unchanged" "$end" "$(end_ms $A2)"
 http POST /market/admin/coupon/preheat '' "$ADMIN"
 check "(g2) both nodes set their reserves aside" wait_for 8 held_is $A2 $((K + K2))
 warm=$(seize_load $A2 8 100 5002000000 -u "$N2_SEIZE")
-check_eq "(g2) node 2 warm-up granted by Redis" 100 "$(code_count "$warm" SEIZED)"
+check_eq "(g2) node 2 warm-up granted by Redis" '{"SEIZED": 100}' "$(json_get "$warm" codes)"
 t_cut=$((end - MARGIN - LEASE / 2 - 1000))
 left=$((t_cut - $(now_ms)))
 check "(g2) the set-up left time before the cut (${left} ms)" test "$left" -gt 500
@@ -384,6 +388,7 @@ t_lease=$((t_cut + LEASE)) t_stop=$((end - MARGIN))
 wait "$p2" "$p1"
 spent=$(($(metric couponseize_reserve_spent_total n2) - spent0))
 net_heal
+check "(g2) health on node 2 once back: seizes go to Redis" wait_for 10 n2_health_is redis
 diag "(g2) node 2: $(sent_codes "$log2" "$t_cut" "$t_stop") from the cut to end - margin;" \
     "$(sent_codes "$log2" "$t_stop" "$end") to the end; $(sent_codes "$log2" "$end") after;" \
     "lease over $((t_lease - t_stop)) ms after end - margin; $spent reserve grants"
@@ -417,9 +422,9 @@ mk_activity $A3 $TOTAL3 -60 3600
 http POST /market/admin/coupon/preheat '' "$ADMIN"
 check "(g3) both nodes set their reserves aside" wait_for 15 held_is $A3 $((K + K2))
 warm=$(seize_load $A3 8 200 5003000000)
-check_eq "(g3) node 1 warm-up granted by Redis" 200 "$(code_count "$warm" SEIZED)"
+check_eq "(g3) node 1 warm-up granted by Redis" '{"SEIZED": 200}' "$(json_get "$warm" codes)"
 warm=$(seize_load $A3 8 100 5003100000 -u "$N2_SEIZE")
-check_eq "(g3) node 2 warm-up granted by Redis" 100 "$(code_count "$warm" SEIZED)"
+check_eq "(g3) node 2 warm-up granted by Redis" '{"SEIZED": 100}' "$(json_get "$warm" codes)"
 check "(g3) coupon-sync drained the queue" wait_for 60 drained 3
 c0=$(rows_of $A3)
 check_eq "(g3) the warm-up is in MySQL" 300 "$c0"
@@ -480,6 +485,7 @@ check_match "(g3) restore: stock = total - coupons - queued - open epochs" \
 check_eq "(g3) the stock field says so" "$want" "$(stock_of $A3)"
 check "(g3) node 1 replayed its journal" wait_for 20 metric_is couponseize_journal_depth 0
 net_heal
+check "(g3) health on node 2 once back: seizes go to Redis" wait_for 10 n2_health_is redis
 check "(g3) node 2 replayed its journal once back" wait_for 20 metric_is couponseize_journal_depth 0 n2
 # stopped_then_replayed LOG: after the keeper saw the restore, its shard's
 # slot reopened only after a replay pass.
