@@ -483,6 +483,8 @@ check_match "(g3) restore: stock = total - coupons - queued - open epochs" \
     "stock restored to $want \\(total $TOTAL3, $c0 coupons in MySQL, 0 queued, $open_sum in 2 open node reserves\\)" \
     "$line"
 check_eq "(g3) the stock field says so" "$want" "$(stock_of $A3)"
+check_eq "(g3) the same preheat voided (g1)'s sale again: tombstone, VOIDED" "-1 1" \
+    "$(stock_of $A1) $(rcli SISMEMBER ACTIVITY:VOIDED $A1)"
 check "(g3) node 1 replayed its journal" wait_for 20 metric_is couponseize_journal_depth 0
 net_heal
 check "(g3) health on node 2 once back: seizes go to Redis" wait_for 10 n2_health_is redis
