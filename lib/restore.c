@@ -76,8 +76,9 @@ static int restore_reserves(struct rconn *rc, const struct activity *a,
         n += 2;
     }
     if (e->n > 0) {
-        if (rconn_append(rc, rkey, "HSET %s %" PRId64 " %zu %" PRId64 ":held %" PRId64, rkey,
-                         a->id, e->n, a->id, e->sum) != CS_OK)
+        /* hiredis' format knows no %zu ("Invalid format string"). */
+        if (rconn_append(rc, rkey, "HSET %s %" PRId64 " %" PRId64 " %" PRId64 ":held %" PRId64,
+                         rkey, a->id, (int64_t)e->n, a->id, e->sum) != CS_OK)
             goto fail;
         n++;
     }
