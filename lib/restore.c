@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 /* Pairs per HSET when rebuilding a seize list, so no single command gets huge. */
 #define ACT_HSET_CHUNK 1000
@@ -54,8 +55,11 @@ static int open_epoch_row(void *arg, int ncols, char **cols)
 /*
  * Recreates the reserve fields of a's open epochs (as set-aside wrote them:
  * each epoch's full amount, so that what its node gives back or replays
- * balances what the stock leaves out), and bumps the shard's restore
- * generation so nodes stop spending until they have replayed. Idempotent.
+ * balances what the stock leaves out), and sets the shard's restore
+ * generation to a value of this restore's own so nodes stop spending until
+ * they have replayed. Idempotent. Every field is set only where absent: a
+ * second restore that raced this one (coupon-sync's preheat and an admin's)
+ * must not put back counts that replays and give-backs moved meanwhile.
  */
 static int restore_reserves(struct rconn *rc, const struct activity *a,
                             const struct open_epochs *e, char *err, size_t errlen)
@@ -77,12 +81,21 @@ static int restore_reserves(struct rconn *rc, const struct activity *a,
     }
     if (e->n > 0) {
         /* hiredis' format knows no %zu ("Invalid format string"). */
-        if (rconn_append(rc, rkey, "HSET %s %" PRId64 " %" PRId64 " %" PRId64 ":held %" PRId64,
-                         rkey, a->id, (int64_t)e->n, a->id, e->sum) != CS_OK)
+        if (rconn_append(rc, rkey, "HSETNX %s %" PRId64 " %" PRId64, rkey, a->id,
+                         (int64_t)e->n) != CS_OK
+            || rconn_append(rc, rkey, "HSETNX %s %" PRId64 ":held %" PRId64, rkey, a->id,
+                            e->sum) != CS_OK)
             goto fail;
-        n++;
+        n += 2;
     }
-    if (rconn_append(rc, rkey, "HINCRBY %s restored 1", rkey) != CS_OK)
+    /* Not a counter: its field goes with the data, so a count would start
+     * at 1 again after a second loss, and a node away for both the loss and
+     * the restore would see the number it knew. */
+    uint64_t gen;
+    if (getrandom(&gen, sizeof(gen), 0) != (ssize_t)sizeof(gen))
+        gen = (uint64_t)cs_now_ms();
+    if (rconn_append(rc, rkey, "HSET %s restored %" PRId64, rkey,
+                     (int64_t)(gen >> 1) + 1) != CS_OK)
         goto fail;
     n++;
     int ret = CS_OK;

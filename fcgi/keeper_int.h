@@ -1,0 +1,132 @@
+/* keeper_int.h - what the reserve keeper's files (keeper.c, keeper_journal.c,
+ * keeper_aside.c) share: its state and its small helpers. Not a contract
+ * for anything outside the keeper. */
+#ifndef CS_KEEPER_INT_H
+#define CS_KEEPER_INT_H
+
+#include "conf.h"
+#include "journal.h"
+#include "mconn.h"
+#include "rconn.h"
+#include "shm.h"
+
+#include <signal.h>
+#include <stdint.h>
+
+#define KEEPER_TICK_MS 100
+#define KEEPER_ASIDE_MS 1000       /* how often open sales are looked at for a set-aside */
+#define KEEPER_LIST_MS 2000        /* how often the activity list's generation is read */
+#define KEEPER_ASIDE_BATCH 64      /* sales read from Redis per set-aside pass (two reads each) */
+#define KEEPER_ASIDE_VISIT 1024    /* sales of the list gone through per pass */
+#define KEEPER_STOP_MS 10000       /* a graceful stop gives up on Redis after this */
+
+/* What the keeper knows of a slot beyond shared memory. */
+struct kslot {
+    int giveback;              /* stopped to be given back */
+    int resume;                /* stopped until replayed (a restart, a restore) */
+    int unconfirmed;           /* set aside, the durability rule not met yet */
+    int in_doubt;              /* the set-aside script's answer was lost: ask again */
+    int closed_elsewhere;      /* its epoch was closed by an admin: drop after replay */
+    int64_t pending;           /* its records not yet replayed */
+    int64_t stock, held;       /* from the last renewal */
+    int field;                 /* the last renewal found this node's reserve field */
+    int low_water;             /* given back at the low-water mark: no more for this sale */
+};
+
+struct kfile {
+    char name[64];
+    int index;
+    uint64_t seg;
+    uint64_t done;             /* records replayed and durable */
+    int seen;
+};
+
+struct kact {
+    int64_t id, start_ms, end_ms;
+    int open_to_all;           /* no eligibleGroups */
+};
+
+/* Epochs closed by this node (given back after a full replay): their
+ * records were replayed before, and are never replayed again. */
+struct kclosed {
+    int64_t aid;
+    uint64_t epoch;
+};
+
+struct keeper {
+    const struct cs_conf *conf;
+    struct shm_node *shm;
+    struct shm_reserves *rv;
+    struct journal_dir jd;
+    struct rconn *rc;
+    struct mconn *mc;
+    struct rscript s_aside, s_renew, s_replay, s_give;
+    struct kslot loc[SHM_RESERVES];
+    struct kfile *files;
+    size_t nfiles;
+    struct kclosed *closed;
+    size_t nclosed;
+    int renewed[KEYS_SHARDS];
+    int64_t restored[KEYS_SHARDS];  /* restore generation seen; -1 none yet */
+    struct kact *acts;
+    size_t nacts;
+    long long list_gen;
+    size_t aside_next;         /* where the next set-aside pass goes on in acts */
+    int64_t list_next_ms, aside_next_ms;
+    int margin_ms;
+};
+
+/* Arguments of one script call, built in place. */
+struct kargs {
+    const char *argv[16];
+    size_t argl[16];
+    char buf[16][48];
+    int n;
+};
+
+/* Set by SIGTERM: give everything back and stop. */
+extern volatile sig_atomic_t keeper_stop;
+
+/* ---- keeper.c: helpers ---- */
+void ka_str(struct kargs *a, const char *s);
+void ka_int(struct kargs *a, int64_t v);
+/* A key made by fn (keys_*) from a shard or an activity id. */
+void ka_key(struct kargs *a, size_t (*fn)(char *, int), int shard);
+void ka_akey(struct kargs *a, size_t (*fn)(char *, int64_t), int64_t id);
+/* EVALSHA of s with a's arguments, the first nkeys of them keys; the node
+ * that ran it in *site (may be NULL). NULL when Redis did not answer. */
+redisReply *keeper_eval(struct keeper *k, struct rscript *s, int nkeys, struct kargs *a,
+                        struct rconn_site *site);
+/* The durability rule for a write that ran at site (fence: it wrote nothing). */
+int keeper_durable(struct keeper *k, int shard, const struct rconn_site *site, int fence);
+/* Epochs this node closed itself (given back after a full replay). */
+int keeper_is_closed(const struct keeper *k, int64_t aid, uint64_t epoch);
+void keeper_add_closed(struct keeper *k, int64_t aid, uint64_t epoch);
+/* Slot i: no new grants, and whether every grant in flight is done. */
+int keeper_fenced(struct keeper *k, int i);
+void keeper_slot_free(struct keeper *k, int i);
+/* The epoch's row: 1 open, 2 closed (by in *by), 0 no row, -1 MySQL failed. */
+int keeper_epoch_state(struct keeper *k, int64_t aid, uint64_t epoch, char *by, size_t bylen);
+/* Closes the epoch in MySQL as the node's (amount < 0: leaves the amount). */
+int keeper_close_epoch(struct keeper *k, int64_t aid, uint64_t epoch, int64_t returned,
+                       int64_t amount);
+
+/* ---- keeper_journal.c ---- */
+/* Replays the records not yet replayed on the shards Redis answers on, and
+ * counts what is left per slot (k->loc[].pending, the depth metrics). */
+void keeper_journal_replay(struct keeper *k);
+/* Deletes wholly replayed segments; moves workers to a new one when all is replayed. */
+void keeper_journal_retire(struct keeper *k);
+/* At start-up: open epochs from MySQL, tokens spent from the journal, torn tails cut. */
+int keeper_journal_rebuild(struct keeper *k);
+/* Empties the grants table once nothing is open and everything replayed. */
+void keeper_journal_reset_grants(struct keeper *k);
+
+/* ---- keeper_aside.c ---- */
+/* Reads the activity list when its generation moved (throttled). */
+void keeper_aside_read_list(struct keeper *k);
+/* Asks again for set-asides whose answer was lost, and now and then sets
+ * reserves aside for open sales with plenty of stock. */
+void keeper_aside_pass(struct keeper *k);
+
+#endif

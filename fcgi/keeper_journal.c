@@ -1,0 +1,409 @@
+/* keeper_journal.c - the reserve keeper's journal: replaying it into Redis,
+ * deleting replayed segments, and rebuilding what the node holds at start-up. */
+#include "keeper_int.h"
+#include "activity.h"
+#include "cs.h"
+#include "keys.h"
+#include "log.h"
+#include "reserve.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+static const char SQL_RSV_MINE[] =
+    "SELECT activity_id, epoch, amount FROM reserve_epoch WHERE incarnation = ? AND state = 1";
+
+/* ---- the journal --------------------------------------------------------------- */
+
+static struct kfile *keeper_file(struct keeper *k, const char *name, int index, uint64_t seg)
+{
+    for (size_t i = 0; i < k->nfiles; i++)
+        if (strcmp(k->files[i].name, name) == 0)
+            return &k->files[i];
+    k->files = xrealloc(k->files, (k->nfiles + 1) * sizeof(*k->files));
+    struct kfile *f = &k->files[k->nfiles++];
+    memset(f, 0, sizeof(*f));
+    snprintf(f->name, sizeof(f->name), "%s", name);
+    f->index = index;
+    f->seg = seg;
+    return f;
+}
+
+/* Lists the segments in the directory into k->files (those gone are dropped). */
+static void keeper_list_files(struct keeper *k)
+{
+    DIR *d = opendir(k->jd.path);
+    if (d == NULL)
+        return;
+    for (size_t i = 0; i < k->nfiles; i++)
+        k->files[i].seen = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        int index;
+        uint64_t seg;
+        if (strlen(e->d_name) < sizeof(k->files[0].name)
+            && journal_parse_segment(e->d_name, &index, &seg) == CS_OK)
+            keeper_file(k, e->d_name, index, seg)->seen = 1;
+    }
+    closedir(d);
+    size_t m = 0;
+    for (size_t i = 0; i < k->nfiles; i++)
+        if (k->files[i].seen)
+            k->files[m++] = k->files[i];
+    k->nfiles = m;
+}
+
+struct krec {
+    struct journal_rec r;
+    struct kfile *f;
+    uint64_t pos;              /* record number in its file */
+};
+
+struct kscan {
+    struct krec *v;
+    size_t n, cap;
+    struct kfile *f;
+    uint64_t pos;
+};
+
+static int keeper_scan_rec(void *arg, const struct journal_rec *rec)
+{
+    struct kscan *s = arg;
+    uint64_t pos = s->pos++;
+    if (pos < s->f->done)
+        return 0;
+    if (s->n == s->cap) {
+        s->cap = s->cap ? s->cap * 2 : 256;
+        s->v = xrealloc(s->v, s->cap * sizeof(*s->v));
+    }
+    s->v[s->n++] = (struct krec){*rec, s->f, pos};
+    return 0;
+}
+
+/* Every record not yet replayed, file by file in order. */
+static void keeper_read_journal(struct keeper *k, struct kscan *s)
+{
+    char path[PATH_MAX];
+    memset(s, 0, sizeof(*s));
+    keeper_list_files(k);
+    for (size_t i = 0; i < k->nfiles; i++) {
+        s->f = &k->files[i];
+        s->pos = 0;
+        snprintf(path, sizeof(path), "%s/%s", k->jd.path, s->f->name);
+        if (journal_scan(path, keeper_scan_rec, s, NULL) < 0 && errno != ENOENT)
+            log_warn("reserve keeper: reading %s: %s", path, strerror(errno));
+    }
+}
+
+/* A record on disk is a grant, whether or not its worker lived to answer:
+ * the user is told ALREADY_SEIZED from now on, not UNKNOWN_OUTCOME. */
+static void keeper_mark_granted(struct keeper *k, int64_t aid, int64_t uid)
+{
+    int e = reserve_grant_find(k->rv, aid, uid);
+    int pending = RGRANT_PENDING;
+    if (e >= 0)
+        atomic_compare_exchange_strong(&k->rv->grant[e].state, &pending, RGRANT_GRANTED);
+}
+
+static void keeper_mark_replayed(struct keeper *k, int64_t aid, int64_t uid)
+{
+    int e = reserve_grant_find(k->rv, aid, uid);
+    if (e >= 0)
+        atomic_store(&k->rv->grant[e].state, RGRANT_REPLAYED);
+}
+
+/*
+ * Replays what the journal holds for shards Redis answers on, then WAITs
+ * per shard; a record counts as done (its file's mark moves past it) only
+ * once its shard met the durability rule. Counts what is left per slot.
+ */
+void keeper_journal_replay(struct keeper *k)
+{
+    struct kscan s;
+    struct rconn_site site[KEYS_SHARDS];
+    int wrote[KEYS_SHARDS] = {0}, failed[KEYS_SHARDS] = {0}, durable[KEYS_SHARDS];
+    int64_t t0 = cs_mono_ms();
+    int replayed = 0;
+
+    keeper_read_journal(k, &s);
+    for (size_t i = 0; i < s.n; i++) {
+        struct krec *kr = &s.v[i];
+        const struct journal_rec *r = &kr->r;
+        int shard = keys_shard(r->activity_id);
+        if (keeper_is_closed(k, r->activity_id, r->epoch))
+            continue; /* replayed before its epoch was given back */
+        keeper_mark_granted(k, r->activity_id, r->user_id);
+        if (!k->renewed[shard] || failed[shard])
+            continue;
+        struct kargs a = {.n = 0};
+        ka_key(&a, keys_stock, shard);
+        ka_akey(&a, keys_seize_list, r->activity_id);
+        ka_key(&a, keys_queue, shard);
+        ka_key(&a, keys_reserve, shard);
+        ka_akey(&a, keys_reserve_epochs, r->activity_id);
+        ka_key(&a, keys_reserve_dead, shard);
+        ka_int(&a, r->activity_id);
+        ka_int(&a, r->user_id);
+        ka_str(&a, k->jd.incarnation);
+        ka_int(&a, (int64_t)r->epoch);
+        ka_int(&a, r->token);
+        ka_int(&a, r->seize_ms);
+        struct rconn_site at;
+        redisReply *rep = keeper_eval(k, &k->s_replay, 6, &a, &at);
+        if (rep == NULL || rep->type != REDIS_REPLY_INTEGER) {
+            log_warn("reserve keeper: replaying activity %" PRId64 " token %" PRIu64 "/%u: %s",
+                     r->activity_id, r->epoch, r->token,
+                     rep != NULL && rep->type == REDIS_REPLY_ERROR ? rep->str : k->rc->errstr);
+            failed[shard] = 1;
+            if (rep != NULL)
+                freeReplyObject(rep);
+            continue;
+        }
+        long long res = rep->integer;
+        freeReplyObject(rep);
+        if (res == -3) {
+            /* No stock field: Redis lost its data and is not restored yet,
+             * or the sale is not preheated. Nothing was written; later. */
+            log_debug("reserve keeper: activity %" PRId64 " has no stock field; replay waits",
+                      r->activity_id);
+            failed[shard] = 1;
+            continue;
+        }
+        site[shard] = at;
+        wrote[shard] = 1;
+        replayed++;
+        if (res == 2)
+            atomic_fetch_add(&k->rv->duplicates, 1);
+        if (res == -1) {
+            atomic_fetch_add(&k->rv->dead_letters, 1);
+            log_error("reserve keeper: activity %" PRId64 ": token %" PRIu64 "/%u of user %" PRId64
+                      " had no open reserve and no stock to take; it is in %s",
+                      r->activity_id, r->epoch, r->token, r->user_id, "COUPON:RESERVE:DEAD");
+        }
+        if (res != 0)
+            atomic_fetch_add(&k->rv->replayed, 1);
+        keeper_mark_replayed(k, r->activity_id, r->user_id);
+    }
+    for (int i = 0; i < KEYS_SHARDS; i++)
+        durable[i] = !wrote[i] || keeper_durable(k, i, &site[i], 0) == CS_OK;
+
+    /* Per file, the done mark moves over the leading records that are done. */
+    for (size_t i = 0; i < k->nfiles; i++)
+        k->files[i].seen = 0;
+    for (int i = 0; i < SHM_RESERVES; i++)
+        k->loc[i].pending = 0;
+    int64_t depth = 0, oldest = 0;
+    for (size_t i = 0; i < s.n; i++) {
+        struct krec *kr = &s.v[i];
+        const struct journal_rec *r = &kr->r;
+        int shard = keys_shard(r->activity_id);
+        int done = keeper_is_closed(k, r->activity_id, r->epoch)
+                   || (k->renewed[shard] && !failed[shard] && durable[shard]);
+        if (done && kr->f->seen == 0 && kr->pos == kr->f->done) {
+            kr->f->done = kr->pos + 1;
+            continue;
+        }
+        kr->f->seen = 1; /* stuck at an earlier record */
+        depth++;
+        if (oldest == 0 || r->seize_ms < oldest)
+            oldest = r->seize_ms;
+        int slot = reserve_slot_of(k->rv, r->activity_id);
+        if (slot >= 0 && atomic_load(&k->rv->slot[slot].epoch) == r->epoch)
+            k->loc[slot].pending++;
+    }
+    /* Workers add to the depth between passes; the pass sets what it found. */
+    atomic_store(&k->rv->journal_depth, depth);
+    atomic_store(&k->rv->oldest_unreplayed_ms, oldest);
+    if (replayed > 0) {
+        int64_t took = cs_mono_ms() - t0;
+        atomic_store(&k->rv->last_replay_ms, took);
+        log_notice("reserve keeper: replayed %d journal records in %" PRId64 " ms; %" PRId64
+                   " left", replayed, took, depth);
+    }
+    free(s.v);
+}
+
+/*
+ * A segment that is wholly replayed, older than the one workers append to,
+ * and locked by nobody is deleted. When everything is replayed, workers are
+ * moved to a new segment, so the old ones can go.
+ */
+void keeper_journal_retire(struct keeper *k)
+{
+    char path[PATH_MAX];
+    uint64_t cur = atomic_load(&k->rv->journal_seg);
+    int bump = 0;
+
+    for (size_t i = 0; i < k->nfiles; i++) {
+        struct kfile *f = &k->files[i];
+        if (f->seg >= cur) {
+            bump |= f->done > 0 && atomic_load(&k->rv->journal_depth) == 0;
+            continue;
+        }
+        snprintf(path, sizeof(path), "%s/%s", k->jd.path, f->name);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        uint64_t end = 0;
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0 && journal_scan(path, NULL, NULL, &end) == 0
+            && end / JOURNAL_RECORD <= f->done) {
+            unlink(path);
+            /* A file of that name made later is a new one. */
+            f->done = 0;
+            log_info("reserve keeper: journal segment %s replayed; deleted", f->name);
+        }
+        close(fd);
+    }
+    /* Everything replayed: workers move to a new segment, so that the
+     * current one can be deleted once they let go of it. */
+    if (bump)
+        atomic_store(&k->rv->journal_seg, cur + 1);
+}
+
+/* ---- start-up ---------------------------------------------------------------------- */
+
+struct rebuild {
+    struct keeper *k;
+    int64_t aid;
+    uint64_t epoch;
+    int32_t next;
+};
+
+static int keeper_rebuild_rec(void *arg, const struct journal_rec *rec)
+{
+    struct keeper *k = arg;
+    int i = reserve_slot_of(k->rv, rec->activity_id);
+    if ((i < 0 || atomic_load(&k->rv->slot[i].epoch) != rec->epoch)
+        && !keeper_is_closed(k, rec->activity_id, rec->epoch)) {
+        /* Not open: an epoch this node gave back was replayed to the end
+         * first, so its records are done; one an admin closed is not. */
+        char by[16];
+        if (keeper_epoch_state(k, rec->activity_id, rec->epoch, by, sizeof(by)) == 2
+            && strcmp(by, "node") == 0)
+            keeper_add_closed(k, rec->activity_id, rec->epoch);
+    }
+    if (i >= 0 && atomic_load(&k->rv->slot[i].epoch) == rec->epoch) {
+        struct shm_rsv_slot *s = &k->rv->slot[i];
+        if ((int32_t)rec->token + 1 > atomic_load(&s->next))
+            atomic_store(&s->next, (int32_t)rec->token + 1);
+    }
+    int e;
+    if (reserve_grant_add(k->rv, rec->activity_id, rec->user_id, &e) == CS_OK || e >= 0)
+        atomic_store(&k->rv->grant[e].state, RGRANT_GRANTED);
+    return 0;
+}
+
+static int keeper_mine_row(void *arg, int ncols, char **cols)
+{
+    struct keeper *k = arg;
+    if (ncols < 3 || cols[0] == NULL || cols[1] == NULL || cols[2] == NULL)
+        return CS_OK;
+    int i;
+    for (i = 0; i < SHM_RESERVES; i++)
+        if (atomic_load(&k->rv->slot[i].state) == RSV_EMPTY)
+            break;
+    if (i == SHM_RESERVES) {
+        log_error("reserve keeper: more open epochs than %d slots", SHM_RESERVES);
+        return CS_OK;
+    }
+    struct shm_rsv_slot *s = &k->rv->slot[i];
+    memset(&k->loc[i], 0, sizeof(k->loc[i]));
+    atomic_store(&s->activity_id, strtoll(cols[0], NULL, 10));
+    atomic_store(&s->epoch, strtoull(cols[1], NULL, 10));
+    atomic_store(&s->amount, (int32_t)strtol(cols[2], NULL, 10));
+    atomic_store(&s->next, 0);
+    atomic_store(&s->start_ms, 0);
+    atomic_store(&s->end_ms, 0);
+    atomic_store(&s->open_to_all, 0); /* until the activity list is read */
+    k->loc[i].resume = 1;
+    k->loc[i].field = 1;
+    atomic_store(&s->state, RSV_STOPPED);
+    return CS_OK;
+}
+
+/*
+ * What this incarnation holds, rebuilt: the open epochs from MySQL, and per
+ * epoch the tokens already granted from the journal (never from
+ * configuration or Redis). Torn tails are cut first. Every slot starts
+ * stopped; it opens once its records are replayed.
+ */
+int keeper_journal_rebuild(struct keeper *k)
+{
+    char path[PATH_MAX], err[256];
+    struct shm_reserves *rv = k->rv;
+
+    /* A keeper restarted under running workers: nobody is inside a grant
+     * once every slot is stopped and the markers are down. */
+    for (int i = 0; i < SHM_RESERVES; i++)
+        if (atomic_load(&rv->slot[i].state) != RSV_EMPTY)
+            atomic_store(&rv->slot[i].state, RSV_STOPPED);
+    for (int tries = 0; tries < 300; tries++) {
+        int busy = 0;
+        for (int w = 0; w < SHM_MAX_WORKERS; w++)
+            busy += atomic_load(&rv->busy[w]) != 0;
+        if (busy == 0)
+            break;
+        usleep(10000);
+    }
+    for (int i = 0; i < SHM_RESERVES; i++)
+        keeper_slot_free(k, i);
+    memset(rv->grant, 0, sizeof(rv->grant));
+    atomic_store(&rv->ngrants, 0);
+
+    struct mval p[] = {MV_TXT(k->jd.incarnation, JOURNAL_ID_LEN)};
+    while (mconn_query(k->mc, SQL_RSV_MINE, p, 1, keeper_mine_row, k) != CS_OK) {
+        log_warn("reserve keeper: reading this node's open epochs from MySQL: %s; again in 1 s",
+                 k->mc->errstr);
+        if (keeper_stop)
+            return CS_ERR;
+        sleep(1);
+    }
+    keeper_list_files(k);
+    uint64_t maxseg = 0;
+    for (size_t i = 0; i < k->nfiles; i++) {
+        struct kfile *f = &k->files[i];
+        struct journal j;
+        snprintf(path, sizeof(path), "%s/%s", k->jd.path, f->name);
+        /* Cuts a torn tail; a segment a live worker holds is its own. */
+        if (journal_open_path(&j, path, err, sizeof(err)) == CS_OK)
+            journal_close(&j);
+        else
+            log_warn("reserve keeper: %s", err);
+        journal_scan(path, keeper_rebuild_rec, k, NULL);
+        if (f->seg > maxseg)
+            maxseg = f->seg;
+    }
+    atomic_store(&rv->journal_seg, maxseg + 1);
+    int open = 0;
+    for (int i = 0; i < SHM_RESERVES; i++)
+        open += atomic_load(&rv->slot[i].state) != RSV_EMPTY;
+    log_notice("reserve keeper: incarnation %s; %d open epochs, %zu journal segments, "
+               "%u users granted from reserves", k->jd.incarnation, open, k->nfiles,
+               atomic_load(&rv->ngrants));
+    return CS_OK;
+}
+
+/* Empties the grants table when nothing is open and everything replayed. */
+void keeper_journal_reset_grants(struct keeper *k)
+{
+    struct shm_reserves *rv = k->rv;
+    if (atomic_load(&rv->ngrants) == 0 || atomic_load(&rv->journal_depth) != 0)
+        return;
+    for (int i = 0; i < SHM_RESERVES; i++)
+        if (atomic_load(&rv->slot[i].state) != RSV_EMPTY)
+            return;
+    for (int w = 0; w < SHM_MAX_WORKERS; w++)
+        if (atomic_load(&rv->busy[w]) != 0)
+            return;
+    memset(rv->grant, 0, sizeof(rv->grant));
+    atomic_store(&rv->ngrants, 0);
+}
+
