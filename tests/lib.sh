@@ -485,6 +485,43 @@ code_count() {
     echo "${v:-0}"
 }
 
+# --- node reserves ---------------------------------------------------------------
+
+# metric NAME [NODE]: an unlabelled metric of node 1 (through the web server,
+# as an admin) or of node NODE (node_up); a test may define its own.
+metric() {
+    if [[ -n ${2:-} ]]; then node_http "$2" GET /market/admin/metrics; else
+        http GET /market/admin/metrics '' "$(mint_jwt 1 admin)"; fi
+    sed -n "s/^$1 \([0-9.e+-]*\)\$/\1/p" <<<"$HTTP_BODY"
+}
+# metric_is NAME VALUE [NODE]: for wait_for.
+metric_is() { [[ $(metric "$1" "${3:-}") == "$2" ]]; }
+# held_of ID: what every node's open reserves of activity ID hold, in Redis.
+held_of() { local v; v=$(rcli HGET "COUPON:RESERVE:{$(($1 % 10))}" "$1:held"); echo "${v:-0}"; }
+# reserved ID N: the nodes hold N or more of activity ID (for wait_for).
+reserved() { (($(held_of "$1") >= $2)); }
+# rows_of ID: coupons of activity ID in MySQL, in any status.
+rows_of() { mysql_q "SELECT COUNT(*) FROM coupon WHERE activity_id = $1"; }
+# drained SHARD: the shard's sync queue is empty (for wait_for).
+drained() { [[ $(rcli HLEN "QUEUE:COUPON:SEIZE:SYNC:{$1}") == 0 ]]; }
+# node_health_says NODE SOURCE: node NODE's health names SOURCE ("redis",
+# "reserve", "none") as where a seize is granted from now.
+node_health_says() {
+    node_http "$1" GET /market/health
+    [[ "$(json_get "$HTTP_BODY" seize 2>/dev/null)" == "$2" ]]
+}
+# balanced ID TOTAL: Redis stock + what reserves hold (read in one script, so
+# a set-aside between two reads cannot skew them) + coupons in MySQL = TOTAL.
+balanced() {
+    local s h r
+    read -r s h < <(rcli EVAL "return {redis.call('HGET', KEYS[1], ARGV[1]) or '0',
+        redis.call('HGET', KEYS[2], ARGV[1] .. ':held') or '0'}" 2 \
+        "COUPON:RESOURCE:STOCK:{$(($1 % 10))}" "COUPON:RESERVE:{$(($1 % 10))}" "$1" | tr '\n' ' ')
+    r=$(rows_of "$1")
+    diag "activity $1: stock $s + held $h + coupons $r (total $2)"
+    ((s + h + r == $2))
+}
+
 # --- queues ---------------------------------------------------------------------
 
 # mk_activities BASE TOTAL: activities BASE..BASE+9 (BASE % 10 == 0: one per

@@ -26,28 +26,10 @@ cs_stack_up
 PORT=${COUPON_URL##*:}
 ADMIN=$(mint_jwt 1 admin)
 
-# metric NAME [NODE]: an unlabelled metric of node 1 (through nginx) or of NODE.
-metric() {
-    if [[ -n ${2:-} ]]; then node_http "$2" GET /market/admin/metrics; else
-        http GET /market/admin/metrics '' "$ADMIN"; fi
-    sed -n "s/^$1 \([0-9.e+-]*\)\$/\1/p" <<<"$HTTP_BODY"
-}
-held_of() { local v; v=$(rcli HGET "COUPON:RESERVE:{$(($1 % 10))}" "$1:held"); echo "${v:-0}"; }
-rows_of() { mysql_q "SELECT COUNT(*) FROM coupon WHERE activity_id = $1"; }
-reserved() { (($(held_of "$1") >= $2)); }
-metric_is() { [[ $(metric "$1" "${3:-}") == "$2" ]]; }
-drained() { [[ $(rcli HLEN "QUEUE:COUPON:SEIZE:SYNC:{$1}") == 0 ]]; }
 answered() { [[ -f $2 ]] && (($(wc -l <"$2") > $1 + 1)); }
 health_says() {
     http GET /market/health
     [[ "$(json_get "$HTTP_BODY" seize)" == "$1" ]]
-}
-# balanced ID TOTAL: Redis stock + what reserves hold + coupons in MySQL = TOTAL.
-balanced() {
-    local s h r
-    s=$(stock_of "$1") h=$(held_of "$1") r=$(rows_of "$1")
-    diag "activity $1: stock $s + held $h + coupons $r (total $2)"
-    ((s + h + r == $2))
 }
 
 # --- (a) three 700 ms write pauses under load, reserves on ------------------------------

@@ -27,35 +27,9 @@ ADMIN=$(mint_jwt 1 admin)
 REC=$((8 + $(sed -n 's/^#define JOURNAL_PAYLOAD \([0-9]*\).*/\1/p' "$top_srcdir/lib/journal.h")))
 T0=$(date +%s%N)
 
-# metric NAME [NODE]: an unlabelled metric of node 1 (through nginx) or of NODE.
-metric() {
-    if [[ -n ${2:-} ]]; then node_http "$2" GET /market/admin/metrics; else
-        http GET /market/admin/metrics '' "$ADMIN"; fi
-    sed -n "s/^$1 \([0-9.e+-]*\)\$/\1/p" <<<"$HTTP_BODY"
-}
-metric_is() { [[ $(metric "$1" "${3:-}") == "$2" ]]; }
-held_of() { local v; v=$(rcli HGET "COUPON:RESERVE:{$(($1 % 10))}" "$1:held"); echo "${v:-0}"; }
-reserved() { (($(held_of "$1") >= $2)); }
 # field_of ID NODE: what node NAME's open reserve of activity ID holds in Redis.
 field_of() {
     rcli HGET "COUPON:RESERVE:{$(($1 % 10))}" "$1:$(cat "$COUPON_DIR/$2/journal/incarnation")"
-}
-rows_of() { mysql_q "SELECT COUNT(*) FROM coupon WHERE activity_id = $1"; }
-drained() { [[ $(rcli HLEN "QUEUE:COUPON:SEIZE:SYNC:{$1}") == 0 ]]; }
-node_health_says() {
-    node_http "$1" GET /market/health
-    [[ "$(json_get "$HTTP_BODY" seize 2>/dev/null)" == "$2" ]]
-}
-# balanced ID TOTAL: Redis stock + what reserves hold (read in one script, so
-# a set-aside between the two reads cannot skew them) + coupons in MySQL = TOTAL.
-balanced() {
-    local s h r
-    read -r s h < <(rcli EVAL "return {redis.call('HGET', KEYS[1], ARGV[1]) or '0',
-        redis.call('HGET', KEYS[2], ARGV[1] .. ':held') or '0'}" 2 \
-        "COUPON:RESOURCE:STOCK:{$(($1 % 10))}" "COUPON:RESERVE:{$(($1 % 10))}" "$1" | tr '\n' ' ')
-    r=$(rows_of "$1")
-    diag "activity $1: stock $s + held $h + coupons $r (total $2)"
-    ((s + h + r == $2))
 }
 # coupons_of ID USER: the coupons of activity ID the user holds, in any status.
 coupons_of() {

@@ -102,17 +102,7 @@ INC2=$(cat "$COUPON_DIR/n2/journal/incarnation")
 
 # --- helpers ---------------------------------------------------------------------------
 
-# metric NAME [NODE]: an unlabelled metric of node 1 (through nginx) or of NODE.
-metric() {
-    if [[ -n ${2:-} ]]; then node_http "$2" GET /market/admin/metrics; else
-        http GET /market/admin/metrics '' "$ADMIN"; fi
-    sed -n "s/^$1 \([0-9.e+-]*\)\$/\1/p" <<<"$HTTP_BODY"
-}
-metric_is() { [[ $(metric "$1" "${3:-}") == "$2" ]]; }
-held_of() { local v; v=$(rcli HGET "COUPON:RESERVE:{$(($1 % 10))}" "$1:held"); echo "${v:-0}"; }
-rows_of() { mysql_q "SELECT COUNT(*) FROM coupon WHERE activity_id = $1"; }
 held_is() { [[ $(held_of "$1") == "$2" ]]; }
-drained() { [[ $(rcli HLEN "QUEUE:COUPON:SEIZE:SYNC:{$1}") == 0 ]]; }
 now_ms() { date +%s%3N; }
 # balanced ID TOTAL: Redis stock + what reserves hold + coupons in MySQL =
 # TOTAL (BALANCE: what was added up).
