@@ -735,6 +735,16 @@ static enum drain_result drain_loop(struct drain_worker *w, const struct drain_o
     }
 }
 
+/*
+ * The token of the lock each shard's last task could not release (Redis went
+ * away mid-task). A Redis restarted from its AOF brings that lock back, and
+ * the next task of this process takes it over by its token instead of
+ * waiting out sync.lock_ttl_ms with the shard's coupons unwritten. A shard
+ * has one task at a time (main.c skips a shard whose task still runs), and
+ * the pool's queue orders one task's writes before the next one's reads.
+ */
+static char drain_kept[KEYS_SHARDS][DRAIN_TOKEN_MAX];
+
 enum drain_result drain_shard(struct drain_worker *w, int shard, const struct drain_opts *o)
 {
     w->shard = shard;
@@ -756,17 +766,31 @@ enum drain_result drain_shard(struct drain_worker *w, int shard, const struct dr
      * writers of one batch insert each coupon once (UNIQUE key, INSERT
      * IGNORE) and decrement the stock by the rows each actually inserted. */
     int got = drain_lock_take(w->rc, shard, o->lock_ttl_ms, w->token, sizeof(w->token));
+    if (got == 0 && drain_kept[shard][0] != '\0') {
+        /* Held: perhaps by this process's own earlier task. */
+        got = drain_lock_renew(w->rc, shard, drain_kept[shard], o->lock_ttl_ms);
+        if (got == 1) {
+            snprintf(w->token, sizeof(w->token), "%s", drain_kept[shard]);
+            log_info("shard %d: took the lock %s back by its token (Redis kept it)", shard,
+                     w->lkey);
+        }
+    }
     if (got < 0) {
         drain_fail(w, SM_DEP_REDIS);
         return DRAIN_FAILED;
     }
     if (got == 0)
         return DRAIN_BUSY;
+    drain_kept[shard][0] = '\0';
 
     enum drain_result res = drain_loop(w, o);
-    /* Without a connection (Redis went away) the lock just expires. */
-    if (res != DRAIN_LOST_LOCK && w->rc->ctx != NULL &&
-        drain_lock_release(w->rc, shard, w->token) < 0)
-        drain_fail(w, SM_DEP_REDIS);
+    /* Without a connection (Redis went away) the lock stays until it
+     * expires or the next task takes it back by its token. */
+    if (res != DRAIN_LOST_LOCK
+        && (w->rc->ctx == NULL || drain_lock_release(w->rc, shard, w->token) < 0)) {
+        snprintf(drain_kept[shard], sizeof(drain_kept[shard]), "%s", w->token);
+        if (w->rc->ctx != NULL)
+            drain_fail(w, SM_DEP_REDIS);
+    }
     return res;
 }
