@@ -26,45 +26,39 @@ static enum cs_code seize_window(const struct activity *a, int64_t now_ms)
     }
 }
 
-static void seize_unavailable(struct worker *w, struct req *r)
-{
-    req_reply(r, CODE_UNAVAILABLE, NULL, NULL, worker_retry_after(w));
-}
-
 /*
- * A seize that never reached Redis (refused, unreachable, the breaker open):
- * granted from the node's reserve while one is open and the lease holds
- * (DESIGN.md "Selling through a slow or missing Redis", rule 4). Returns 1
- * when it answered r; 0 when nothing was granted or written, and the caller
- * answers as it would have. meta_known: the caller judged the activity's
- * eligibility from its metadata (0: it could not read it).
+ * Answers a seize that never reached Redis (refused, unreachable, the
+ * breaker open): granted from the node's reserve while one is open and the
+ * lease holds (DESIGN.md "Selling through a slow or missing Redis", rule 4),
+ * else UNAVAILABLE, a promise that nothing was issued. meta_known: the
+ * caller judged the activity's eligibility from its metadata (0: it could
+ * not read it, and only a sale open to all is granted from).
  */
-static int seize_from_reserve(struct worker *w, struct req *r, int64_t id, int64_t uid,
-                              int meta_known)
+static void seize_unreached(struct worker *w, struct req *r, int64_t id, int64_t uid,
+                            int meta_known)
 {
     const struct cs_conf *c = w->conf;
     char extra[96];
-    int left = 0;
 
     switch (reserve_grant(w->shm, w->slot, c->fallback_journal, &w->rj, c->fallback_lease_ms,
-                          c->fallback_budget_ms, id, uid, meta_known, &left)) {
-    case RESERVE_NONE:
-        return 0;
+                          c->fallback_budget_ms, id, uid, meta_known)) {
     case RESERVE_SEIZED:
         /* The stock in Redis is not known here; the coupon reaches it (and
          * MySQL after it) when the journal is replayed. */
         snprintf(extra, sizeof(extra),
                  "\"activityId\":%" PRId64 ",\"remaining\":null,\"pending\":true", id);
         req_reply(r, CODE_SEIZED, "seized from this node's reserve", extra, 0);
-        return 1;
+        return;
     case RESERVE_ALREADY:
         req_reply(r, CODE_ALREADY_SEIZED, NULL, NULL, 0);
-        return 1;
+        return;
     case RESERVE_UNKNOWN:
         req_reply(r, CODE_UNKNOWN_OUTCOME, NULL, NULL, worker_retry_after(w));
-        return 1;
+        return;
+    case RESERVE_NONE:
+        break;
     }
-    return 0;
+    req_reply(r, CODE_UNAVAILABLE, NULL, NULL, worker_retry_after(w));
 }
 
 /* The EVALSHA of one seize: keys and arguments, built once, sent up to
@@ -326,10 +320,11 @@ static void seize_grant(struct worker *w, struct req *r, struct seize_call *sc,
     enum cs_code code = seize_eval(w, sc, &res, &resent);
     if (code == CODE_OK && res == -3 && seize_heal_window(w, sc, a) == CS_OK)
         code = seize_eval(w, sc, &res, &resent); /* -3 changed nothing: ask again */
+    if (code == CODE_UNAVAILABLE) {
+        seize_unreached(w, r, a->id, uid, 1); /* Redis certainly did not run it */
+        return;
+    }
     if (code != CODE_OK) {
-        /* UNAVAILABLE: Redis certainly did not run it. */
-        if (code == CODE_UNAVAILABLE && seize_from_reserve(w, r, a->id, uid, 1))
-            return;
         req_reply(r, code, NULL, NULL, worker_retry_after(w));
         return;
     }
@@ -438,9 +433,7 @@ void seize_handle(struct worker *w, struct req *r)
         req_reply(r, CODE_VOIDED, NULL, NULL, 0);
         return;
     case META_UNAVAILABLE:
-        /* Its eligibleGroups unknown: only a sale open to all. */
-        if (!seize_from_reserve(w, r, id, who.user_id, 0))
-            seize_unavailable(w, r);
+        seize_unreached(w, r, id, who.user_id, 0); /* its eligibleGroups unknown */
         return;
     case META_FOUND:
         break;
@@ -463,8 +456,7 @@ void seize_handle(struct worker *w, struct req *r)
         return;
     }
     if (!worker_seize_allowed(w, keys_shard(id))) {
-        if (!seize_from_reserve(w, r, id, who.user_id, 1))
-            seize_unavailable(w, r);
+        seize_unreached(w, r, id, who.user_id, 1);
         return;
     }
 

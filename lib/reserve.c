@@ -299,7 +299,7 @@ static int reserve_journal_ready(struct reserve_journal *rj, const char *jdir, i
 
 enum reserve_outcome reserve_grant(struct shm_node *shm, int wslot, const char *jdir,
                                    struct reserve_journal *rj, int lease_ms, int margin_ms,
-                                   int64_t id, int64_t uid, int meta_known, int *left)
+                                   int64_t id, int64_t uid, int meta_known)
 {
     struct shm_reserves *rv = &shm->rsv;
     int64_t now = cs_mono_ms(), lo, hi;
@@ -385,7 +385,6 @@ enum reserve_outcome reserve_grant(struct shm_node *shm, int wslot, const char *
     int pending = RGRANT_PENDING;
     atomic_compare_exchange_strong(&rv->grant[entry].state, &pending, RGRANT_GRANTED);
     atomic_fetch_add(&rv->spent, 1);
-    *left = amount - token - 1;
     out = RESERVE_SEIZED;
 done:
     atomic_store(&rv->busy[wslot], 0);

@@ -58,18 +58,17 @@ int reserve_lease(const struct shm_reserves *rv, int shard, int lease_ms, int64_
  * Grants user uid a coupon of activity id from this node's reserve, when
  * one is open, the lease holds and Redis' estimated time lies inside the
  * window less margin_ms. wslot is the worker's registry slot (the busy
- * marker and the journal file are its own). On RESERVE_SEIZED, *left is
- * what the reserve has left. jdir is the journal directory. A user this
- * node granted already (the grants table, rebuilt from the journal at
- * start-up) gets RESERVE_ALREADY, or RESERVE_UNKNOWN while that grant's
- * answer is not known (being written, or its worker died), whether or not
- * anything is spendable now. meta_known is 0 when the caller could not read
- * the activity's metadata (so could not judge its eligibleGroups): then only
- * a sale open to all users is granted from.
+ * marker and the journal file are its own). jdir is the journal directory.
+ * A user this node granted already (the grants table, rebuilt from the
+ * journal at start-up) gets RESERVE_ALREADY, or RESERVE_UNKNOWN while that
+ * grant's answer is not known (being written, or its worker died), whether
+ * or not anything is spendable now. meta_known is 0 when the caller could
+ * not read the activity's metadata (so could not judge its eligibleGroups):
+ * then only a sale open to all users is granted from.
  */
 enum reserve_outcome reserve_grant(struct shm_node *shm, int wslot, const char *jdir,
                                    struct reserve_journal *rj, int lease_ms, int margin_ms,
-                                   int64_t id, int64_t uid, int meta_known, int *left);
+                                   int64_t id, int64_t uid, int meta_known);
 
 /* Whether this node granted uid a coupon of id from a reserve; *replayed
  * says whether the grant reached Redis already. */
