@@ -281,6 +281,8 @@ static int keeper_renew(struct keeper *k, int shard)
             struct shm_rsv_slot *s = &k->rv->slot[idx[j]];
             redisReply **e = &r->element[3 + 4 * j];
             l->field = e[0]->type == REDIS_REPLY_STRING && e[0]->len > 0;
+            if (l->field)
+                l->awaits_restore = 0;
             /* Its reserve is gone from Redis (an admin returned it after the
              * lease ran out, or Redis lost it): stopped before this renewal
              * makes the lease good again, so no worker spends it meanwhile.
@@ -408,21 +410,24 @@ static void keeper_slots(struct keeper *k, int stopping)
         if (l->in_doubt)
             continue; /* keeper_aside_pass() asks again */
         if (!l->field) {
-            /* Not open in Redis: closed by an admin, or Redis lost it. */
+            /* Not open in Redis: closed by an admin, or Redis lost it. MySQL
+             * says which, asked once (not every pass while it lasts). */
             atomic_store(&s->state, RSV_STOPPED);
-            char by[16];
-            int st = keeper_epoch_state(k, aid, epoch, by, sizeof(by));
-            if (st == 2 || st == 0) {
-                l->closed_elsewhere = 1;
-                if (keeper_fenced(k, i) && l->pending == 0) {
+            if (!l->closed_elsewhere && !l->awaits_restore) {
+                char by[16];
+                int st = keeper_epoch_state(k, aid, epoch, by, sizeof(by));
+                if (st == 2 || st == 0) {
+                    l->closed_elsewhere = 1;
                     log_warn("reserve keeper: activity %" PRId64 " epoch %" PRIu64
                              " was closed elsewhere (%s); this node spends no more of it",
                              aid, epoch, st == 2 ? by : "no row");
-                    keeper_slot_free(k, i);
+                } else if (st == 1) {
+                    l->awaits_restore = 1;
+                    l->resume = 1; /* a restore brings it back */
                 }
-            } else {
-                l->resume = 1; /* waits for a restore to bring it back */
             }
+            if (l->closed_elsewhere && keeper_fenced(k, i) && l->pending == 0)
+                keeper_slot_free(k, i);
             continue;
         }
         /* The reasons to give back. */
@@ -522,15 +527,6 @@ static void keeper_pass(struct keeper *k, int stopping)
     if (!stopping)
         keeper_aside_pass(k);
     keeper_journal_reset_grants(k);
-    atomic_store(&k->rv->keeper_tick_ms, cs_mono_ms());
-}
-
-static int keeper_load_script(struct rscript *s, const char *text)
-{
-    memset(s, 0, sizeof(*s));
-    s->src = xstrdup(text);
-    s->len = strlen(text);
-    return CS_OK;
 }
 
 int keeper_main(const struct cs_conf *conf, struct shm_node *shm)
@@ -559,10 +555,10 @@ int keeper_main(const struct cs_conf *conf, struct shm_node *shm)
     ro.cluster_shared = &shm->cluster;
     k.rc = rconn_new(&ro);
     k.mc = mconn_new(conf);
-    keeper_load_script(&k.s_aside, RESERVE_LUA_SET_ASIDE);
-    keeper_load_script(&k.s_renew, RESERVE_LUA_RENEW);
-    keeper_load_script(&k.s_replay, RESERVE_LUA_REPLAY);
-    keeper_load_script(&k.s_give, RESERVE_LUA_GIVE_BACK);
+    rscript_from_text(&k.s_aside, RESERVE_LUA_SET_ASIDE);
+    rscript_from_text(&k.s_renew, RESERVE_LUA_RENEW);
+    rscript_from_text(&k.s_replay, RESERVE_LUA_REPLAY);
+    rscript_from_text(&k.s_give, RESERVE_LUA_GIVE_BACK);
 
     int rc = 0;
     if (keeper_journal_rebuild(&k) != CS_OK)

@@ -27,6 +27,7 @@ struct kslot {
     int unconfirmed;           /* set aside, the durability rule not met yet */
     int in_doubt;              /* the set-aside script's answer was lost: ask again */
     int closed_elsewhere;      /* its epoch was closed by an admin: drop after replay */
+    int awaits_restore;        /* open in MySQL, gone from Redis: Redis lost it */
     int64_t pending;           /* its records not yet replayed */
     int64_t stock, held;       /* from the last renewal */
     int field;                 /* the last renewal found this node's reserve field */

@@ -270,13 +270,6 @@ void keeper_journal_retire(struct keeper *k)
 
 /* ---- start-up ---------------------------------------------------------------------- */
 
-struct rebuild {
-    struct keeper *k;
-    int64_t aid;
-    uint64_t epoch;
-    int32_t next;
-};
-
 static int keeper_rebuild_rec(void *arg, const struct journal_rec *rec)
 {
     struct keeper *k = arg;

@@ -445,6 +445,13 @@ const char *rconn_fault_name(enum rconn_fault f)
     return (unsigned)f < RCONN_FAULT__COUNT ? names[f] : "error";
 }
 
+void rscript_from_text(struct rscript *s, const char *text)
+{
+    memset(s, 0, sizeof(*s));
+    s->src = xstrdup(text);
+    s->len = strlen(text);
+}
+
 int rscript_load_file(struct rscript *s, const char *path, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "rb");

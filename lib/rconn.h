@@ -186,6 +186,8 @@ const char *rconn_fault_name(enum rconn_fault f);
 
 /* Loads a script file into *s. CS_ERR with a message in err when unreadable. */
 int rscript_load_file(struct rscript *s, const char *path, char *err, size_t errlen);
+/* Sets *s to a copy of the script text (rscript_free() frees it). */
+void rscript_from_text(struct rscript *s, const char *text);
 void rscript_free(struct rscript *s);
 
 /* EVALSHA s with nkeys keys then args (all in argv); on NOSCRIPT loads the

@@ -31,10 +31,8 @@ static struct rscript ra_give;
 
 static const struct rscript *ra_give_script(void)
 {
-    if (ra_give.src == NULL) {
-        ra_give.src = (char *)RESERVE_LUA_GIVE_BACK;
-        ra_give.len = strlen(RESERVE_LUA_GIVE_BACK);
-    }
+    if (ra_give.src == NULL)
+        rscript_from_text(&ra_give, RESERVE_LUA_GIVE_BACK);
     return &ra_give;
 }
 

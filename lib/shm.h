@@ -82,7 +82,6 @@ struct shm_rgrant {
 struct shm_reserves {
     _Atomic int keeper_pid;      /* the reserve keeper running; 0 none */
     _Atomic int halted;          /* a journal write failed: no more grants on this node */
-    _Atomic int64_t keeper_tick_ms;  /* cs_mono_ms() of its last pass */
     _Atomic uint64_t journal_seg;    /* the segment workers append to (0: none yet) */
     _Atomic int32_t busy[SHM_MAX_WORKERS];  /* per worker slot: reserve slot + 1 while granting */
     struct shm_rsv_lease lease[KEYS_SHARDS];
