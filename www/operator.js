@@ -88,17 +88,23 @@ async function topup(r) {
   }
 }
 
-async function revoke(r) {
-  const btn = $('.revoke', r.node);
-  // Two steps instead of a dialog: the first click arms the button for 4 s.
+// Two steps instead of a dialog: the first click arms btn for 4 s (showing
+// ask) and answers false; a second click within them answers true.
+function confirmed(btn, ask, label) {
   if (!btn.dataset.armed) {
     btn.dataset.armed = '1';
-    btn.textContent = 'Really revoke?';
-    setTimeout(() => { delete btn.dataset.armed; btn.textContent = 'Revoke'; }, 4000);
-    return;
+    btn.textContent = ask;
+    setTimeout(() => { delete btn.dataset.armed; btn.textContent = label; }, 4000);
+    return false;
   }
   delete btn.dataset.armed;
-  btn.textContent = 'Revoke';
+  btn.textContent = label;
+  return true;
+}
+
+async function revoke(r) {
+  const btn = $('.revoke', r.node);
+  if (!confirmed(btn, 'Really revoke?', 'Revoke')) return;
   btn.disabled = true;
   const res = await adminWrite('/market/admin/coupon/revoke', { method: 'POST', body: `{"id":${r.a.idStr}}`, token, timeoutMs: 30000 });
   if (res.json && res.json.code === 'OK') say(`Revoked "${r.a.name}".`, true);
@@ -139,14 +145,7 @@ function renderReserves(r, list) {
 async function giveBack(r, tr) {
   const btn = $('.return', tr);
   const inc = tr.dataset.incarnation;
-  if (!btn.dataset.armed) {
-    btn.dataset.armed = '1';
-    btn.textContent = 'Sure?';
-    setTimeout(() => { delete btn.dataset.armed; btn.textContent = 'Return'; }, 4000);
-    return;
-  }
-  delete btn.dataset.armed;
-  btn.textContent = 'Return';
+  if (!confirmed(btn, 'Sure?', 'Return')) return;
   btn.disabled = true;
   btn.dataset.busy = '1';
   const res = await adminWrite('/market/admin/coupon/reserve/return',
