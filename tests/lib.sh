@@ -510,6 +510,38 @@ node_health_says() {
     node_http "$1" GET /market/health
     [[ "$(json_get "$HTTP_BODY" seize 2>/dev/null)" == "$2" ]]
 }
+# seize_settled ID TOKEN [NODE]: a seize of activity ID through the web server
+# (or straight to node NODE), asked again while it answers UNKNOWN_OUTCOME (a
+# worker whose connection died with Redis answers its first seize so: it was
+# written), at most 6 times; sets HTTP_CODE, HTTP_BODY and SEIZE_CODE.
+seize_settled() {
+    local i
+    for i in 1 2 3 4 5 6; do
+        if [[ -n ${3:-} ]]; then
+            node_http "$3" POST /market/consumer/coupon/seize "{\"id\":$1}" "$2"
+        else
+            http POST /market/consumer/coupon/seize "{\"id\":$1}" "$2"
+        fi
+        SEIZE_CODE=$(json_get "$HTTP_BODY" code)
+        [[ $SEIZE_CODE != UNKNOWN_OUTCOME ]] && return 0
+    done
+    return 0
+}
+# reserves_open_on [NODE]: every reserve that node NODE (none: the stack's
+# own) has in Redis is spendable on it: its keeper opened each set-aside
+# (a pass after the script), so a Redis that goes away now finds them open.
+# Holds only while nothing granted is unreplayed (then Redis and the node
+# count the same tokens); for wait_for.
+reserves_open_on() {
+    local node=${1:-} inc f v sum=0 i
+    inc=$(cat "$COUPON_DIR${node:+/$node}/journal/incarnation") || return 1
+    for ((i = 0; i < 10; i++)); do
+        while read -r f v; do
+            [[ $f == *":$inc" && $f != lease:* ]] && sum=$((sum + v))
+        done < <(rcli HGETALL "COUPON:RESERVE:{$i}" | paste - -)
+    done
+    ((sum > 0)) && [[ $(metric couponseize_reserve_held "$node") == "$sum" ]]
+}
 # balanced ID TOTAL: Redis stock + what reserves hold (read in one script, so
 # a set-aside between two reads cannot skew them) + coupons in MySQL = TOTAL.
 balanced() {

@@ -63,6 +63,7 @@ check_eq "(a) nothing was granted from the reserve" "$spent0" \
 mk_activity 4001 100000 -60 3600
 http POST /market/admin/coupon/preheat '' "$ADMIN"
 check "(b) the node set a reserve of $K aside" wait_for 15 reserved 4001 "$K"
+check "(b) ... and opened it for spending" wait_for 15 reserves_open_on
 check_eq "(b) MySQL records the epoch, open" "1 $K" \
     "$(mysql_q "SELECT state, amount FROM reserve_epoch WHERE activity_id = 4001" | tr '\t' ' ')"
 check "(b) health: seizes from Redis" health_says redis
@@ -109,6 +110,8 @@ node_up n2
 mk_activity 4002 1000 -60 3600
 http POST /market/admin/coupon/preheat '' "$ADMIN"
 check "(c) both nodes set a reserve aside" wait_for 15 reserved 4002 $((2 * K))
+check "(c) ... node 1 opened its reserves for spending" wait_for 15 reserves_open_on
+check "(c) ... node 2 opened its reserves for spending" wait_for 15 reserves_open_on n2
 # Warm both nodes' caches (users 1-4 of the sale, through Redis).
 for u in 1 2 3 4; do
     http POST /market/consumer/coupon/seize '{"id":4002}' "$(mint_jwt $((4002000 + u)))"
@@ -120,18 +123,10 @@ check "(c) health: seizes from the reserve while Redis is down" wait_for 5 healt
 declare -A told1 told2
 for u in $(seq 11 20); do
     tok=$(mint_jwt $((4002000 + u)))
-    # A worker whose connection died with Redis answers its first seize
-    # UNKNOWN_OUTCOME (it was written): asked again, another answer comes.
-    for i in 1 2 3 4 5 6; do
-        http POST /market/consumer/coupon/seize '{"id":4002}' "$tok"
-        [[ $(json_get "$HTTP_BODY" code) != UNKNOWN_OUTCOME ]] && break
-    done
-    told1[$u]=$(json_get "$HTTP_BODY" code)
-    for i in 1 2 3 4 5 6; do
-        node_http n2 POST /market/consumer/coupon/seize '{"id":4002}' "$tok"
-        [[ $(json_get "$HTTP_BODY" code) != UNKNOWN_OUTCOME ]] && break
-    done
-    told2[$u]=$(json_get "$HTTP_BODY" code)
+    seize_settled 4002 "$tok"
+    told1[$u]=$SEIZE_CODE
+    seize_settled 4002 "$tok" n2
+    told2[$u]=$SEIZE_CODE
 done
 for u in $(seq 11 20); do diag "(c) user $u: node 1 ${told1[$u]}, node 2 ${told2[$u]}"; done
 both=0
@@ -186,24 +181,17 @@ check_eq "(e) the last SOLD_OUT is final" "409 SOLD_OUT " \
 # A worker that cannot read the sale's metadata cannot judge its
 # eligibleGroups: it must not grant from the reserve (nobody seized this sale
 # before the outage, so no worker has it cached).
-held0=$(metric couponseize_reserve_held)
 mk_activity 4004 1000 -60 3600
 mysql_q "UPDATE activity SET eligible_groups = '[\"vip\"]' WHERE id = 4004"
 http POST /market/admin/coupon/preheat '' "$ADMIN"
 check "(h) the node set a reserve aside for the vip-only sale" wait_for 15 reserved 4004 "$K"
-# Spendable on the node (the keeper opens it once the set-aside is durable).
-held_over() { (($(metric couponseize_reserve_held) >= $1)); }
-check "(h) the node opened that reserve for spending" wait_for 15 held_over $((held0 + K))
+check "(h) the node opened that reserve for spending" wait_for 15 reserves_open_on
 stack stop-redis --kill
 check "(h) health: seizes from the reserve while Redis is down" wait_for 5 health_says reserve
 declare -A toldh
 for u in $(seq 1 12); do
-    tok=$(mint_jwt $((4004000 + u)))
-    for i in 1 2 3 4 5 6; do
-        http POST /market/consumer/coupon/seize '{"id":4004}' "$tok"
-        [[ $(json_get "$HTTP_BODY" code) != UNKNOWN_OUTCOME ]] && break
-    done
-    toldh[$u]=$(json_get "$HTTP_BODY" code)
+    seize_settled 4004 "$(mint_jwt $((4004000 + u)))"
+    toldh[$u]=$SEIZE_CODE
 done
 diag "(h) users outside the groups were told: ${toldh[*]}"
 seized=0

@@ -34,10 +34,8 @@ SHARD=$((A % 10))
 LIST="/market/admin/coupon/reserves?id=$A"
 RETURN=/market/admin/coupon/reserve/return
 
-held_of() { local v; v=$(rcli HGET "COUPON:RESERVE:{$SHARD}" "$A:held"); echo "${v:-0}"; }
 field_of() { rcli HGET "COUPON:RESERVE:{$SHARD}" "$A:$1"; }
 seized_of() { rcli HLEN "COUPON:SEIZE:LIST:${A}_{$SHARD}"; }
-reserved() { (($(held_of) >= $1)); }
 # balanced WHAT: Redis stock + what reserves hold + seize-list entries = total,
 # read in one script (a set-aside between separate reads would count twice).
 balanced() {
@@ -63,17 +61,11 @@ for x in d.get("reserves", []):
         break' "$HTTP_BODY" "$1" "$2" 2>/dev/null
 }
 lease_over() { http GET "$LIST" '' "$ADMIN"; [[ $(rsv "$1" leaseExpired) == true ]]; }
-n2_metric() {
-    node_http n2 GET /market/admin/metrics '' "$ADMIN"
-    sed -n "s/^$1 \([0-9.e+-]*\)\$/\1/p" <<<"$HTTP_BODY"
-}
-n2_metric_is() { [[ $(n2_metric "$1") == "$2" ]]; }
 ret_body() { printf '{"id":%s,"incarnation":"%s"}' "$A" "$1"; }
 epoch_row() {
     mysql_q "SELECT state, COALESCE(closed_by, '-'), COALESCE(returned, '-') FROM reserve_epoch
              WHERE activity_id = $A AND incarnation = '$1' AND epoch = $2" | tr '\t' ' '
 }
-drained() { [[ $(rcli HLEN "QUEUE:COUPON:SEIZE:SYNC:{$SHARD}") == 0 ]]; }
 # seize_n2 USER: one user's seize on n2, asked again while the answer cannot
 # say (a worker whose connection died with Redis answers UNKNOWN_OUTCOME
 # once); prints the last code.
@@ -95,7 +87,7 @@ node_up n2 || finish
 INC1=$(cat "$COUPON_DIR/journal/incarnation")
 INC2=$(cat "$COUPON_DIR/n2/journal/incarnation")
 diag "node 1 is $INC1, n2 is $INC2"
-check "(a) both nodes set a reserve of $K aside" wait_for 20 reserved $((2 * K))
+check "(a) both nodes set a reserve of $K aside" wait_for 20 reserved "$A" $((2 * K))
 # A node renews its lease in the pass after the set-aside (until then an
 # admin may return the epoch: it was never spendable).
 both_live() {
@@ -160,14 +152,14 @@ check_eq "(b) ... and the stock is unchanged" $((s0 + held2)) "$(stock_of "$A")"
 
 # n2 comes back on the same journal: its closed epoch is not spent again.
 node_up n2 || finish
-check "(b) n2 restarted: its keeper runs" wait_for 20 n2_metric_is couponseize_reserve_keeper_up 1
+check "(b) n2 restarted: its keeper runs" wait_for 20 metric_is couponseize_reserve_keeper_up 1 n2
 # It may set a new epoch aside; epoch 1 stays closed and spends nothing.
 new_epoch() { [[ $(mysql_q "SELECT COUNT(*) FROM reserve_epoch WHERE activity_id = $A
                              AND incarnation = '$INC2' AND epoch = 2 AND state = 1") == 1 ]]; }
 check "(b) n2 set aside a new epoch (2)" wait_for 20 new_epoch
 check_eq "(b) epoch 1 stays closed by admin" "2 admin $held2" "$(epoch_row "$INC2" 1)"
-wait_for 10 n2_metric_is couponseize_reserve_held "$K"
-check_eq "(b) n2 holds only the new epoch's $K" "$K" "$(n2_metric couponseize_reserve_held)"
+wait_for 10 metric_is couponseize_reserve_held "$K" n2
+check_eq "(b) n2 holds only the new epoch's $K" "$K" "$(metric couponseize_reserve_held n2)"
 check_eq "(b) Redis: n2's field is the new epoch's" "$K" "$(field_of "$INC2")"
 balanced "(b) after n2's restart"
 
@@ -175,12 +167,12 @@ balanced "(b) after n2's restart"
 for u in 1 2 3 4 5 6; do
     node_http n2 POST /market/consumer/coupon/seize "{\"id\":$A}" "$(mint_jwt $((5001100 + u)))"
 done
-spent0=$(n2_metric couponseize_reserve_spent_total)
+spent0=$(metric couponseize_reserve_spent_total n2)
 stack stop-redis --kill
 declare -A told
 for u in 11 12 13; do told[$u]=$(seize_n2 $((5001100 + u))); done
-spent=$(($(n2_metric couponseize_reserve_spent_total) - spent0))
-depth=$(n2_metric couponseize_journal_depth)
+spent=$(($(metric couponseize_reserve_spent_total n2) - spent0))
+depth=$(metric couponseize_journal_depth n2)
 node_down n2 KILL
 for u in 11 12 13; do diag "(c) user $((5001100 + u)) was told ${told[$u]} by n2"; done
 check "(c) n2 granted from its reserve while Redis was down ($spent)" test "$spent" -ge 1
@@ -199,9 +191,9 @@ check_eq "(c) the stock rose by exactly that" $((s0 + held2)) "$(stock_of "$A")"
 check_eq "(c) MySQL: epoch 2 closed by admin" "2 admin $held2" "$(epoch_row "$INC2" 2)"
 balanced "(c) after the return"
 node_up n2 || finish
-check "(c) n2 restarted replays its journal" wait_for 20 n2_metric_is couponseize_journal_depth 0
+check "(c) n2 restarted replays its journal" wait_for 20 metric_is couponseize_journal_depth 0 n2
 check_eq "(c) replayed from stock: no dead letters" 0 \
-    "$(n2_metric couponseize_reserve_dead_letters_total)"
+    "$(metric couponseize_reserve_dead_letters_total n2)"
 bad=0
 for u in 11 12 13; do
     if [[ ${told[$u]} == SEIZED && $(rcli HEXISTS "COUPON:SEIZE:LIST:${A}_{$SHARD}" \
@@ -210,7 +202,7 @@ done
 check_eq "(c) every user n2 told SEIZED is in the seize list" 0 "$bad"
 check_eq "(c) epoch 2 stays closed by admin" "2 admin $held2" "$(epoch_row "$INC2" 2)"
 balanced "(c) after the replay"
-check "(c) coupon-sync drained the queue" wait_for 60 drained
+check "(c) coupon-sync drained the queue" wait_for 60 drained "$SHARD"
 check_eq "(c) MySQL holds a coupon per seize-list entry" "$(seized_of)" \
     "$(mysql_q "SELECT COUNT(*) FROM coupon WHERE activity_id = $A")"
 bad=0
@@ -275,12 +267,12 @@ diag "(d) n2's epoch is $E"
 for u in 1 2 3 4 5 6; do
     node_http n2 POST /market/consumer/coupon/seize "{\"id\":$A}" "$(mint_jwt $((5001200 + u)))"
 done
-spent0=$(n2_metric couponseize_reserve_spent_total)
+spent0=$(metric couponseize_reserve_spent_total n2)
 proxy_kill
 declare -A told2
 for u in 11 12 13; do told2[$u]=$(seize_n2 $((5001200 + u))); done
 for u in 11 12 13; do diag "(d) user $((5001200 + u)) was told ${told2[$u]} by n2"; done
-spent=$(($(n2_metric couponseize_reserve_spent_total) - spent0))
+spent=$(($(metric couponseize_reserve_spent_total n2) - spent0))
 check "(d) n2, cut off, granted from its reserve ($spent)" test "$spent" -ge 1
 check "(d) n2's lease is over" wait_for 15 lease_over "$INC2"
 held2=$(rsv "$INC2" left)
@@ -289,16 +281,16 @@ http POST "$RETURN" "$(ret_body "$INC2")" "$ADMIN"
 check_eq "(d) its reserve returned while n2 runs: 200 OK, $held2 coupons" "200 OK $held2" \
     "$HTTP_CODE $(json_get "$HTTP_BODY" code) $(json_get "$HTTP_BODY" returned)"
 check_eq "(d) the stock rose by exactly that" $((s0 + held2)) "$(stock_of "$A")"
-check_eq "(d) n2's grants wait in its journal" "$spent" "$(n2_metric couponseize_journal_depth)"
+check_eq "(d) n2's grants wait in its journal" "$spent" "$(metric couponseize_journal_depth n2)"
 balanced "(d) n2 cut off with unreplayed grants, its reserve returned"
 check "(d) the proxy is back: n2 reaches Redis again" proxy_up
-check "(d) n2 replays its journal" wait_for 20 n2_metric_is couponseize_journal_depth 0
+check "(d) n2 replays its journal" wait_for 20 metric_is couponseize_journal_depth 0 n2
 closed_seen() { grep -q "epoch $E was closed elsewhere (admin); this node spends no more of it" \
     "$COUPON_DIR/n2/fcgi.log"; }
 check "(d) n2 found its epoch closed by admin and dropped it" wait_for 10 closed_seen
-check_eq "(d) no dead letters" 0 "$(n2_metric couponseize_reserve_dead_letters_total)"
+check_eq "(d) no dead letters" 0 "$(metric couponseize_reserve_dead_letters_total n2)"
 check_eq "(d) n2 spent nothing more of it" "$spent" \
-    "$(($(n2_metric couponseize_reserve_spent_total) - spent0))"
+    "$(($(metric couponseize_reserve_spent_total n2) - spent0))"
 bad=0
 for u in 11 12 13; do
     if [[ ${told2[$u]} == SEIZED && $(rcli HEXISTS "COUPON:SEIZE:LIST:${A}_{$SHARD}" \
@@ -317,11 +309,11 @@ mysql_q "INSERT INTO reserve_epoch (activity_id, incarnation, epoch, amount) VAL
 rcli HSET "COUPON:RESERVE:{$SHARD}" "$A:$SPENT" 0 >/dev/null
 rcli HINCRBY "COUPON:RESERVE:{$SHARD}" "$A" 1 >/dev/null
 rcli HSET "COUPON:RESERVE:EPOCH:${A}_{$SHARD}" "$SPENT:1" open:2 >/dev/null
-h0=$(held_of) s0=$(stock_of "$A")
+h0=$(held_of "$A") s0=$(stock_of "$A")
 http POST "$RETURN" "$(ret_body "$SPENT")" "$ADMIN"
 check_eq "(d) a spent reserve of a lost node: 200 OK, 0 returned" "200 OK 0" \
     "$HTTP_CODE $(json_get "$HTTP_BODY" code) $(json_get "$HTTP_BODY" returned)"
-check_eq "(d) ... stock and what the others hold unchanged" "$s0 $h0" "$(stock_of "$A") $(held_of)"
+check_eq "(d) ... stock and what the others hold unchanged" "$s0 $h0" "$(stock_of "$A") $(held_of "$A")"
 check_eq "(d) ... its epoch closed by admin" "2 admin 0" "$(epoch_row "$SPENT" 1)"
 
 # --- (e) bad input ----------------------------------------------------------------------------
