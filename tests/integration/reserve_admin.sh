@@ -62,6 +62,18 @@ for x in d.get("reserves", []):
 }
 lease_over() { http GET "$LIST" '' "$ADMIN"; [[ $(rsv "$1" leaseExpired) == true ]]; }
 ret_body() { printf '{"id":%s,"incarnation":"%s"}' "$A" "$1"; }
+# return_after_lease CASE WHAT: once n2's lease is over, an admin returns
+# its reserve: 200 OK with what it held (HELD2), and the stock rises by that.
+return_after_lease() {
+    local s0
+    check "$1 n2's lease is over" wait_for 15 lease_over "$INC2"
+    HELD2=$(rsv "$INC2" left)
+    s0=$(stock_of "$A")
+    http POST "$RETURN" "$(ret_body "$INC2")" "$ADMIN"
+    check_eq "$1 $2: 200 OK, $HELD2 coupons" "200 OK $HELD2" \
+        "$HTTP_CODE $(json_get "$HTTP_BODY" code) $(json_get "$HTTP_BODY" returned)"
+    check_eq "$1 the stock rose by exactly that" $((s0 + HELD2)) "$(stock_of "$A")"
+}
 epoch_row() {
     mysql_q "SELECT state, COALESCE(closed_by, '-'), COALESCE(returned, '-') FROM reserve_epoch
              WHERE activity_id = $A AND incarnation = '$1' AND epoch = $2" | tr '\t' ' '
@@ -181,14 +193,8 @@ stack start-redis
 health_ok() { [[ $(http_code GET /market/health) == 200 ]]; }
 check "(c) Redis is back" wait_for 20 health_ok
 balanced "(c) n2 dead with unreplayed grants"
-check "(c) n2's lease is over" wait_for 15 lease_over "$INC2"
-held2=$(rsv "$INC2" left)
-s0=$(stock_of "$A")
-http POST "$RETURN" "$(ret_body "$INC2")" "$ADMIN"
-check_eq "(c) its reserve returned: 200 OK, $held2 coupons" "200 OK $held2" \
-    "$HTTP_CODE $(json_get "$HTTP_BODY" code) $(json_get "$HTTP_BODY" returned)"
-check_eq "(c) the stock rose by exactly that" $((s0 + held2)) "$(stock_of "$A")"
-check_eq "(c) MySQL: epoch 2 closed by admin" "2 admin $held2" "$(epoch_row "$INC2" 2)"
+return_after_lease "(c)" "its reserve returned"
+check_eq "(c) MySQL: epoch 2 closed by admin" "2 admin $HELD2" "$(epoch_row "$INC2" 2)"
 balanced "(c) after the return"
 node_up n2 || finish
 check "(c) n2 restarted replays its journal" wait_for 20 metric_is couponseize_journal_depth 0 n2
@@ -200,7 +206,7 @@ for u in 11 12 13; do
         $((5001100 + u))) != 1 ]]; then bad=$((bad + 1)); fi
 done
 check_eq "(c) every user n2 told SEIZED is in the seize list" 0 "$bad"
-check_eq "(c) epoch 2 stays closed by admin" "2 admin $held2" "$(epoch_row "$INC2" 2)"
+check_eq "(c) epoch 2 stays closed by admin" "2 admin $HELD2" "$(epoch_row "$INC2" 2)"
 balanced "(c) after the replay"
 check "(c) coupon-sync drained the queue" wait_for 60 drained "$SHARD"
 check_eq "(c) MySQL holds a coupon per seize-list entry" "$(seized_of)" \
@@ -274,13 +280,7 @@ for u in 11 12 13; do told2[$u]=$(seize_n2 $((5001200 + u))); done
 for u in 11 12 13; do diag "(d) user $((5001200 + u)) was told ${told2[$u]} by n2"; done
 spent=$(($(metric couponseize_reserve_spent_total n2) - spent0))
 check "(d) n2, cut off, granted from its reserve ($spent)" test "$spent" -ge 1
-check "(d) n2's lease is over" wait_for 15 lease_over "$INC2"
-held2=$(rsv "$INC2" left)
-s0=$(stock_of "$A")
-http POST "$RETURN" "$(ret_body "$INC2")" "$ADMIN"
-check_eq "(d) its reserve returned while n2 runs: 200 OK, $held2 coupons" "200 OK $held2" \
-    "$HTTP_CODE $(json_get "$HTTP_BODY" code) $(json_get "$HTTP_BODY" returned)"
-check_eq "(d) the stock rose by exactly that" $((s0 + held2)) "$(stock_of "$A")"
+return_after_lease "(d)" "its reserve returned while n2 runs"
 check_eq "(d) n2's grants wait in its journal" "$spent" "$(metric couponseize_journal_depth n2)"
 balanced "(d) n2 cut off with unreplayed grants, its reserve returned"
 check "(d) the proxy is back: n2 reaches Redis again" proxy_up
@@ -297,7 +297,7 @@ for u in 11 12 13; do
         $((5001200 + u))) != 1 ]]; then bad=$((bad + 1)); fi
 done
 check_eq "(d) every user n2 told SEIZED is in the seize list" 0 "$bad"
-check_eq "(d) epoch $E stays closed by admin" "2 admin $held2" "$(epoch_row "$INC2" "$E")"
+check_eq "(d) epoch $E stays closed by admin" "2 admin $HELD2" "$(epoch_row "$INC2" "$E")"
 balanced "(d) after the replay"
 next_epoch() { open_epoch && ((E > ${1})); }
 check "(d) n2 goes on with a new epoch" wait_for 20 next_epoch "$E"
