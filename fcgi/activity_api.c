@@ -65,20 +65,6 @@ static const char SQL_UPDATE[] =
     "status = CASE WHEN distribute_start_time > NOW() THEN 1 "
     "WHEN distribute_end_time > NOW() THEN 2 ELSE 3 END WHERE id = ?";
 
-/* Adds ARGV[2] to the stock field ARGV[1] only when it exists and is not the
- * revoke tombstone (ACTIVITY_STOCK_VOIDED), never below 0. A missing field is
- * left to preheat, which sets it from MySQL's total (HSETNX): creating it
- * here would make the stock just the top-up. -3 absent, -4 revoked, -2 it
- * would go negative, else the new stock. */
-static const char TOPUP_LUA[] =
-    "local v = redis.call('HGET', KEYS[1], ARGV[1]) "
-    "if not v then return -3 end "
-    "v = tonumber(v) "
-    "if v == nil or v < 0 then return -4 end "
-    "local d = tonumber(ARGV[2]) "
-    "if v + d < 0 then return -2 end "
-    "return redis.call('HINCRBY', KEYS[1], ARGV[1], d)";
-
 /* One activity row as the admin API shows it. */
 struct act_row {
     struct activity a;
@@ -204,46 +190,19 @@ static int64_t act_queue_depth(struct worker *w, int64_t depth[KEYS_SHARDS])
     return ok ? sum : -1;
 }
 
-/* Runs TOPUP_LUA: adds delta to the stock field of id. *result gets the
- * script's answer. CS_ERR when Redis did not answer (the outcome is then
- * unknown: the caller reports it, it never guesses). */
-static int act_redis_topup(struct worker *w, int64_t id, int64_t delta, long long *result)
-{
-    char key[KEYS_MAX], field[24], d[24];
-    const char *argv[6] = {"EVAL", TOPUP_LUA, "1", key, field, d};
-    size_t argl[6];
-
-    argl[0] = 4;
-    argl[1] = strlen(TOPUP_LUA);
-    argl[2] = 1;
-    argl[3] = keys_stock(key, keys_shard(id));
-    argl[4] = (size_t)snprintf(field, sizeof(field), "%" PRId64, id);
-    argl[5] = (size_t)snprintf(d, sizeof(d), "%" PRId64, delta);
-    redisReply *rep = rconn_commandv(w->rc, key, 6, argv, argl);
-    if (rep == NULL)
-        return CS_ERR;
-    int ok = rep->type == REDIS_REPLY_INTEGER;
-    if (ok)
-        *result = rep->integer;
-    else
-        log_error("EVAL top-up of activity %" PRId64 ": %s", id,
-                  rep->type == REDIS_REPLY_ERROR ? rep->str : "non-integer reply");
-    freeReplyObject(rep);
-    return ok ? CS_OK : CS_ERR;
-}
-
 /* Brings Redis in line with MySQL after a change of activity ID: what
- * preheat writes for it (window, metadata, a stock field still absent, its
- * place in ACTIVITY:LIST). CS_OK or CS_ERR (logged). */
-static int act_refresh(struct worker *w, int64_t id)
+ * preheat writes for it (window, metadata, a stock field still absent or
+ * moved by a change of total, its place in ACTIVITY:LIST), judged against
+ * the version in Redis in one script, after the commit. CS_OK or CS_ERR
+ * (logged); *res says what was written. */
+static int act_refresh(struct worker *w, int64_t id, struct preheat_result *res)
 {
-    struct preheat_result res;
     char err[256];
     /* Its own connection, with coupon-sync's longer timeout: the list it
      * rewrites may be megabytes, more than a seize may wait for. */
     struct rconn *lrc = worker_long_rconn(w);
     int rc = activity_preheat_one(w->mc, lrc, id, w->conf->preheat_horizon_days,
-                                  w->conf->sync_cleanup_grace_s, &res, err, sizeof(err));
+                                  w->conf->sync_cleanup_grace_s, res, err, sizeof(err));
     rconn_free(lrc);
     if (rc != CS_OK)
         log_error("preheat after an activity change failed: %s", err);
@@ -567,7 +526,8 @@ static void act_create(struct worker *w, struct req *r)
     r->audit_id = id;
     log_notice("activity %" PRId64 " created by admin %" PRId64 ": %" PRId64 " coupons",
                id, r->who.user_id, in.total_num);
-    int preheated = act_refresh(w, id) == CS_OK;
+    struct preheat_result res;
+    int preheated = act_refresh(w, id, &res) == CS_OK;
 
     /* The new id at the top as well, exact and as a string. */
     char idtxt[24];
@@ -794,6 +754,9 @@ static void act_update(struct worker *w, struct req *r)
         act_mysql_down(w, r, "updating an activity");
         return;
     }
+    char pause[48];
+    snprintf(pause, sizeof(pause), "update-commit:%" PRId64, id);
+    cs_pause_point(pause);
     if (mconn_commit(w->mc) != CS_OK) {
         /* A lost connection at COMMIT leaves the outcome unknown; Redis was
          * not touched, so a repeat after a GET is safe. */
@@ -805,37 +768,42 @@ static void act_update(struct worker *w, struct req *r)
         return;
     }
 
+    /* Redis follows from one versioned write after the commit, never from
+     * the read above: the publish script moves the stock field by the new
+     * total minus the one Redis last saw, so a preheat that read MySQL
+     * before this commit neither undoes the change nor lets it count twice,
+     * and a pass after a failure here still brings it (see PUBLISH_LUA). */
+    struct preheat_result res;
+    int preheated = act_refresh(w, id, &res) == CS_OK;
     const char *redis_note = "unchanged";
-    if (delta != 0 && kind == STOCK_PRESENT) {
-        long long res = 0;
-        if (act_redis_topup(w, id, delta, &res) != CS_OK) {
-            if (delta > 0)
-                log_error("activity %" PRId64 ": MySQL stock rose by %" PRId64
-                          " but the Redis stock did not (%s); Redis sells %" PRId64
-                          " fewer until POST /market/admin/coupon/reconcile",
-                          id, delta, w->rc->errstr[0] ? w->rc->errstr : "script error", delta);
-            else
-                log_error("activity %" PRId64 ": MySQL stock fell by %" PRId64
-                          " but the Redis stock did not (%s); Redis may sell %" PRId64
-                          " more than MySQL counts until POST /market/admin/coupon/reconcile",
-                          id, -delta, w->rc->errstr[0] ? w->rc->errstr : "script error", -delta);
+    if (delta != 0) {
+        if (!preheated) {
+            log_error("activity %" PRId64 ": MySQL stock moved by %+" PRId64
+                      " but Redis was not reached; the next preheat pass moves the Redis "
+                      "stock (POST /market/admin/coupon/preheat to do it now)", id, delta);
             redis_note = "failed";
-        } else if (res == -4) {
-            redis_note = "revoked";
-        } else if (res < 0) {
-            log_error("activity %" PRId64 ": top-up script answered %lld", id, res);
+        } else if (res.clamped > 0) {
+            log_error("activity %" PRId64 ": the total fell below what Redis had granted; "
+                      "Redis stock held at 0", id);
             redis_note = "failed";
-        } else {
+        } else if (res.adjusted > 0) {
             redis_note = "updated";
+        } else if (res.created > 0) {
+            /* Absent until now: made from MySQL's new total. */
+            redis_note = "not preheated";
+        } else if (kind == STOCK_VOIDED) {
+            redis_note = "revoked";
+        } else if (res.stale > 0 || res.written > 0) {
+            /* Another writer of this version (a preheat pass) moved it first. */
+            redis_note = "updated";
+        } else {
+            redis_note = "not preheated";
         }
-    } else if (delta != 0) {
-        redis_note = kind == STOCK_VOIDED ? "revoked" : "not preheated";
     }
     /* This node sells again at once; other nodes' sold-out hints expire
      * within limits.soldout_recheck_ms. */
     if (delta > 0)
         shm_flag_clear(w->shm->soldout, id);
-    int preheated = act_refresh(w, id) == CS_OK;
     log_notice("activity %" PRId64 " updated by admin %" PRId64 " (stock %+" PRId64
                ", Redis %s)",
                id, r->who.user_id, delta, redis_note);

@@ -43,6 +43,15 @@ int cs_cmp_int64(const void *x, const void *y);
  * (one value, one spelling). */
 long cs_b64url_decode(const char *in, size_t n, unsigned char *out);
 
+/* A named point where a test can stop this process: when the environment
+ * variable COUPONSEIZE_PAUSE_AT names NAME (one name, or several separated
+ * by commas), the process logs that it stops and raises SIGSTOP; SIGCONT
+ * lets it go on. Tests use it to put a write of another process between two
+ * steps that must hold against it (a preheat between its MySQL read and its
+ * Redis write), so an interleaving is made, not waited for. Unset, it costs
+ * one getenv() per call, on paths that run once a pass, never per request. */
+void cs_pause_point(const char *name);
+
 #define CS_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 #endif

@@ -360,42 +360,65 @@ static void act_stock_absent(void *arg, size_t k, const redisReply *v)
 }
 
 /*
- * Writes what preheat derives from MySQL for the activities in ARGV, six
- * arguments each (id, version, META, WINDOW, end ms, stock or ""), unless
- * the VER field holds a newer version: a preheat that read MySQL before a
- * change committed never puts back what the change already wrote, however
- * the two interleave. META and WINDOW go before the stock field, which is
- * created (HSETNX) under the same check, so a stale read cannot create it
- * from an old total either. ENDS (a sorted set by end time) tells the
- * expiry job what is due without reading every META.
- * KEYS: META, WINDOW, VER, ENDS, STOCK of one shard. Returns {created, id,
- * META, ...}: the stock fields created, then each refused id with the META
+ * Writes what preheat derives from MySQL for the activities in ARGV, seven
+ * arguments each (id, version, META, WINDOW, end ms, stock or "", total),
+ * unless the VER field holds a newer version: a preheat that read MySQL
+ * before a change committed never puts back what the change already wrote,
+ * however the two interleave. META and WINDOW go before the stock field.
+ *
+ * The stock field follows the total under the same check. Absent, it is
+ * created from the stock argument (HSETNX semantics; "" creates nothing).
+ * Present, it moves by the new total minus the total that the META in Redis
+ * was written with, so a change of total_num (a lower total before the
+ * start, a top-up) reaches the stock exactly once, whichever writer of that
+ * version (the admin update, a racing preheat, the next periodic pass) gets
+ * there first, and a writer of an older version changes nothing. The revoke
+ * tombstone (below 0) is never added to, and no stock goes below 0 (counted
+ * as clamped: the total fell below what Redis had already granted).
+ * ENDS (a sorted set by end time) tells the expiry job what is due without
+ * reading every META.
+ * KEYS: META, WINDOW, VER, ENDS, STOCK of one shard. Returns {created,
+ * adjusted, clamped, id, META, ...}: the stock fields created, those moved
+ * by a change of total, those held at 0, then each refused id with the META
  * field that stays.
  */
 static const char PUBLISH_LUA[] =
-    "local created, out = 0, {0}\n"
-    "for i = 1, #ARGV, 6 do\n"
+    "local created, adjusted, clamped, out = 0, 0, 0, {0, 0, 0}\n"
+    "for i = 1, #ARGV, 7 do\n"
     "  local id = ARGV[i]\n"
     "  local cur = tonumber(redis.call('HGET', KEYS[3], id) or '')\n"
     "  if cur and cur > tonumber(ARGV[i + 1]) then\n"
     "    out[#out + 1] = id\n"
     "    out[#out + 1] = redis.call('HGET', KEYS[1], id) or ''\n"
     "  else\n"
+    "    local old = redis.call('HGET', KEYS[1], id)\n"
     "    redis.call('HSET', KEYS[1], id, ARGV[i + 2])\n"
     "    redis.call('HSET', KEYS[2], id, ARGV[i + 3])\n"
     "    redis.call('HSET', KEYS[3], id, ARGV[i + 1])\n"
     "    redis.call('ZADD', KEYS[4], ARGV[i + 4], id)\n"
-    "    if ARGV[i + 5] ~= '' then\n"
+    "    local s = tonumber(redis.call('HGET', KEYS[5], id) or '')\n"
+    "    if s then\n"
+    "      local was = old and tonumber(string.match(old, '\"totalNum\":(%-?[%d.eE+]+)'))\n"
+    "      local d = was and (tonumber(ARGV[i + 6]) - was) or 0\n"
+    "      if d ~= 0 and s >= 0 then\n"
+    "        if s + d < 0 then\n"
+    "          d = -s\n"
+    "          clamped = clamped + 1\n"
+    "        end\n"
+    "        redis.call('HINCRBY', KEYS[5], id, d)\n"
+    "        adjusted = adjusted + 1\n"
+    "      end\n"
+    "    elseif ARGV[i + 5] ~= '' then\n"
     "      created = created + redis.call('HSETNX', KEYS[5], id, ARGV[i + 5])\n"
     "    end\n"
     "  end\n"
     "end\n"
-    "out[1] = created\n"
+    "out[1], out[2], out[3] = created, adjusted, clamped\n"
     "return out\n";
 
 /* Activities per EVAL of PUBLISH_LUA. */
 #define ACT_PUB_BATCH 128
-#define ACT_PUB_ARGS 6
+#define ACT_PUB_ARGS 7
 
 /* Appends the EVALs of PUBLISH_LUA for pub[0..cnt) of shard SHARD; stock[k]
  * is the stock field to create, or -1 for none. *cmds counts the commands. */
@@ -406,7 +429,7 @@ static int act_append_publish(struct rconn *rc, int shard, const struct act_vec 
     char keys[5][KEYS_MAX];
     const char **argv = xmalloc((FIXED + ACT_PUB_ARGS * ACT_PUB_BATCH) * sizeof(*argv));
     size_t *argl = xmalloc((FIXED + ACT_PUB_ARGS * ACT_PUB_BATCH) * sizeof(*argl));
-    char (*num)[4][24] = xmalloc(ACT_PUB_BATCH * sizeof(*num));
+    char (*num)[5][24] = xmalloc(ACT_PUB_BATCH * sizeof(*num));
     int ret = CS_OK;
 
     keys_meta(keys[0], shard);
@@ -440,6 +463,8 @@ static int act_append_publish(struct rconn *rc, int shard, const struct act_vec 
             argl[a + 5] = stock[off + k] < 0
                               ? (num[k][3][0] = '\0', 0)
                               : (size_t)snprintf(num[k][3], 24, "%" PRId64, stock[off + k]);
+            argv[a + 6] = num[k][4];
+            argl[a + 6] = (size_t)snprintf(num[k][4], 24, "%" PRId64, act->total_num);
         }
         ret = rconn_appendv(rc, keys[0], (int)(FIXED + ACT_PUB_ARGS * m), argv, argl);
         if (ret == CS_OK)
@@ -466,17 +491,21 @@ static int act_read_publish(struct rconn *rc, struct act_vec *vec, const size_t 
             snprintf(err, errlen, "EVAL publish: %s", rc->errstr);
             return CS_ERR;
         }
-        if ((r->type != REDIS_REPLY_ARRAY || r->elements < 1 || r->elements % 2 != 1 ||
-             r->element[0]->type != REDIS_REPLY_INTEGER) && ret == CS_OK) {
+        if ((r->type != REDIS_REPLY_ARRAY || r->elements < 3 || r->elements % 2 != 1 ||
+             r->element[0]->type != REDIS_REPLY_INTEGER ||
+             r->element[1]->type != REDIS_REPLY_INTEGER ||
+             r->element[2]->type != REDIS_REPLY_INTEGER) && ret == CS_OK) {
             snprintf(err, errlen, "EVAL publish: %s",
                      r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
             ret = CS_ERR;
         }
         if (ret == CS_OK) {
             res->created += (int)r->element[0]->integer;
-            res->written += (int)(m - (r->elements - 1) / 2);
+            res->adjusted += (int)r->element[1]->integer;
+            res->clamped += (int)r->element[2]->integer;
+            res->written += (int)(m - (r->elements - 3) / 2);
         }
-        for (size_t e = 1; ret == CS_OK && e + 1 < r->elements; e += 2) {
+        for (size_t e = 3; ret == CS_OK && e + 1 < r->elements; e += 2) {
             const redisReply *f = r->element[e], *v = r->element[e + 1];
             int64_t id;
             if (f->type != REDIS_REPLY_STRING || cs_parse_id(f->str, f->len, &id) != CS_OK)
@@ -636,16 +665,24 @@ static int act_publish(struct mconn *mc, struct rconn *rc, struct act_vec *vec,
 }
 
 /* The Redis side of a revoke: id in ACTIVITY:VOIDED, so every node answers
- * VOIDED, and its stock field a tombstone. A tombstone, not HDEL: a preheat
+ * VOIDED, its version the highest, and its stock field a tombstone. A tombstone, not HDEL: a preheat
  * that read MySQL before the revoke finds the field present and cannot put
  * the stock back (HSETNX), and the script answers SOLD_OUT to a node that
  * has not yet seen the revoke, so nothing more is ever issued. Idempotent. */
 static int act_apply_void(struct rconn *rc, int64_t id, char *err, size_t errlen)
 {
-    char skey[KEYS_MAX];
+    char skey[KEYS_MAX], vkey[KEYS_MAX];
     redisReply *r = rconn_command(rc, KEY_ACTIVITY_VOIDED, "SADD %s %" PRId64,
                                   KEY_ACTIVITY_VOIDED, id);
     if (rconn_expect(rc, r, 0, "SADD", KEY_ACTIVITY_VOIDED, err, errlen) != CS_OK)
+        return CS_ERR;
+    freeReplyObject(r);
+    /* The highest version, before the tombstone: a preheat that read MySQL
+     * before the revoke can then write neither its META (an "in progress"
+     * sale) nor its window again. */
+    keys_version(vkey, keys_shard(id));
+    r = rconn_command(rc, vkey, "HSET %s %" PRId64 " %" PRId64, vkey, id, INT64_MAX);
+    if (rconn_expect(rc, r, 0, "HSET", vkey, err, errlen) != CS_OK)
         return CS_ERR;
     freeReplyObject(r);
     keys_stock(skey, keys_shard(id));
@@ -723,6 +760,7 @@ static int act_drop_voided(struct rconn *rc, struct act_vec *vec, char *err, siz
             vec->has_coupons[kept] = vec->has_coupons[i];
             vec->txt[kept] = vec->txt[i];
             memcpy(vec->win[kept], vec->win[i], sizeof(vec->win[0]));
+            vec->ver[kept] = vec->ver[i];
             vec->v[kept] = vec->v[i];
         }
         kept++;
@@ -856,6 +894,7 @@ int activity_preheat_pass(struct mconn *mc, struct rconn *rc, int horizon_days, 
     if (act_list_gen(rc, &gen, err, errlen) != CS_OK
         || act_select(mc, horizon_days, grace_s, 0, since_s, &vec, err, errlen) != CS_OK)
         return CS_ERR;
+    cs_pause_point("preheat-read");
     int64_t t1 = cs_mono_ms();
     if (since_s > 0) {
         if (act_reapply_voids_since(mc, rc, since_s, grace_s, &voids, err, errlen) != CS_OK)
@@ -863,8 +902,10 @@ int activity_preheat_pass(struct mconn *mc, struct rconn *rc, int horizon_days, 
     } else if (act_reapply_voids(mc, rc, grace_s, err, errlen) != CS_OK) {
         goto out;
     }
-    if (vec.n > 0 && (act_drop_voided(rc, &vec, err, errlen) != CS_OK ||
-                      act_publish(mc, rc, &vec, res, err, errlen) != CS_OK))
+    if (vec.n > 0 && act_drop_voided(rc, &vec, err, errlen) != CS_OK)
+        goto out;
+    cs_pause_point("preheat-publish");
+    if (vec.n > 0 && act_publish(mc, rc, &vec, res, err, errlen) != CS_OK)
         goto out;
     if (since_s > 0) {
         res->changed = (int)vec.n;

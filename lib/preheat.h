@@ -16,6 +16,8 @@ struct preheat_result {
     int restored;              /* of those, rebuilt from MySQL after Redis data loss */
     int written;               /* activities whose fields were (re)written in Redis */
     int stale;                 /* refused: Redis holds a newer version of them */
+    int adjusted;              /* stock fields moved by a change of total_num */
+    int clamped;               /* of those, held at 0: the total fell below the grants */
     int changed;               /* activities read by a pass since a mark */
     int listed;                /* a pass since a mark rewrote ACTIVITY:LIST */
     int64_t select_ms;         /* time spent reading MySQL */

@@ -87,9 +87,14 @@ int jobs_preheat(struct mconn *mc, struct rconn *rc, int horizon_days, int grace
     if (res.stale > 0)
         log_info("preheat: %d activities left as they are: Redis holds a newer version",
                  res.stale);
-    if (res.created > 0 || res.restored > 0)
-        log_info("preheat%s: %d activities written, %d stock fields created, %d restored",
-                 full ? "" : " (changes)", res.written, res.created, res.restored);
+    if (res.clamped > 0)
+        log_error("preheat: %d stock fields held at 0: their total_num fell below what Redis "
+                  "had granted (POST /market/admin/coupon/reconcile tells by how much)",
+                  res.clamped);
+    if (res.created > 0 || res.restored > 0 || res.adjusted > 0)
+        log_info("preheat%s: %d activities written, %d stock fields created, %d restored, "
+                 "%d moved by a change of total",
+                 full ? "" : " (changes)", res.written, res.created, res.restored, res.adjusted);
     else if (full)
         log_debug("preheat: %d activities listed, %d written", res.loaded, res.written);
     else
