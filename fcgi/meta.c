@@ -189,7 +189,24 @@ static enum meta_kind meta_store(struct meta *m, int64_t id, struct meta_entry *
     return kind;
 }
 
+/* meta_load(), and once more while before deadline_ms (0: no second try). */
+static int meta_load_within(struct worker *w, int64_t id, int64_t remaining,
+                            struct meta_entry **out, int64_t deadline_ms)
+{
+    if (meta_load(w, id, remaining, out) == CS_OK)
+        return CS_OK;
+    if (deadline_ms == 0 || cs_mono_ms() >= deadline_ms || !worker_redis_readable(w))
+        return CS_ERR;
+    return meta_load(w, id, remaining, out);
+}
+
 enum meta_kind meta_lookup(struct worker *w, int64_t id, struct activity *out, int *stale)
+{
+    return meta_lookup_within(w, id, out, stale, 0);
+}
+
+enum meta_kind meta_lookup_within(struct worker *w, int64_t id, struct activity *out,
+                                  int *stale, int64_t deadline_ms)
 {
     struct meta *m = w->meta;
     int64_t now = cs_mono_ms();
@@ -213,14 +230,14 @@ enum meta_kind meta_lookup(struct worker *w, int64_t id, struct activity *out, i
         /* This caller refreshes this one entry; the rest of the cache and
          * every other caller keep what they have. */
         e = v;
-        if (meta_load(w, id, e->remaining, &fresh) != CS_OK) {
+        if (meta_load_within(w, id, e->remaining, &fresh, deadline_ms) != CS_OK) {
             lcache_refresh_failed(m->cache, id, now);
             *stale = 1;
             break;
         }
         return meta_store(m, id, fresh, now, out);
     default:
-        if (meta_load(w, id, -1, &fresh) != CS_OK) {
+        if (meta_load_within(w, id, -1, &fresh, deadline_ms) != CS_OK) {
             lcache_load_failed(m->cache);
             e = lcache_get_stale(m->cache, id, now, m->stale_ms, NULL);
             if (e == NULL)

@@ -26,6 +26,15 @@ void meta_free(struct meta *m);
  * could not be read. META_UNAVAILABLE: nothing known and Redis unreachable. */
 enum meta_kind meta_lookup(struct worker *w, int64_t id, struct activity *out, int *stale);
 
+/* As meta_lookup(), but a read of Redis that failed (a timeout behind a
+ * slow fsync, a reset) is tried once more on a fresh connection while the
+ * monotonic time is before DEADLINE_MS, so a Redis that was slow once gives
+ * neither UNAVAILABLE nor a stale entry. Reads are idempotent: the second
+ * answer can only be the truer one. The caller bounds Redis by the same
+ * deadline (rconn_set_deadline()). */
+enum meta_kind meta_lookup_within(struct worker *w, int64_t id, struct activity *out,
+                                  int *stale, int64_t deadline_ms);
+
 /* Last remaining stock seen for ID (-1 if never), and its update; both only
  * know the activity of the last meta_lookup(). */
 int64_t meta_last_remaining(struct meta *m, int64_t id);

@@ -126,6 +126,26 @@ static void status_send(struct req *r, cJSON *root)
     cJSON_Delete(root);
 }
 
+/* The answer is due fallback.budget_ms after the web server took the
+ * request (less a tenth of it, at most 100 ms, for the answer itself). */
+static int64_t status_deadline(const struct worker *w, const struct req *r)
+{
+    int budget = w->conf->fallback_budget_ms;
+    int margin = budget / 10 < 100 ? budget / 10 : 100;
+    return r->start_us / 1000 + budget - margin;
+}
+
+/* Looks ID up within the request's budget (meta_lookup_within()). */
+static enum meta_kind status_lookup(struct worker *w, const struct req *r, int64_t id,
+                                    struct activity *a, int *stale)
+{
+    int64_t deadline = status_deadline(w, r);
+    rconn_set_deadline(w->rc, deadline);
+    enum meta_kind kind = meta_lookup_within(w, id, a, stale, deadline);
+    rconn_set_deadline(w->rc, 0);
+    return kind;
+}
+
 static void status_one(struct worker *w, struct req *r, int64_t id, int64_t uid)
 {
     struct activity a;
@@ -133,7 +153,7 @@ static void status_one(struct worker *w, struct req *r, int64_t id, int64_t uid)
     int64_t now = cs_now_ms();
     cJSON *root, *obj;
 
-    switch (meta_lookup(w, id, &a, &stale)) {
+    switch (status_lookup(w, r, id, &a, &stale)) {
     case META_ABSENT:
         req_reply(r, CODE_NO_SUCH_ACTIVITY, NULL, NULL, 0);
         return;
