@@ -398,6 +398,20 @@ wait_for() {
     done
 }
 
+# answers LOG: how many answers a loadgen run has logged (-L LOG) so far.
+answers() { local n; n=$(grep -vc '^#' "$1" 2>/dev/null) || true; echo "${n:-0}"; }
+
+# wait_answers LOG N [TIMEOUT_S]: returns once the load logging to LOG has
+# answered N more requests than when called (1 when the deadline, default
+# 60 s x CS_TIME_SCALE, passed first). A load window measured in answers,
+# not in seconds: on a slow machine a fixed sleep may hold a handful.
+wait_answers() {
+    local wa_log=$1 wa_want
+    wa_want=$(($(answers "$1") + $2))
+    # shellcheck disable=SC2016 # expanded by wait_for's eval, in this scope
+    wait_for "${3:-60}" eval '(($(answers "$wa_log") >= wa_want))'
+}
+
 # wait_past_ms EPOCH_MS: returns once this machine's clock is past EPOCH_MS. A
 # wait for a moment (a sale's end, an expiry), judged by the clock rather than
 # by how long a sleep happened to take.

@@ -113,11 +113,19 @@ static int64_t now_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+/* The log is flushed at least every 100 ms, so a test can follow the load
+ * while it runs (tests/lib.sh wait_answers) without a write per answer. */
 static void log_response(const struct conn *c, int status, const char *code, int64_t now)
 {
-    if (resp_log)
-        fprintf(resp_log, "%.3f %d %s %lld %lld\n", (double)(now - t_start) / 1000.0, status, code,
-                (long long)c->user, (long long)(now - c->sent_us));
+    static int64_t flushed_us;
+    if (resp_log == NULL)
+        return;
+    fprintf(resp_log, "%.3f %d %s %lld %lld\n", (double)(now - t_start) / 1000.0, status, code,
+            (long long)c->user, (long long)(now - c->sent_us));
+    if (now - flushed_us >= 100000) {
+        fflush(resp_log);
+        flushed_us = now;
+    }
 }
 
 static void count_code(const char *name)

@@ -102,7 +102,19 @@ stop_load() {
     LOADPIDS=()
 }
 cs_defer stop_load
-sleep 4
+# all_answered N: returns once every shard's load has answered N more
+# requests than when called: load windows counted in answers, not seconds.
+all_answered() {
+    local i
+    aa_want=()
+    for ((i = 0; i < 10; i++)); do aa_want[i]=$(($(answers "$LOGS/$i.log") + $1)); done
+    wait_for 60 aa_reached
+}
+aa_reached() {
+    local i
+    for ((i = 0; i < 10; i++)); do (($(answers "$LOGS/$i.log") >= aa_want[i])) || return 1; done
+}
+check "every shard's load is answered before the faults" all_answered 100
 
 # --- (a) live migration of slot 1584, key by key, slowly -----------------------------
 SLOT=${TAG_SLOTS[MIG_SHARD]}
@@ -117,9 +129,11 @@ for ((round = 0; round < 50; round++)); do
     [[ ${#keys[@]} -gt 0 && -n ${keys[0]} ]] || break
     ncli "$SRC" migrate "$(addr_of "$DST")" "$DST" "${keys[0]}" 0 5000 >/dev/null
     moved_keys=$((moved_keys + 1))
-    sleep 0.4
+    # Slowly: the migrating shard's load meets each state of the slot.
+    wait_answers "$LOGS/$MIG_SHARD.log" 5 10
 done
-sleep 0.5 # every key is on the target, the slot still on the source: ASK
+# Every key is on the target, the slot still on the source: ASK.
+wait_answers "$LOGS/$MIG_SHARD.log" 10 10
 for p in "$DST" "$SRC"; do ncli "$p" cluster setslot "$SLOT" node "$DST_ID" >/dev/null; done
 for a in "${NODES[@]}"; do
     [[ $(ncli "${a##*:}" role | head -n 1) == master ]] &&
@@ -128,7 +142,7 @@ done
 MIG_END=$(now_ms)
 diag "migrated $moved_keys keys of slot $SLOT in $((MIG_END - MIG_START)) ms"
 check "the slot now belongs to the target" test "$(slot_owner "$SLOT")" == "$DST"
-sleep 3
+check "every shard's load is answered after the migration" all_answered 100
 
 # --- (b) kill -9 of a master; a replica takes over -----------------------------------
 VN=$(node_index "$VICTIM")
@@ -152,7 +166,7 @@ has_replica() { [[ $(ncli "$NEWMASTER" info replication) =~ connected_slaves:[1-
 check "the old master rejoins as a replica" wait_for 60 has_replica
 REJOIN_T=$(now_ms)
 diag "the old master is a replica again $((REJOIN_T - KILL_T)) ms after the kill"
-sleep 6
+check "every shard's load is answered after the rejoin" all_answered 200
 stop_load
 END_T=$(now_ms)
 

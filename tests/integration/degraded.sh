@@ -22,10 +22,11 @@ LOG=$COUPON_DIR/degraded.log
 "$LOADGEN" -p "$PORT" -s "$COUPON_JWT_SECRET" -a 301 -c 8 -D 90 -b 1000000 -L "$LOG" -j \
     >"$COUPON_DIR/degraded.json" &
 lpid=$!
-sleep 2
+check "the load is answered before the outage" wait_answers "$LOG" 200
 stack stop-redis --kill
 t_stop=$(now_ms) # Redis is gone from here on
-sleep 1
+breaker_open() { [[ $(http_code GET /market/health) == 503 ]]; }
+check "health turns 503 once Redis is gone" wait_for 10 breaker_open
 http GET /market/consumer/coupon/status
 check_eq "status during the outage -> 200" 200 "$HTTP_CODE"
 check_eq "status during the outage is marked stale" true "$(json_get "$HTTP_BODY" stale)"
@@ -35,15 +36,23 @@ http GET /market/health
 check_eq "health during the outage -> 503" 503 "$HTTP_CODE"
 check_eq "health names Redis as down" down "$(json_get "$HTTP_BODY" redis)"
 # Workers killed while the breaker is open (one of them may hold the probe).
+# Each kill waits for the supervisor to fork the one that replaces it.
+workers() { pgrep -c -P "$COUPON_FCGI_PID"; }
+nworkers=$(workers)
 for _ in 1 2; do
-    kill -9 "$(pgrep -P "$COUPON_FCGI_PID" | head -n 1)"
-    sleep 0.5
+    victim=$(pgrep -P "$COUPON_FCGI_PID" | head -n 1)
+    kill -9 "$victim"
+    replaced() { ! kill -0 "$victim" 2>/dev/null && (($(workers) >= nworkers)); }
+    check "a worker killed during the outage is replaced" wait_for 20 replaced
 done
-sleep 2
+# The analysis needs many answers inside the outage: counted, not slept for.
+check "the load is answered during the outage" wait_answers "$LOG" 300
 t_start=$(now_ms)
 stack start-redis
 t_ready=$(now_ms) # Redis answers PING (starting it can take seconds on a busy machine)
-sleep 3 # seizes after Redis is back
+seized_again() { grep -q " SEIZED " <(tail -n 200 "$LOG"); }
+check "seizes are granted again after Redis is back" wait_for 20 seized_again
+check "the load is answered after Redis is back" wait_answers "$LOG" 300
 kill -TERM "$lpid"
 wait "$lpid"
 diag "$(cat "$COUPON_DIR/degraded.json")"

@@ -198,6 +198,19 @@ for i in map(int, shards):
 EOF
 }
 
+# seized_in PHASE T0 "SHARDS": every shard of SHARDS has answered SEIZED in
+# PHASE's load since T0 (epoch ms). The load logs are followed as they grow,
+# so a phase waits for answers, not for a number of seconds.
+seized_in() {
+    local sh inside n=0
+    while read -r _ sh _ _ inside; do
+        ((inside > 0)) || return 1
+        n=$((n + 1))
+    done < <(pauses "$1" "$2" "$(now_ms)" "$3" 2>/dev/null)
+    ((n == $(echo "$3" | wc -w)))
+}
+ALL_SHARDS=$(seq -s ' ' 0 9)
+
 check "the cluster is stable before the sale" wait_for 30 stable
 ALL_PHASES=""
 
@@ -206,21 +219,23 @@ M0=$(slot_owner "${TAG_SLOTS[0]}")
 R0=$(replica_of "$M0")
 diag "(c): replica $R0 of $M0 (shard 0's master) is cut off"
 ALL_PHASES+=" replica"
+SH0=""
+for ((i = 0; i < 10; i++)); do [[ $(slot_owner "${TAG_SLOTS[i]}") == "$M0" ]] && SH0+="$i "; done
+T=$(now_ms)
 start_load replica
-sleep 3
+check "(c): the load sells on every shard" wait_for 30 seized_in replica "$T" "$ALL_SHARDS"
 check "(c): the cut is in place" net_cut "$R0" "$(others "$R0")"
 T_CUT=$(now_ms)
 replica_failed() { ncli "$M0" cluster nodes | grep -q "^[0-9a-f]* $R0@[0-9]* slave,fail "; }
 check "(c): the masters mark the cut replica failed" wait_for 20 replica_failed
 T_FAILED=$(now_ms)
-sleep 4
+check "(c): the shards of $M0 sell again, the cut still in place" \
+    wait_for 30 seized_in replica "$((T_FAILED + 1500))" "$SH0"
 net_heal
 T_HEAL=$(now_ms)
 check "(c): healed, every master has its replica again" wait_for 60 stable
-sleep 2
+check "(c): every shard sells after the heal" wait_for 30 seized_in replica "$(now_ms)" "$ALL_SHARDS"
 stop_load
-SH0=""
-for ((i = 0; i < 10; i++)); do [[ $(slot_owner "${TAG_SLOTS[i]}") == "$M0" ]] && SH0+="$i "; done
 diag "(c): cut for $((T_HEAL - T_CUT)) ms; shards of $M0: $SH0"
 while read -r _ sh gap first _; do
     diag "(c): shard $sh: longest pause without SEIZED $gap ms"
@@ -238,8 +253,9 @@ check_books "(c)" replica
 M0=$(slot_owner "${TAG_SLOTS[0]}")
 diag "(b): master $M0 is cut off from the other nodes for $((NODE_TIMEOUT_MS + 3000)) ms"
 ALL_PHASES+=" master"
+T=$(now_ms)
 start_load master
-sleep 3
+check "(b): the load sells on every shard" wait_for 30 seized_in master "$T" "$ALL_SHARDS"
 check "(b): the cut is in place" net_cut "$M0" "$(others "$M0")"
 T_CUT=$(now_ms)
 # The cut took: another node flags the master failing (fail? or fail)
@@ -255,7 +271,7 @@ left=$((T_CUT + NODE_TIMEOUT_MS + 3000 - $(now_ms)))
 net_heal
 T_HEAL=$(now_ms)
 check "(b): healed, the cluster is stable again" wait_for 60 stable
-sleep 2
+check "(b): every shard sells after the heal" wait_for 30 seized_in master "$(now_ms)" "$ALL_SHARDS"
 stop_load
 NEW0=$(slot_owner "${TAG_SLOTS[0]}")
 diag "(b): cut for $((T_HEAL - T_CUT)) ms; shard 0 is served by $NEW0 after the heal"
@@ -269,8 +285,9 @@ VICTIM=$(slot_owner "${TAG_SLOTS[0]}")
 LOST=""
 for ((i = 0; i < 10; i++)); do [[ $(slot_owner "${TAG_SLOTS[i]}") == "$VICTIM" ]] && LOST+="$i "; done
 ALL_PHASES+=" kill"
+T=$(now_ms)
 start_load kill
-sleep 3
+check "(a): the load sells on every shard" wait_for 30 seized_in kill "$T" "$ALL_SHARDS"
 # The helper takes a while on a loaded machine: the kill is somewhere between
 # T_KILL and T_DEAD. A lost shard's outage is its longest pause ending after
 # T_KILL, from its last SEIZED before the kill (so no later than the kill) to
@@ -286,7 +303,10 @@ promoted() {
     [[ -n $o && $o != "$VICTIM" ]]
 }
 check "(a): a replica is promoted" wait_for 30 promoted
-sleep $(((NODE_TIMEOUT_MS + 5000) / 1000 + 1))
+check "(a): the lost shards sell again" \
+    wait_for $(((NODE_TIMEOUT_MS + 15000) / 1000)) seized_in kill "$T_DEAD" "$LOST"
+degraded() { [[ $(curl -s --max-time 5 "$COUPON_URL/market/health") == *'"durability":"degraded"'* ]]; }
+wait_for 30 degraded
 http GET /market/health
 check_match "(a): health says the durability is degraded" '"durability":"degraded"' "$HTTP_BODY"
 deg=$(printf '%s' "$HTTP_BODY" | sed -n 's/.*"degraded_shards":\[\([0-9,]*\)\].*/\1/p')
