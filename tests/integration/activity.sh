@@ -140,4 +140,17 @@ check_eq "MySQL ends with exactly 200 coupons" 200 "$(mysql_q 'SELECT COUNT(*) F
 check_eq "invariant total = stock + coupons holds for every activity" "" \
     "$(mysql_q 'SELECT a.id FROM activity a LEFT JOIN coupon c ON c.activity_id = a.id GROUP BY a.id HAVING MAX(a.total_num) <> MAX(a.stock_num) + COUNT(c.id)')"
 
+
+# --- a Redis that is slow once: status?id still answers within its budget --------------
+# CLIENT PAUSE holds every command for 300 ms, longer than a command's own
+# timeout (redis.command_timeout_ms, 200): the first read of a cold cache
+# times out, the second, on a fresh connection, is answered; the budget
+# (fallback.budget_ms, 1000) has room for both. UNAVAILABLE would claim that
+# Redis is away.
+mk_activity 208 10 -60 3600
+preheat # every worker's cache is dropped: the lookup below reads Redis
+rcli CLIENT PAUSE 300 ALL >/dev/null
+http GET "/market/consumer/coupon/status?id=208"
+check_eq "status?id during a 300 ms stall answers with the activity, fresh" "200 IN_PROGRESS false" \
+    "$HTTP_CODE $(jat "$HTTP_BODY" activity.status) $(jat "$HTTP_BODY" stale)"
 finish
