@@ -206,9 +206,8 @@ else
     ok "systemd-analyze verify: the installed units are clean"
 fi
 
-# --- configure as an admin, run as the units do, seize -----------------------------
+# --- run as the units do -------------------------------------------------------------
 
-T_START=$(date +%s%3N)
 # conf_set KEY=VALUE...: edits "group.key"s in place in the conffile, inside
 # their group, as an admin's editor would (same file, owner and mode).
 conf_set() {
@@ -234,14 +233,6 @@ if set(edits) - done:
 open(path, "w").write("".join(out))
 PY
 }
-check "the admin points the configuration at the stack" conf_set \
-    redis.host="\"$REDIS_HOST\"" redis.port="$REDIS_PORT" \
-    mysql.host='"127.0.0.1"' mysql.port="$MYSQL_PORT" \
-    mysql.user="\"$MYSQL_USER\"" mysql.password="\"$MYSQL_PASSWORD\"" \
-    mysql.database="\"$MYSQL_DATABASE\"" \
-    fcgi.workers=2 preheat.interval_s=1 sync.interval_s=1 sync.threads=2
-echo "# edited by the admin" >>"$CONF"
-
 # coupon-fcgi.socket's ListenStream=, bound by root and handed over as fd 3
 # on the first connection, as systemd does; the stack's nginx reaches it
 # through its own socket path.
@@ -249,17 +240,60 @@ LISTEN=$(unit_get coupon-fcgi.socket ListenStream)
 read -ra fcgi_start <<<"$(unit_get coupon-fcgi.service ExecStart)"
 read -ra sync_start <<<"$(unit_get coupon-sync.service ExecStart)"
 check_eq "coupon-fcgi.service ExecStart=" "/usr/sbin/coupon-fcgi -c $CONF" "${fcgi_start[*]}"
-rm -f "$LISTEN"
-(cd / && exec systemd-socket-activate -l "$LISTEN" \
-    setpriv --reuid="$U" --regid="$G" --init-groups -- "${fcgi_start[@]}") \
-    >"$TMP/fcgi.log" 2>&1 </dev/null &
-PIDS+=("$!")
-(cd / && exec setpriv --reuid="$U" --regid="$G" --init-groups -- "${sync_start[@]}") \
-    >"$TMP/sync.log" 2>&1 </dev/null &
-PIDS+=("$!")
-wait_for 10 test -S "$LISTEN"
-chown "$(unit_get coupon-fcgi.socket SocketUser):$(unit_get coupon-fcgi.socket SocketGroup)" "$LISTEN"
-chmod "$(unit_get coupon-fcgi.socket SocketMode)" "$LISTEN"
+check_eq "coupon-sync.service ExecStart=" "/usr/sbin/coupon-sync -c $CONF" "${sync_start[*]}"
+# shellcheck disable=SC2034 # node_http reads it
+NODE_SOCK_pkg=$LISTEN
+
+# units_start NAME: both services as their units start them, logs in
+# $TMP/NAME-fcgi.log and $TMP/NAME-sync.log; FCGI_PID, SYNC_PID.
+units_start() {
+    rm -f "$LISTEN"
+    (cd / && exec systemd-socket-activate -l "$LISTEN" \
+        setpriv --reuid="$U" --regid="$G" --init-groups -- "${fcgi_start[@]}") \
+        >"$TMP/$1-fcgi.log" 2>&1 </dev/null &
+    FCGI_PID=$!
+    (cd / && exec setpriv --reuid="$U" --regid="$G" --init-groups -- "${sync_start[@]}") \
+        >"$TMP/$1-sync.log" 2>&1 </dev/null &
+    SYNC_PID=$!
+    PIDS=("$FCGI_PID" "$SYNC_PID")
+    wait_for 10 test -S "$LISTEN" || return 1
+    chown "$(unit_get coupon-fcgi.socket SocketUser):$(unit_get coupon-fcgi.socket SocketGroup)" \
+        "$LISTEN"
+    chmod "$(unit_get coupon-fcgi.socket SocketMode)" "$LISTEN"
+}
+units_stop() {
+    local p
+    for p in "${PIDS[@]}"; do stop_bg "$p"; done
+    PIDS=()
+    rm -f "$LISTEN"
+}
+
+# Before the admin's edit, with MySQL and Redis where nothing answers: the
+# services keep running (no exit, so no restart loop) and say what is wrong.
+conf_set redis.port=1 mysql.port=1
+units_start unreachable
+node_http pkg GET /market/health
+check_eq "MySQL and Redis unreachable: coupon-fcgi answers health 503" 503 "$HTTP_CODE"
+sleep 3
+check "... and is still running 3 s later" pid_alive "$FCGI_PID"
+check "... so is coupon-sync" pid_alive "$SYNC_PID"
+check_match "coupon-sync logs that it cannot reach MySQL" \
+    "MySQL failing: .*Can't connect to server on '127\.0\.0\.1'" "$(cat "$TMP/unreachable-sync.log")"
+check_match "coupon-fcgi logs that it cannot reach MySQL" \
+    "Can't connect to server on '127\.0\.0\.1'" "$(cat "$TMP/unreachable-fcgi.log")"
+units_stop
+
+# --- configure as an admin, start, seize ----------------------------------------------
+
+T_START=$(date +%s%3N)
+check "the admin points the configuration at the stack" conf_set \
+    redis.host="\"$REDIS_HOST\"" redis.port="$REDIS_PORT" \
+    mysql.host='"127.0.0.1"' mysql.port="$MYSQL_PORT" \
+    mysql.user="\"$MYSQL_USER\"" mysql.password="\"$MYSQL_PASSWORD\"" \
+    mysql.database="\"$MYSQL_DATABASE\"" \
+    fcgi.workers=2 preheat.interval_s=1 sync.interval_s=1 sync.threads=2
+echo "# edited by the admin" >>"$CONF"
+units_start run
 ln -sfn "$LISTEN" "$COUPON_FCGI_SOCK"
 
 health_is() { [[ $(http_code GET /market/health) == "$1" ]]; }
@@ -282,11 +316,9 @@ check "the reserve keeper writes its journal in $STATE/journal" \
     test -s "$STATE/journal/incarnation"
 check_eq "... as the unit's user" "$PKG" "$(stat -c %U "$STATE/journal/incarnation" 2>/dev/null)"
 
-for p in "${PIDS[@]}"; do stop_bg "$p"; done
-PIDS=()
-check_match "coupon-fcgi stopped cleanly" 'coupon-fcgi stopped' "$(cat "$TMP/fcgi.log")"
-check_match "coupon-sync stopped cleanly" 'coupon-sync stopped' "$(cat "$TMP/sync.log")"
-rm -f "$LISTEN"
+units_stop
+check_match "coupon-fcgi stopped cleanly" 'coupon-fcgi stopped' "$(cat "$TMP/run-fcgi.log")"
+check_match "coupon-sync stopped cleanly" 'coupon-sync stopped' "$(cat "$TMP/run-sync.log")"
 
 # --- reinstall and upgrade keep the admin's configuration ----------------------------
 
