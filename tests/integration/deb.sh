@@ -24,10 +24,18 @@ UNITDIR=/lib/systemd/system
 POLICY=/usr/sbin/policy-rc.d
 
 [[ $(id -u) == 0 ]] || skip_all "needs root: dpkg -i installs into the system"
-for c in dpkg dpkg-deb dpkg-buildpackage dh setpriv systemd-socket-activate; do
+for c in dpkg dpkg-deb dpkg-buildpackage dh setpriv systemd-socket-activate flock; do
     command -v "$c" >/dev/null 2>&1 || skip_all "$c is not installed (./bootstrap installs it)"
 done
 [[ -f $top_builddir/Makefile ]] || skip_all "$top_builddir is not configured (no Makefile)"
+# One package test per machine at a time (another checkout's make check may
+# run this test too): the second waits for the first to purge. The lock is
+# fd 9 of this shell; the servers it starts get the fd closed (9>&-), so none
+# of them can hold the lock past the test.
+LOCK=/run/lock
+[[ -d $LOCK ]] || LOCK=/tmp
+exec 9>"$LOCK/couponseize-deb-test.lock"
+flock -w 600 9 || skip_all "another deb.sh has held $LOCK/couponseize-deb-test.lock for 10 minutes"
 # Never on a machine that has couponseize for real: the purge at the end
 # would take its configuration, journal and user.
 st=$(dpkg-query -W -f='${db:Status-Status}' "$PKG" 2>/dev/null)
@@ -125,14 +133,14 @@ pkg_cleanup() {
 # Redis, MariaDB with the schema, and nginx with the shipped snippet; its own
 # coupon-fcgi (from the build tree) makes way for the installed one below.
 cs_defer pkg_cleanup
-cs_stack_up --no-sync
+cs_stack_up --no-sync 9>&-
 
 if [[ ! -e $POLICY ]]; then
     printf '#!/bin/sh\n# deb.sh: no service starts while the test package is installed\nexit 101\n' >"$POLICY"
     chmod 755 "$POLICY"
     POLICY_MADE=1
 fi
-stack stop-fcgi >/dev/null 2>&1
+stack stop-fcgi >/dev/null 2>&1 9>&-
 
 # --- install --------------------------------------------------------------------------
 
@@ -250,10 +258,10 @@ units_start() {
     rm -f "$LISTEN"
     (cd / && exec systemd-socket-activate -l "$LISTEN" \
         setpriv --reuid="$U" --regid="$G" --init-groups -- "${fcgi_start[@]}") \
-        >"$TMP/$1-fcgi.log" 2>&1 </dev/null &
+        >"$TMP/$1-fcgi.log" 2>&1 </dev/null 9>&- &
     FCGI_PID=$!
     (cd / && exec setpriv --reuid="$U" --regid="$G" --init-groups -- "${sync_start[@]}") \
-        >"$TMP/$1-sync.log" 2>&1 </dev/null &
+        >"$TMP/$1-sync.log" 2>&1 </dev/null 9>&- &
     SYNC_PID=$!
     PIDS=("$FCGI_PID" "$SYNC_PID")
     wait_for 10 test -S "$LISTEN" || return 1
