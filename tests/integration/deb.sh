@@ -92,6 +92,18 @@ DEB=$(find "$TMP/out" -name "${PKG}_*.deb" 2>/dev/null | head -n 1)
 [[ -f $DEB ]] || { echo "Bail out! no .deb in $TMP/out"; exit 99; }
 diag "built ${DEB##*/} ($(stat -c %s "$DEB") bytes) in $((SECONDS - t)) s"
 
+if command -v lintian >/dev/null 2>&1; then
+    out=$(lintian --fail-on error,warning "$TMP"/out/${PKG}_*.changes 2>&1)
+    rc=$?
+    out=$(grep -v 'running with root privileges' <<<"$out")
+    if ((rc == 0)) && [[ -z $out ]]; then
+        ok "lintian: no error, no warning debian/couponseize.lintian-overrides does not explain"
+    else
+        not_ok "lintian: no error, no warning debian/couponseize.lintian-overrides does not explain" \
+            "$out"
+    fi
+fi
+
 LIST=$(dpkg-deb -c "$DEB")
 has_path() { grep -q " \.$1\$" <<<"$LIST"; }
 for f in /usr/sbin/coupon-fcgi /usr/sbin/coupon-sync /usr/share/couponseize/seize.lua \
@@ -191,6 +203,11 @@ check_eq "the units run as the package's user" "$PKG $PKG" "$U $G"
 # as_unit CMD...: CMD as the units' User= and Group=, from /, as systemd runs it.
 as_unit() { (cd / && exec setpriv --reuid="$U" --regid="$G" --init-groups -- "$@"); }
 
+for u in coupon-fcgi.service coupon-sync.service; do
+    check_eq "$u: Restart=on-failure, but gives up after 5 failed starts in 60 s" \
+        "on-failure 60s 5" \
+        "$(unit_get "$u" Restart) $(unit_get "$u" StartLimitIntervalSec) $(unit_get "$u" StartLimitBurst)"
+done
 read -ra pre <<<"$(unit_get coupon-fcgi.service ExecStartPre)"
 check_eq "ExecStartPre= is coupon-fcgi -t on the conffile" \
     "/usr/sbin/coupon-fcgi -t -c $CONF" "${pre[*]}"
