@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# deb.sh - the Debian package on this machine: "make deb" builds it, dpkg -i
-# installs it (system user, modes, conffile with a fresh secret, units
-# enabled), the installed binaries serve a seize from a test stack's Redis
-# and MariaDB as the units run them (ExecStartPre=, ExecStart=, User=, the
-# socket handed over as by coupon-fcgi.socket), an upgrade keeps the admin's
-# configuration, and a purge leaves nothing behind.
+# deb.sh - the Debian package on this machine: "make deb" builds it and
+# lintian passes it, dpkg -i installs it (system user, modes, conffile with a
+# fresh secret, units enabled), the installed services run as their units
+# run them (ExecStartPre=, ExecStart=, User=, the socket handed over as by
+# coupon-fcgi.socket): without MySQL and Redis they keep running and say so,
+# pointed at a test stack's they serve a seize; a reinstall and an upgrade
+# keep the admin's configuration, and a purge leaves nothing behind.
 #
 # Installs system-wide, so it needs root and a machine where couponseize is
 # not installed (it skips otherwise). Whatever happens, the exit purges the
