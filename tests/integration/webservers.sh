@@ -315,10 +315,10 @@ exercise() {
     check_eq "$n: status knows the token's user seized" true "$(json_at "$HTTP_BODY" mine.seized)"
 
     # The order system's routes reach the app through every server.
-    on "$url" POST /market/service/coupon/use '{"couponId":999999,"orderId":"o-1"}' \
+    on "$url" POST /market/service/coupon/use '{"couponId":999999,"userId":9,"orderId":"o-1"}' \
         "$(mint_jwt 9 service)"
     expect "$n: /market/service/coupon/use reaches the app" 404 NO_SUCH_COUPON
-    on "$url" POST /market/service/coupon/release '{"couponId":999999,"orderId":"o-1"}'
+    on "$url" POST /market/service/coupon/release '{"couponId":999999,"userId":9,"orderId":"o-1"}'
     expect "$n: /market/service/coupon/release without a token" 401 UNAUTHORIZED
     on "$url" GET /market/consumer/coupon/mine '' "$user"
     expect "$n: /market/consumer/coupon/mine" 200 OK
