@@ -462,8 +462,15 @@ static void act_create(struct worker *w, struct req *r)
     struct actinput_err e;
     static const unsigned required[] = {ACTIN_NAME, ACTIN_TOTAL, ACTIN_START, ACTIN_END};
 
+    const char *why;
+
     if (req_read_body(w, r) != CS_OK)
         return;
+    /* No string may hold NUL: cJSON would cut "a\u0000b" to "a". */
+    if (http_json_check(r->body, r->body_len, &why) != CS_OK) {
+        req_reply(r, CODE_BAD_REQUEST, why, NULL, 0);
+        return;
+    }
     cJSON *doc = cJSON_ParseWithLengthOpts(r->body, r->body_len + 1, NULL, 1);
     if (doc == NULL) {
         req_reply(r, CODE_BAD_REQUEST, "body is not valid JSON", NULL, 0);
@@ -626,6 +633,10 @@ static void act_update(struct worker *w, struct req *r)
         return;
     }
     r->audit_id = id;
+    if (http_json_check(r->body, r->body_len, &why) != CS_OK) {
+        req_reply(r, CODE_BAD_REQUEST, why, NULL, 0);
+        return;
+    }
     cJSON *doc = cJSON_ParseWithLengthOpts(r->body, r->body_len + 1, NULL, 1);
     int rc = actinput_parse(doc, 1, &in, &e);
     cJSON_Delete(doc);

@@ -3,6 +3,7 @@
 #include "conf.h"
 #include "coupon.h"
 #include "cs.h"
+#include "http.h"
 #include "log.h"
 #include "mconn.h"
 #include "route.h"
@@ -16,9 +17,10 @@
 
 #define MINE_PAGE_DEFAULT 20
 #define MINE_PAGE_MAX 100
-/* Integers above 2^53 do not survive a JSON number reader that uses doubles:
- * such ids are taken as strings ("idStr"). */
-#define COUPON_ID_NUM_MAX 9007199254740992.0
+/* Integers above 2^53 - 1 do not survive a JSON number reader that uses
+ * doubles (9007199254740993 reads as ...992): such ids are taken as strings
+ * ("idStr"), never as numbers. */
+#define COUPON_ID_NUM_MAX 9007199254740991.0
 
 static void coupon_send(struct req *r, cJSON *root)
 {
@@ -123,68 +125,102 @@ void coupon_mine_handle(struct worker *w, struct req *r)
 
 /* ---- POST /market/service/coupon/{use,release} --------------------------------------- */
 
-/* Reads {"couponId": C, "orderId": "..."}: couponId a JSON integer 1..2^53
- * or a decimal string 1..2^63-1, orderId 1..64 bytes of printable ASCII;
- * each exactly once. CS_OK, or CS_ERR with a static reason and field. */
-static int coupon_body(const char *body, size_t len, int64_t *id, char *order, size_t *olen,
-                       const char **why, const char **field)
+/* What a use or release body says. */
+struct coupon_req {
+    int64_t id, user;          /* user 0: not given */
+    char order[COUPON_ORDER_MAX + 1];
+    size_t olen;
+};
+
+/* An id member: a JSON integer 1..2^53-1, or a decimal string
+ * 1..2^63-1. CS_OK, or CS_ERR with a static reason. */
+static int coupon_id_member(const cJSON *m, int64_t *out, const char **why)
 {
-    cJSON *doc = cJSON_ParseWithLengthOpts(body, len + 1, NULL, 1);
-    const cJSON *m, *cid = NULL, *oid = NULL;
+    if (cJSON_IsNumber(m)) {
+        double d = m->valuedouble;
+        if (d < 1 || d > COUPON_ID_NUM_MAX || d != (double)(int64_t)d) {
+            *why = "must be an integer 1..9007199254740991 (2^53-1), or a decimal string";
+            return CS_ERR;
+        }
+        *out = (int64_t)d;
+        return CS_OK;
+    }
+    if (cJSON_IsString(m)) {
+        if (cs_parse_id(m->valuestring, strlen(m->valuestring), out) != CS_OK) {
+            *why = "must be a decimal id 1..9223372036854775807";
+            return CS_ERR;
+        }
+        return CS_OK;
+    }
+    *why = "must be an integer";
+    return CS_ERR;
+}
+
+/* Reads {"couponId": C, "userId": U, "orderId": "..."} (see coupon_id_member()
+ * for the ids; orderId 1..64 bytes of 0x21..0x7e), each at most once; userId
+ * may be missing (the caller decides). No string may hold NUL: the body
+ * passes http_json_check() first, so strlen() is each string's length.
+ * CS_OK, or CS_ERR with a reason in why[whylen] and a static field name. */
+static int coupon_body(const char *body, size_t len, struct coupon_req *q, char *why,
+                       size_t whylen, const char **field)
+{
+    static const char *const names[] = {"couponId", "userId", "orderId"};
+    const cJSON *m, *v[3] = {NULL, NULL, NULL};
+    const char *reason;
+    cJSON *doc = NULL;
     int ret = CS_ERR, dup = 0;
 
     *field = "";
+    memset(q, 0, sizeof(*q));
+    if (http_json_check(body, len, &reason) != CS_OK) {
+        snprintf(why, whylen, "%s", reason);
+        goto out;
+    }
+    doc = cJSON_ParseWithLengthOpts(body, len + 1, NULL, 1);
     if (!cJSON_IsObject(doc)) {
-        *why = "body must be a JSON object";
+        snprintf(why, whylen, "body must be a JSON object");
         goto out;
     }
     cJSON_ArrayForEach(m, doc)
-    {
-        if (strcmp(m->string, "couponId") == 0)
-            dup |= cid != NULL, cid = m;
-        else if (strcmp(m->string, "orderId") == 0)
-            dup |= oid != NULL, oid = m;
-    }
+        for (int i = 0; i < 3; i++)
+            if (strcmp(m->string, names[i]) == 0) {
+                dup |= v[i] != NULL;
+                v[i] = m;
+            }
     if (dup) {
-        *why = "couponId and orderId may each appear once";
+        snprintf(why, whylen, "couponId, userId and orderId may each appear once");
         goto out;
     }
-    *field = "couponId";
-    if (cid == NULL) {
-        *why = "couponId is required";
-        goto out;
-    }
-    if (cJSON_IsNumber(cid)) {
-        double d = cid->valuedouble;
-        if (d < 1 || d > COUPON_ID_NUM_MAX || d != (double)(int64_t)d) {
-            *why = "couponId must be an integer 1..2^53 (or a decimal string)";
+    for (int i = 0; i < 2; i++) {
+        *field = names[i];
+        if (v[i] == NULL) {
+            if (i == 0) {
+                snprintf(why, whylen, "couponId is required");
+                goto out;
+            }
+            continue;
+        }
+        if (coupon_id_member(v[i], i == 0 ? &q->id : &q->user, &reason) != CS_OK) {
+            snprintf(why, whylen, "%s %s", names[i], reason);
             goto out;
         }
-        *id = (int64_t)d;
-    } else if (cJSON_IsString(cid)) {
-        if (cs_parse_id(cid->valuestring, strlen(cid->valuestring), id) != CS_OK) {
-            *why = "couponId must be a decimal id 1..9223372036854775807";
-            goto out;
-        }
-    } else {
-        *why = "couponId must be an integer";
-        goto out;
     }
     *field = "orderId";
-    if (oid == NULL) {
-        *why = "orderId is required";
+    if (v[2] == NULL) {
+        snprintf(why, whylen, "orderId is required");
         goto out;
     }
-    if (!cJSON_IsString(oid)) {
-        *why = "orderId must be a string";
+    if (!cJSON_IsString(v[2])) {
+        snprintf(why, whylen, "orderId must be a string");
         goto out;
     }
-    *olen = strlen(oid->valuestring);
-    if (!coupon_order_id_ok(oid->valuestring, *olen)) {
-        *why = "orderId must be 1..64 characters of printable ASCII";
+    q->olen = strlen(v[2]->valuestring);
+    if (!coupon_order_id_ok(v[2]->valuestring, q->olen)) {
+        snprintf(why, whylen, "orderId must be 1..64 bytes of printable ASCII "
+                              "without spaces (0x21..0x7e)");
         goto out;
     }
-    memcpy(order, oid->valuestring, *olen + 1);
+    memcpy(q->order, v[2]->valuestring, q->olen + 1);
     *field = "";
     ret = CS_OK;
 out:
@@ -199,8 +235,6 @@ static enum cs_code coupon_code(enum coupon_result res)
         return CODE_OK;
     case COUPON_R_NO_SUCH:
         return CODE_NO_SUCH_COUPON;
-    case COUPON_R_FORBIDDEN:
-        return CODE_FORBIDDEN;
     case COUPON_R_ALREADY_USED:
         return CODE_ALREADY_USED;
     case COUPON_R_EXPIRED:
@@ -213,62 +247,89 @@ static enum cs_code coupon_code(enum coupon_result res)
     return CODE_INTERNAL_ERROR;
 }
 
+/*
+ * Who may: the order system (role "service") and admins, naming the coupon's
+ * owner in userId; for use only, with auth.user_may_use, the owner with a
+ * user token, whose own id userId is (taken from the token when missing). A
+ * release is the order system's alone: only it knows an order was
+ * cancelled. A coupon that is not userId's is answered as a missing one.
+ */
 static void coupon_change(struct worker *w, struct req *r, int release)
 {
     const char *verb = release ? "release" : "use";
     struct auth_identity who;
-    char order[COUPON_ORDER_MAX + 1], extra[64];
-    const char *why, *field;
-    size_t olen = 0;
-    int64_t id = 0, owner = 0;
+    struct coupon_req q;
+    char extra[96], why[128];
+    const char *field;
+    int as_user = 0;
 
     if (req_auth(w, r, 1, &who) != CS_OK)
         return;
     if (who.is_admin)
         r->audit_action = verb;
     else if (!who.is_service) {
+        if (release) {
+            req_reply(r, CODE_FORBIDDEN, "only the order system releases a coupon", NULL, 0);
+            return;
+        }
         if (!w->conf->auth_user_may_use) {
             req_reply(r, CODE_FORBIDDEN, "service or admin role required", NULL, 0);
             return;
         }
-        owner = who.user_id;
+        as_user = 1;
     }
     if (req_read_body(w, r) != CS_OK)
         return;
-    if (coupon_body(r->body, r->body_len, &id, order, &olen, &why, &field) != CS_OK) {
+    if (coupon_body(r->body, r->body_len, &q, why, sizeof(why), &field) != CS_OK) {
         snprintf(extra, sizeof(extra), "\"field\":\"%s\"", field);
         req_reply(r, CODE_BAD_REQUEST, why, field[0] ? extra : NULL, 0);
         return;
     }
-    enum coupon_result res;
-    int expired = 0, rc = release ? coupon_release(w->mc, id, order, olen, owner, &res, &expired)
-                                  : coupon_use(w->mc, id, order, olen, owner, &res);
+    if (q.user == 0 && !as_user) {
+        req_reply(r, CODE_BAD_REQUEST, "userId is required: the user whose coupon it is",
+                  "\"field\":\"userId\"", 0);
+        return;
+    }
+    /* A user acts for themself only; naming another id finds nothing, as a
+     * missing coupon, so no user learns which coupons exist. */
+    int64_t user = as_user ? who.user_id : q.user;
+    enum coupon_result res = COUPON_R_NO_SUCH;
+    int expired = 0, rc = CS_OK;
+    if (!as_user || q.user == 0 || q.user == who.user_id)
+        rc = release ? coupon_release(w->mc, q.id, user, q.order, q.olen, &res, &expired)
+                     : coupon_use(w->mc, q.id, user, q.order, q.olen, &res);
+    if (q.user == 0)
+        q.user = user;
     if (rc != CS_OK) {
-        log_error("coupon %" PRId64 " %s by order %s failed", id, verb, order);
+        log_error("coupon %" PRId64 " %s by order %s failed", q.id, verb, q.order);
         coupon_mysql_down(w, r, release ? "releasing a coupon" : "using a coupon");
         return;
     }
     enum cs_code code = coupon_code(res);
     /* The audit row names the coupon's activity (the body names the coupon). */
-    if (who.is_admin && coupon_activity_of(w->mc, id, &r->audit_id) != CS_OK)
+    if (who.is_admin && coupon_activity_of(w->mc, q.id, &r->audit_id) != CS_OK)
         r->audit_id = 0;
-    log_info("coupon %" PRId64 " %s by order %s (%s %" PRId64 "): %s", id, verb, order,
-             who.is_admin ? "admin" : who.is_service ? "service" : "owner", who.user_id,
-             http_code_name(code));
+    log_info("coupon %" PRId64 " of user %" PRId64 " %s by order %s (%s %" PRId64 "): %s", q.id,
+             q.user, verb, q.order, who.is_admin ? "admin" : who.is_service ? "service" : "owner",
+             who.user_id, http_code_name(code));
     if (code != CODE_OK) {
-        snprintf(extra, sizeof(extra), "\"couponId\":%" PRId64, id);
-        req_reply(r, code,
-                  code == CODE_FORBIDDEN ? "the coupon belongs to another user" : NULL, extra, 0);
+        snprintf(extra, sizeof(extra), "\"couponId\":%" PRId64 ",\"userId\":%" PRId64, q.id,
+                 q.user);
+        req_reply(r, code, NULL, extra, 0);
         return;
     }
-    char idstr[24];
-    snprintf(idstr, sizeof(idstr), "%" PRId64, id);
+    char idstr[24], userstr[24];
+    snprintf(idstr, sizeof(idstr), "%" PRId64, q.id);
+    snprintf(userstr, sizeof(userstr), "%" PRId64, q.user);
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "code", "OK");
     cJSON_AddStringToObject(root, "msg", release ? "coupon released" : "coupon used");
-    cJSON_AddNumberToObject(root, "couponId", (double)id);
+    cJSON_AddItemToObject(root, "couponId", cJSON_CreateRaw(idstr));
     cJSON_AddStringToObject(root, "idStr", idstr);
-    cJSON_AddStringToObject(root, "orderId", order);
+    /* The owner, so the order system can check it is its buyer's coupon. */
+    cJSON_AddItemToObject(root, "userId", cJSON_CreateRaw(userstr));
+    cJSON_AddStringToObject(root, "userIdStr", userstr);
+    cJSON_AddStringToObject(root, "orderId", q.order);
     cJSON_AddStringToObject(root, "status",
                             release ? (expired ? "EXPIRED" : "UNUSED") : "USED");
     coupon_send(r, root);

@@ -111,6 +111,7 @@ static const char *reason_phrase(int status)
 struct jscan {
     const char *p, *end;
     int depth;
+    int nul;                   /* a string (name or value) holds \u0000 */
 };
 
 #define JSCAN_MAX_DEPTH 32
@@ -211,6 +212,10 @@ static int js_string(struct jscan *s, int *is_id, int *escaped)
                 s->p += 6;
                 if (u >= 0x20 && u < 0x7F)
                     ch = (char)u;
+                /* cJSON decodes it into a C string that ends there: the
+                 * text after it would be read by one reader and not another. */
+                if (u == 0)
+                    s->nul = 1;
                 /* A surrogate pair is one character; a lone surrogate is
                  * refused (RFC 7493 2.1), as cJSON and others refuse it. */
                 if (u >= 0xDC00 && u <= 0xDFFF)
@@ -345,7 +350,7 @@ static int js_value(struct jscan *s)
 
 int http_parse_id_body(const char *body, size_t len, int64_t *id, const char **why)
 {
-    struct jscan s = {body, body + len, 1};
+    struct jscan s = {body, body + len, 1, 0};
     const char *idv = NULL;
     size_t idl = 0;
 
@@ -427,6 +432,31 @@ int http_parse_id_body(const char *body, size_t len, int64_t *id, const char **w
 invalid:
     *why = "body is not valid JSON";
     return CS_ERR;
+}
+
+int http_json_check(const char *body, size_t len, const char **why)
+{
+    struct jscan s = {body, body + len, 0, 0};
+
+    if (len >= 3 && memcmp(body, "\xEF\xBB\xBF", 3) == 0) {
+        *why = "body must not start with a byte-order mark";
+        return CS_ERR;
+    }
+    js_ws(&s);
+    if (js_value(&s) != CS_OK) {
+        *why = "body is not valid JSON";
+        return CS_ERR;
+    }
+    js_ws(&s);
+    if (s.p != s.end) {
+        *why = "body is not valid JSON";
+        return CS_ERR;
+    }
+    if (s.nul) {
+        *why = "no string may hold a NUL character";
+        return CS_ERR;
+    }
+    return CS_OK;
 }
 
 int http_is_json_type(const char *ct)

@@ -59,6 +59,14 @@ enum cs_code http_seize_outcome(long long result);
  * CS_ERR with a short reason in *why (a static string). */
 int http_parse_id_body(const char *body, size_t len, int64_t *id, const char **why);
 
+/* Checks a body of len bytes before cJSON reads it: one valid JSON document
+ * (as http_parse_id_body() takes it: RFC 8259, UTF-8, no byte-order mark,
+ * nothing after it) in which no string, member name or value, holds U+0000.
+ * cJSON keeps no string lengths and cuts a string at "\u0000", so once this
+ * passed, strlen() of a cJSON string is its whole length. Returns CS_OK, or
+ * CS_ERR with a short reason in *why (a static string). */
+int http_json_check(const char *body, size_t len, const char **why);
+
 /* True when the Content-Type names JSON (application/json, any parameters). */
 int http_is_json_type(const char *content_type);
 

@@ -94,7 +94,7 @@ void reserve_list_handle(struct worker *w, struct req *r)
 
 /* The body besides its id (read exactly by http_parse_id_body()): one
  * "incarnation", a string of JOURNAL_ID_LEN lowercase hex digits; any other
- * member, or "incarnation" twice, is refused. CS_OK with inc filled, else
+ * member, "incarnation" twice, or a NUL in any string is refused. CS_OK with inc filled, else
  * CS_ERR after answering 400. */
 static int rsv_parse_incarnation(struct req *r, char inc[JOURNAL_ID_LEN + 1])
 {
@@ -103,6 +103,12 @@ static int rsv_parse_incarnation(struct req *r, char inc[JOURNAL_ID_LEN + 1])
     const char *bad = NULL, *field = "incarnation";
     int seen = 0;
 
+    /* No string may hold NUL: cJSON would end the incarnation there. */
+    if (http_json_check(r->body, r->body_len, &bad) != CS_OK) {
+        cJSON_Delete(doc);
+        req_reply(r, CODE_BAD_REQUEST, bad, NULL, 0);
+        return CS_ERR;
+    }
     cJSON_ArrayForEach(m, doc)
     {
         if (strcmp(m->string, "id") == 0)

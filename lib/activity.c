@@ -90,20 +90,24 @@ cJSON *activity_to_json(const struct activity *a)
 
 int activity_groups_allow(const struct activity *a, const char (*names)[40], int n)
 {
-    char quoted[48];
-
     if (a->groups[0] == '\0')
         return 1;
-    for (int i = 0; i < n; i++) {
-        /* "name" with its quotes: the activity's names hold no quote or
-         * backslash, so this is exact for a token's name without them. */
-        if (strpbrk(names[i], "\"\\") != NULL)
+    /* Names compared as parsed strings, never searched for in the text: a
+     * search for "\",\"" would find the separator of any two names. */
+    cJSON *g = cJSON_Parse(a->groups);
+    const cJSON *list = cJSON_IsArray(g) ? g : NULL, *e;
+    int allow = 0;
+    cJSON_ArrayForEach(e, list)
+    {
+        if (!cJSON_IsString(e))
             continue;
-        if (snprintf(quoted, sizeof(quoted), "\"%s\"", names[i]) < (int)sizeof(quoted)
-            && strstr(a->groups, quoted) != NULL)
-            return 1;
+        for (int i = 0; i < n && !allow; i++)
+            allow = strcmp(e->valuestring, names[i]) == 0;
+        if (allow)
+            break;
     }
-    return 0;
+    cJSON_Delete(g);
+    return allow;
 }
 
 /* eligibleGroups of a META / ACTIVITY:LIST entry back into compact text. */

@@ -38,7 +38,9 @@ struct activity {
 };
 
 /* Whether a caller whose token names the groups names[0..n) may seize A:
- * always when A has no groups, else when one of the names is one of A's. */
+ * always when A has no groups, else when one of the names is exactly one of
+ * A's (each of A's parsed from its JSON, compared whole). A groups text that
+ * does not parse as an array lets nobody in. */
 int activity_groups_allow(const struct activity *a, const char (*names)[40], int n);
 
 /* Status of A at NOW_MS: VOIDED if voided in MySQL, else from the window

@@ -12,21 +12,25 @@
 #include <string.h>
 #include <strings.h>
 
-/* The state a refusal is judged by: status, the order using it, the owner,
- * whether it is past valid_until (by MySQL's clock, as the UPDATEs judge). */
+/* The state a refusal is judged by: status, the order using it, whether it
+ * is past valid_until (by MySQL's clock, as the UPDATEs judge). Every
+ * statement of use and release names the owner: a coupon of another user is
+ * not found, exactly as a missing one. */
 static const char SQL_ACTIVITY_OF[] = "SELECT activity_id FROM coupon WHERE id = ?";
 static const char SQL_STATE[] =
-    "SELECT status, order_id, user_id, valid_until <= NOW(3) FROM coupon WHERE id = ?";
+    "SELECT status, order_id, valid_until <= NOW(3) FROM coupon WHERE id = ? AND user_id = ?";
 /* The one statement that decides a race: only an unused, still valid coupon
  * becomes used, so of two orders exactly one changes the row. */
 static const char SQL_USE[] =
     "UPDATE coupon SET status = 2, order_id = ?, used_at = NOW(3) "
-    "WHERE id = ? AND status = 1 AND valid_until > NOW(3)";
+    "WHERE id = ? AND user_id = ? AND status = 1 AND valid_until > NOW(3)";
 /* Unused again even when past valid_until: the expiry pass then expires it
- * and, when its activity says so, gives its stock back (one path for both). */
+ * and, when its activity says so, gives its stock back (one path for both).
+ * BINARY: the order id is compared byte for byte, never with the column's
+ * PAD SPACE collation (which would take "o-1 " for "o-1"). */
 static const char SQL_RELEASE[] =
     "UPDATE coupon SET status = 1, order_id = NULL, used_at = NULL "
-    "WHERE id = ? AND status = 2 AND order_id = ?";
+    "WHERE id = ? AND user_id = ? AND status = 2 AND order_id = BINARY ?";
 
 /* "mine": status as shown (an unused coupon past validity is expired). */
 #define MINE_STATUS "IF(c.status = 1 AND c.valid_until <= NOW(3), 3, c.status)"
@@ -109,7 +113,7 @@ int coupon_order_id_ok(const char *s, size_t len)
     if (s == NULL || len == 0 || len > COUPON_ORDER_MAX)
         return 0;
     for (size_t i = 0; i < len; i++)
-        if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] > 0x7e)
+        if ((unsigned char)s[i] < 0x21 || (unsigned char)s[i] > 0x7e)
             return 0;
     return 1;
 }
@@ -118,28 +122,27 @@ int coupon_order_id_ok(const char *s, size_t len)
 
 struct coupon_state {
     int found, status, past;
-    int64_t user_id;
     char order[COUPON_ORDER_MAX + 1];
 };
 
 static int state_row(void *arg, int ncols, char **c)
 {
     struct coupon_state *st = arg;
-    if (ncols != 4 || c[0] == NULL || c[2] == NULL)
+    if (ncols != 3 || c[0] == NULL)
         return CS_ERR;
     st->found = 1;
     st->status = atoi(c[0]);
     snprintf(st->order, sizeof(st->order), "%s", c[1] ? c[1] : "");
-    st->user_id = (int64_t)strtoull(c[2], NULL, 10);
-    st->past = c[3] != NULL && atoi(c[3]) != 0;
+    st->past = c[2] != NULL && atoi(c[2]) != 0;
     return CS_OK;
 }
 
-static int state_read(struct mconn *mc, int64_t id, struct coupon_state *st)
+/* The state of coupon id if it is user's (else st->found = 0). */
+static int state_read(struct mconn *mc, int64_t id, int64_t user, struct coupon_state *st)
 {
-    struct mval p[] = {MV_INT(id)};
+    struct mval p[] = {MV_INT(id), MV_INT(user)};
     memset(st, 0, sizeof(*st));
-    return mconn_query(mc, SQL_STATE, p, 1, state_row, st);
+    return mconn_query(mc, SQL_STATE, p, 2, state_row, st);
 }
 
 static int same_order(const struct coupon_state *st, const char *order, size_t len)
@@ -163,32 +166,23 @@ static enum coupon_result use_judge(const struct coupon_state *st, const char *o
     }
 }
 
-int coupon_use(struct mconn *mc, int64_t id, const char *order, size_t len, int64_t owner,
+int coupon_use(struct mconn *mc, int64_t id, int64_t user, const char *order, size_t len,
                enum coupon_result *res)
 {
     struct coupon_state st;
 
-    if (owner > 0) {
-        /* user_id never changes: checking it before the UPDATE is race-free. */
-        if (state_read(mc, id, &st) != CS_OK)
-            return CS_ERR;
-        if (!st.found || st.user_id != owner) {
-            *res = st.found ? COUPON_R_FORBIDDEN : COUPON_R_NO_SUCH;
-            return CS_OK;
-        }
-    }
     /* A release between the UPDATE and the read below can make the coupon
      * unused again: then the UPDATE is simply tried once more. */
     for (int tries = 0; tries < 3; tries++) {
         uint64_t affected = 0;
-        struct mval p[] = {MV_TXT(order, len), MV_INT(id)};
-        if (mconn_exec(mc, SQL_USE, p, 2, &affected) != CS_OK)
+        struct mval p[] = {MV_TXT(order, len), MV_INT(id), MV_INT(user)};
+        if (mconn_exec(mc, SQL_USE, p, 3, &affected) != CS_OK)
             return CS_ERR;
         if (affected == 1) {
             *res = COUPON_R_OK;
             return CS_OK;
         }
-        if (state_read(mc, id, &st) != CS_OK)
+        if (state_read(mc, id, user, &st) != CS_OK)
             return CS_ERR;
         if (!st.found) {
             *res = COUPON_R_NO_SUCH;
@@ -202,25 +196,17 @@ int coupon_use(struct mconn *mc, int64_t id, const char *order, size_t len, int6
     return CS_OK;
 }
 
-int coupon_release(struct mconn *mc, int64_t id, const char *order, size_t len, int64_t owner,
+int coupon_release(struct mconn *mc, int64_t id, int64_t user, const char *order, size_t len,
                    enum coupon_result *res, int *expired)
 {
     struct coupon_state st;
     uint64_t affected = 0;
 
     *expired = 0;
-    if (owner > 0) {
-        if (state_read(mc, id, &st) != CS_OK)
-            return CS_ERR;
-        if (!st.found || st.user_id != owner) {
-            *res = st.found ? COUPON_R_FORBIDDEN : COUPON_R_NO_SUCH;
-            return CS_OK;
-        }
-    }
-    struct mval p[] = {MV_INT(id), MV_TXT(order, len)};
-    if (mconn_exec(mc, SQL_RELEASE, p, 2, &affected) != CS_OK)
+    struct mval p[] = {MV_INT(id), MV_INT(user), MV_TXT(order, len)};
+    if (mconn_exec(mc, SQL_RELEASE, p, 3, &affected) != CS_OK)
         return CS_ERR;
-    if (state_read(mc, id, &st) != CS_OK)
+    if (state_read(mc, id, user, &st) != CS_OK)
         return CS_ERR;
     if (affected == 1) {
         *res = COUPON_R_OK;

@@ -23,8 +23,7 @@ enum coupon_status {
 /* What a use or release came to. */
 enum coupon_result {
     COUPON_R_OK,               /* done (or done before by the same order: use is idempotent) */
-    COUPON_R_NO_SUCH,          /* no coupon of that id */
-    COUPON_R_FORBIDDEN,        /* the caller acts as a user, and it is someone else's */
+    COUPON_R_NO_SUCH,          /* no coupon of that id and user */
     COUPON_R_ALREADY_USED,     /* used by another order */
     COUPON_R_EXPIRED,          /* past valid_until (or marked expired) */
     COUPON_R_VOIDED,           /* its activity was revoked */
@@ -41,28 +40,31 @@ const char *coupon_status_name(int status);
 int coupon_status_parse(const char *s, int *status);
 
 /* True when s[0..len) is a valid order id: 1..COUPON_ORDER_MAX bytes of
- * printable ASCII (0x21..0x7e; no spaces, no control bytes). */
+ * 0x21..0x7e (printable ASCII; no space, no control byte, no NUL). Order ids
+ * are compared byte for byte. */
 int coupon_order_id_ok(const char *s, size_t len);
 
 /*
- * Marks coupon id used by order (len bytes, checked by coupon_order_id_ok()).
- * owner > 0 acts for that user: someone else's coupon is COUPON_R_FORBIDDEN;
- * owner 0 acts for the order system (any coupon). One conditional UPDATE
- * (unused, still valid) decides: of two orders racing for one coupon exactly
- * one gets COUPON_R_OK; the same order again gets COUPON_R_OK too.
+ * Marks coupon id of user used by order (len bytes, checked by
+ * coupon_order_id_ok()). A coupon of another user is COUPON_R_NO_SUCH, as a
+ * missing one: the owner is part of every statement, so the answer never
+ * tells whether the id exists. One conditional UPDATE (unused, still valid)
+ * decides: of two orders racing for one coupon exactly one gets
+ * COUPON_R_OK; the same order again gets COUPON_R_OK too.
  * *res gets the outcome; returns CS_ERR only when MySQL failed (mc->errstr).
  */
-int coupon_use(struct mconn *mc, int64_t id, const char *order, size_t len, int64_t owner,
+int coupon_use(struct mconn *mc, int64_t id, int64_t user, const char *order, size_t len,
                enum coupon_result *res);
 
 /*
- * Undoes the use of coupon id by order: unused again. A coupon released past
- * valid_until is answered COUPON_R_OK with *expired = 1; the expiry pass marks
- * it expired (and gives its stock back if its activity says so). Anything
- * but "used by this order" is refused with the coupon's state in *res.
+ * Undoes the use of coupon id of user by order: unused again. A coupon
+ * released past valid_until is answered COUPON_R_OK with *expired = 1; the
+ * expiry pass marks it expired (and gives its stock back if its activity
+ * says so). Another user's coupon is COUPON_R_NO_SUCH; anything but "used by
+ * this order" is refused with the coupon's state in *res.
  * Returns CS_ERR only when MySQL failed.
  */
-int coupon_release(struct mconn *mc, int64_t id, const char *order, size_t len, int64_t owner,
+int coupon_release(struct mconn *mc, int64_t id, int64_t user, const char *order, size_t len,
                    enum coupon_result *res, int *expired);
 
 /* The activity of coupon id into *activity_id (0 when there is no such

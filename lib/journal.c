@@ -18,6 +18,29 @@
 /* A length field past this is damage, whatever the format grows into. */
 #define JOURNAL_MAX_PAYLOAD 4096
 
+/* Flags of every open of a file in the journal directory: a symbolic link
+ * is never followed, and a FIFO put there cannot block the open. */
+#define JOURNAL_OPEN_FLAGS (O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
+
+/* Whether the open fd is a regular file owned by this process's user: a
+ * record is trusted only when nobody else could have written it. CS_OK, or
+ * CS_ERR with the reason in err and errno EPERM. */
+static int journal_file_ok(int fd, const char *path, char *err, size_t errlen)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        snprintf(err, errlen, "fstat(%s) failed: %s", path, strerror(errno));
+        return CS_ERR;
+    }
+    if (!S_ISREG(st.st_mode) || st.st_uid != geteuid()) {
+        snprintf(err, errlen, "%s: not a regular file owned by uid %u; refusing it", path,
+                 (unsigned)geteuid());
+        errno = EPERM;
+        return CS_ERR;
+    }
+    return CS_OK;
+}
+
 uint32_t journal_crc32c(uint32_t crc, const void *buf, size_t len)
 {
     static uint32_t table[256];
@@ -149,9 +172,16 @@ int journal_scan(const char *path, int (*fn)(void *arg, const struct journal_rec
                  void *arg, uint64_t *valid_end)
 {
     uint64_t records, end = 0, size;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    char err[PATH_MAX + 96];
+    int fd = open(path, O_RDONLY | JOURNAL_OPEN_FLAGS);
     if (fd < 0)
         return -1;
+    if (journal_file_ok(fd, path, err, sizeof(err)) != CS_OK) {
+        log_error("journal: %s", err);
+        close(fd);
+        errno = EPERM;
+        return -1;
+    }
     int rc = journal_scan_fd(fd, fn, arg, &records, &end, &size);
     int saved = errno;
     close(fd);
@@ -161,14 +191,18 @@ int journal_scan(const char *path, int (*fn)(void *arg, const struct journal_rec
     return rc;
 }
 
-/* mkdir -p path, mode 0700. */
-static int journal_mkdirs(const char *path)
+/* mkdir -p path, mode 0700; then path must be a directory owned by this
+ * process's user that neither group nor others may write: whoever can
+ * write it could add records the keeper replays as grants. CS_OK, or CS_ERR
+ * with the reason in err. */
+static int journal_mkdirs(const char *path, char *err, size_t errlen)
 {
     char buf[PATH_MAX];
+    struct stat st;
     size_t n = strlen(path);
     if (n == 0 || n >= sizeof(buf)) {
-        errno = ENAMETOOLONG;
-        return -1;
+        snprintf(err, errlen, "journal directory %s: %s", path, strerror(ENAMETOOLONG));
+        return CS_ERR;
     }
     memcpy(buf, path, n + 1);
     for (char *p = buf + 1; *p != '\0'; p++) {
@@ -176,12 +210,24 @@ static int journal_mkdirs(const char *path)
             continue;
         *p = '\0';
         if (mkdir(buf, 0700) != 0 && errno != EEXIST)
-            return -1;
+            goto fail;
         *p = '/';
     }
     if (mkdir(buf, 0700) != 0 && errno != EEXIST)
-        return -1;
-    return 0;
+        goto fail;
+    if (stat(path, &st) != 0)
+        goto fail;
+    if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH))) {
+        snprintf(err, errlen, "journal directory %s must be a directory owned by uid %u that "
+                 "group and others cannot write (it is %s, uid %u, mode %04o): refusing it",
+                 path, (unsigned)geteuid(), S_ISDIR(st.st_mode) ? "a directory" : "no directory",
+                 (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+        return CS_ERR;
+    }
+    return CS_OK;
+fail:
+    snprintf(err, errlen, "cannot make journal directory %s: %s", path, strerror(errno));
+    return CS_ERR;
 }
 
 static int journal_fsync_dir(const char *path)
@@ -199,10 +245,15 @@ static int journal_incarnation(struct journal_dir *jd, char *err, size_t errlen)
 {
     char path[PATH_MAX], tmp[PATH_MAX], text[JOURNAL_ID_LEN + 2];
     snprintf(path, sizeof(path), "%s/incarnation", jd->path);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = open(path, O_RDONLY | JOURNAL_OPEN_FLAGS);
     if (fd >= 0) {
+        if (journal_file_ok(fd, path, err, errlen) != CS_OK) {
+            close(fd);
+            return CS_ERR;
+        }
         ssize_t n = read(fd, text, sizeof(text) - 1);
         close(fd);
+        text[n > 0 ? n : 0] = '\0';
         if (n < JOURNAL_ID_LEN || strspn(text, "0123456789abcdef") < JOURNAL_ID_LEN) {
             snprintf(err, errlen, "%s: not an incarnation id; the journal directory is "
                      "damaged", path);
@@ -225,7 +276,12 @@ static int journal_incarnation(struct journal_dir *jd, char *err, size_t errlen)
         snprintf(jd->incarnation + 2 * i, 3, "%02x", rnd[i]);
     snprintf(text, sizeof(text), "%s\n", jd->incarnation);
     snprintf(tmp, sizeof(tmp), "%s/incarnation.tmp", jd->path);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    /* A leftover of a crash is ours (the directory is), made anew. */
+    if (unlink(tmp) != 0 && errno != ENOENT) {
+        snprintf(err, errlen, "unlink(%s) failed: %s", tmp, strerror(errno));
+        return CS_ERR;
+    }
+    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | JOURNAL_OPEN_FLAGS, 0600);
     if (fd < 0 || write(fd, text, JOURNAL_ID_LEN + 1) != JOURNAL_ID_LEN + 1 || fsync(fd) != 0
         || close(fd) != 0 || rename(tmp, path) != 0 || journal_fsync_dir(jd->path) != 0) {
         snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
@@ -241,17 +297,17 @@ int journal_dir_open(struct journal_dir *jd, const char *path, char *err, size_t
 
     memset(jd, 0, sizeof(*jd));
     jd->lock_fd = -1;
-    if (journal_mkdirs(path) != 0) {
-        snprintf(err, errlen, "cannot make journal directory %s: %s", path, strerror(errno));
+    if (journal_mkdirs(path, err, errlen) != CS_OK)
         return CS_ERR;
-    }
     jd->path = xstrdup(path);
     snprintf(lock, sizeof(lock), "%s/lock", path);
-    jd->lock_fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    jd->lock_fd = open(lock, O_RDWR | O_CREAT | JOURNAL_OPEN_FLAGS, 0600);
     if (jd->lock_fd < 0) {
         snprintf(err, errlen, "open(%s) failed: %s", lock, strerror(errno));
         goto fail;
     }
+    if (journal_file_ok(jd->lock_fd, lock, err, errlen) != CS_OK)
+        goto fail;
     if (flock(jd->lock_fd, LOCK_EX | LOCK_NB) != 0) {
         snprintf(err, errlen, "journal directory %s is in use by another running instance "
                  "(flock: %s)", path, strerror(errno));
@@ -303,12 +359,14 @@ int journal_open_path(struct journal *j, const char *path, char *err, size_t err
     uint64_t end, size;
 
     memset(j, 0, sizeof(*j));
-    j->fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    j->fd = open(path, O_RDWR | O_CREAT | O_APPEND | JOURNAL_OPEN_FLAGS, 0600);
     if (j->fd < 0) {
         snprintf(err, errlen, "open(%s) failed: %s", path, strerror(errno));
         return CS_ERR;
     }
     j->path = xstrdup(path);
+    if (journal_file_ok(j->fd, path, err, errlen) != CS_OK)
+        goto fail;
     if (flock(j->fd, LOCK_EX | LOCK_NB) != 0) {
         snprintf(err, errlen, "%s is locked (being replayed?): %s", path, strerror(errno));
         goto fail;

@@ -55,8 +55,11 @@ uint32_t journal_crc32c(uint32_t crc, const void *buf, size_t len);
  * directory path, locks it for this process, and reads its incarnation id,
  * making one from getrandom() when the directory has none (written to a
  * temporary file, fsync'd, renamed, directory fsync'd). CS_OK, or CS_ERR
- * with a message in err: the directory cannot be made or read, or another
- * running instance holds its lock. journal_dir_close() releases it. */
+ * with a message in err: the directory cannot be made or read; it is not
+ * owned by this process's user, or group or others may write it; its lock
+ * or incarnation file is not a regular file owned by this user (a symbolic
+ * link is never followed); or another running instance holds its lock.
+ * journal_dir_close() releases it. */
 int journal_dir_open(struct journal_dir *jd, const char *path, char *err, size_t errlen);
 void journal_dir_close(struct journal_dir *jd);
 
@@ -64,7 +67,9 @@ void journal_dir_close(struct journal_dir *jd);
  * records are counted, and a torn tail (at most one record's worth of bytes
  * that do not form a valid record) is truncated and fsync'd away before
  * anything is appended. More than that after the last valid record is
- * damage, not a torn write: CS_ERR, nothing truncated. */
+ * damage, not a torn write: CS_ERR, nothing truncated. So is a file that is
+ * not a regular file owned by this process's user (journal_scan() refuses
+ * it too, errno EPERM): a symbolic link is never followed. */
 int journal_open(struct journal *j, const struct journal_dir *jd, int index, char *err,
                  size_t errlen);
 void journal_close(struct journal *j);

@@ -36,8 +36,8 @@ http POST /market/admin/coupon/preheat '' "$ADMIN"
 seize=$(seize_load 901 "$C" "$N" 100000000)
 check_eq "every seize won" "$N" "$(code_count "$seize" SEIZED)"
 check "coupon-sync wrote them" wait_for 300 sql_is "SELECT COUNT(*) FROM coupon WHERE activity_id = 901" "$N"
-mysql_q "SELECT id FROM coupon WHERE activity_id = 901" |
-    awk '{ printf "{\"couponId\":%s,\"orderId\":\"bench-%s\"}\n", $1, $1 }' >"$COUPON_DIR/use.bodies"
+mysql_q "SELECT id, user_id FROM coupon WHERE activity_id = 901" |
+    awk '{ printf "{\"couponId\":%s,\"userId\":%s,\"orderId\":\"bench-%s\"}\n", $1, $2, $1 }' >"$COUPON_DIR/use.bodies"
 use=$("$LOADGEN" -p "$PORT" -s "$COUPON_JWT_SECRET" -r service -u /market/service/coupon/use \
     -B "$COUPON_DIR/use.bodies" -c "$C" -n "$N" -j)
 check_eq "every use won" "$N" "$(code_count "$use" OK)"

@@ -96,6 +96,11 @@ bad "name twice" "{\"name\":\"n\",\"name\":\"m\",\"totalNum\":5,\"distributeStar
 bad "unknown field" "{\"name\":\"n\",\"totalNum\":5,\"distributeStartTime\":\"$S\",\"distributeEndTime\":\"$E\",\"colour\":1}"
 check_match "unknown field: the message names it" 'colour' "$(jat "$HTTP_BODY" msg)"
 bad "not JSON" '{"name":'
+# cJSON would cut a string at \u0000: "a\u0000b" stored as "a", a name
+# "name\u0000x" read as "name". No string may hold NUL.
+bad "a NUL in the name" "{\"name\":\"a\\u0000b\",\"totalNum\":5,\"distributeStartTime\":\"$S\",\"distributeEndTime\":\"$E\"}"
+bad "a NUL in a member name" "{\"name\\u0000x\":\"n\",\"totalNum\":5,\"distributeStartTime\":\"$S\",\"distributeEndTime\":\"$E\"}"
+bad "a NUL in a group" "{\"name\":\"n\",\"totalNum\":5,\"distributeStartTime\":\"$S\",\"distributeEndTime\":\"$E\",\"eligibleGroups\":[\"vip\\u0000\"]}"
 bad "not an object" '[1,2]'
 check_eq "nothing was created by the refused requests" 1 "$(mysql_q "SELECT COUNT(*) FROM activity")"
 
@@ -143,6 +148,10 @@ http PUT "$ACT" "{\"id\":$L,\"distributeEndTime\":\"$NS\"}" "$ADMIN"
 expect "update: end not after start" 400 BAD_REQUEST distributeEndTime
 http PUT "$ACT" "{\"id\":$L}" "$ADMIN"
 expect "update with nothing to change" 400 BAD_REQUEST
+http PUT "$ACT" "{\"id\":$L,\"name\":\"x\\u0000y\"}" "$ADMIN"
+expect "update: a NUL in the name" 400 BAD_REQUEST
+http POST /market/admin/coupon/reserve/return "{\"id\":$L,\"incarnation\":\"0123456789abcdef0123456789abcdef\\u0000x\"}" "$ADMIN"
+expect "reserve return: a NUL after the incarnation" 400 BAD_REQUEST
 http PUT "$ACT" '{"id":999999,"addStock":1}' "$ADMIN"
 expect "update of an unknown id" 404 NO_SUCH_ACTIVITY
 http PUT "$ACT" '{"addStock":1}' "$ADMIN"
@@ -329,8 +338,8 @@ check_match "the next id is 2^63-1, exact" '"id":9223372036854775807,"idStr":"92
 # --- the audit trail ----------------------------------------------------------------------------
 check_eq "no audit row for 401/403 answers" 0 \
     "$(mysql_q "SELECT COUNT(*) FROM admin_audit WHERE admin_sub <> '77'")"
-check_eq "audit rows by action (create, preheat, revoke, topup, update)" \
-    "create 23,preheat 1,revoke 1,topup 10,update 8," \
+check_eq "audit rows by action (create, preheat, reserve_return, revoke, topup, update)" \
+    "create 26,preheat 1,reserve_return 1,revoke 1,topup 10,update 9," \
     "$(mysql_q "SELECT action, COUNT(*) FROM admin_audit GROUP BY action ORDER BY action" | tr '\t\n' ' ,')"
 check_eq "the top-up's row: who, what, result" \
     "77	topup	$A	{\"id\":$A,\"addStock\":$K}	200	OK" \

@@ -199,6 +199,10 @@ else
         "$(stat -c '%a %u %g' "$R/run/couponseize" 2>/dev/null)"
     check_eq "state dir for the metrics file: 0755, couponseize" "755 $uid" \
         "$(stat -c '%a %u' "$R${D[localstatedir]}/lib/couponseize" 2>/dev/null)"
+    # coupon-fcgi refuses a journal directory that is not its own or that
+    # group or others may write: the one tmpfiles makes is neither.
+    check_eq "journal dir: 0700, couponseize" "700 $uid $gid" \
+        "$(stat -c '%a %u %g' "$R${D[localstatedir]}/lib/couponseize/journal" 2>/dev/null)"
     check_eq "config: 0640 root:couponseize" "640 0 $gid" \
         "$(stat -c '%a %u %g' "$R${D[pkgsysconfdir]}/couponseize.conf" 2>/dev/null)"
 fi

@@ -29,8 +29,8 @@ out=$(seize_load 301 20 100 10000)
 check_eq "100 users seize the 100 coupons" 100 "$(code_count "$out" SEIZED)"
 check "coupon-sync writes them" wait_for 30 sql_is "SELECT COUNT(*) FROM coupon WHERE activity_id = 301" 100
 
-mysql_q "SELECT id FROM coupon WHERE activity_id = 301" |
-    awk '{ for (k = 0; k < 10; k++) printf "{\"couponId\":%s,\"orderId\":\"ord-%s-%d\"}\n", $1, $1, k }' |
+mysql_q "SELECT id, user_id FROM coupon WHERE activity_id = 301" |
+    awk '{ for (k = 0; k < 10; k++) printf "{\"couponId\":%s,\"userId\":%s,\"orderId\":\"ord-%s-%d\"}\n", $1, $2, $1, k }' |
     shuf >"$WORK/use.bodies"
 check_eq "1,000 bodies" 1000 "$(wc -l <"$WORK/use.bodies")"
 out=$("$LOADGEN" -p "${COUPON_URL##*:}" -s "$COUPON_JWT_SECRET" -r service \

@@ -37,6 +37,9 @@ fi
 [[ -n $NGINX || -n $LIGHTTPD || -n $APACHE ]] ||
     skip_all "none of nginx, lighttpd, apache2 is installed"
 
+# Each server runs with the snippet's commented allow-list for the order
+# system's /market/service/ uncommented (loopback only, as shipped).
+export COUPON_NGINX_SERVICE_ACL=1
 if [[ -n $NGINX ]]; then
     cs_stack_up --no-sync
 else
@@ -144,13 +147,24 @@ launch_server() {
 }
 
 # snippet FILE: the shipped snippet with the socket path and the pages'
-# directory replaced.
+# directory replaced, and its allow-list for /market/service/ uncommented.
 snippet() {
     local body
     body=$(<"$top_srcdir/$1")
     body=${body//"/usr/share/couponseize/www"/"$top_srcdir/www"}
-    printf '%s\n' "${body//"/run/couponseize/fcgi.sock"/"$COUPON_FCGI_SOCK"}"
+    printf '%s\n' "${body//"/run/couponseize/fcgi.sock"/"$COUPON_FCGI_SOCK"}" |
+        sed -E '/^ *#(\$HTTP\["url"\] =~ "\^\/market\/service\/" \{|<Location "\/market\/service\/">)/,/^ *#(\}|<\/Location>)$/ s/^( *)#/\1/'
 }
+
+# service_acl FILE: the commented allow-list for /market/service/ in a shipped
+# snippet (its lines, uncommented).
+service_acl() {
+    sed -n -E '/^ *#(location \/market\/service\/ \{|\$HTTP\["url"\] =~ "\^\/market\/service\/" \{|<Location "\/market\/service\/">)/,/^ *#(\}|<\/Location>)$/ s/^( *)#/\1/p' "$top_srcdir/$1"
+}
+for f in etc/nginx/couponseize.conf etc/lighttpd/couponseize.conf etc/apache2/couponseize.conf; do
+    check_match "$f ships a commented allow-list for /market/service/" \
+        '(allow 127\.0\.0\.1|remoteip|Require ip 127\.0\.0\.1)' "$(service_acl "$f")"
+done
 
 start_lighttpd() {
     local d=$WS/lighttpd port
@@ -301,6 +315,10 @@ exercise() {
         HTTP_CODE=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 --interface "$OTHER_IP" \
             "$url/market/consumer/coupon/status")
         check_eq "$n: consumer route from $OTHER_IP allowed" "$ok_code" "$HTTP_CODE"
+        HTTP_CODE=$(curl -s -o /dev/null -w '%{http_code}' --max-time 10 --interface "$OTHER_IP" \
+            -H "Authorization: Bearer $(mint_jwt 9 service)" -H 'Content-Type: application/json' \
+            -d '{"couponId":999999,"userId":9,"orderId":"o-1"}' "$url/market/service/coupon/use")
+        check_eq "$n: service route from $OTHER_IP refused by the uncommented allow-list" 403 "$HTTP_CODE"
     fi
 
     on "$url" POST "$SEIZE" "{\"id\":$ACT}" "$user"
@@ -315,10 +333,10 @@ exercise() {
     check_eq "$n: status knows the token's user seized" true "$(json_at "$HTTP_BODY" mine.seized)"
 
     # The order system's routes reach the app through every server.
-    on "$url" POST /market/service/coupon/use '{"couponId":999999,"orderId":"o-1"}' \
+    on "$url" POST /market/service/coupon/use '{"couponId":999999,"userId":9,"orderId":"o-1"}' \
         "$(mint_jwt 9 service)"
     expect "$n: /market/service/coupon/use reaches the app" 404 NO_SUCH_COUPON
-    on "$url" POST /market/service/coupon/release '{"couponId":999999,"orderId":"o-1"}'
+    on "$url" POST /market/service/coupon/release '{"couponId":999999,"userId":9,"orderId":"o-1"}'
     expect "$n: /market/service/coupon/release without a token" 401 UNAUTHORIZED
     on "$url" GET /market/consumer/coupon/mine '' "$user"
     expect "$n: /market/consumer/coupon/mine" 200 OK

@@ -118,6 +118,38 @@ START_TEST(id_body_one_plain_id)
 }
 END_TEST
 
+START_TEST(json_check_refuses_nul)
+{
+    const char *why = NULL;
+    /* Any valid document without U+0000 in a string passes, as is. */
+    static const char *const good[] = {
+        "{\"couponId\":1,\"userId\":\"2\",\"orderId\":\"A-1\\\"\\\\\"}",
+        "[1,\"x\\u0001y\",{\"a\":null}]",
+        "\"\\u0100\\\\u0000\"", /* an escaped backslash, then the text u0000 */
+        " {} ",
+    };
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++)
+        ck_assert_msg(http_json_check(good[i], strlen(good[i]), &why) == CS_OK, "refused %s: %s",
+                      good[i], why);
+    /* cJSON would end each of these strings at the NUL. */
+    static const char *const nul[] = {
+        "{\"orderId\":\"Q\\u0000evil\"}",
+        "{\"couponId\":\"2\\u0000 OR 1=1\"}",
+        "{\"userId\\u0000\":5}",
+        "[[[\"\\u0000\"]]]",
+        "{\"a\":\"\\U0000\"}", /* not an escape at all: invalid */
+    };
+    for (size_t i = 0; i < sizeof(nul) / sizeof(nul[0]); i++)
+        ck_assert_msg(http_json_check(nul[i], strlen(nul[i]), &why) == CS_ERR, "took %s", nul[i]);
+    /* A raw NUL byte, in a string or after the document, and invalid JSON. */
+    ck_assert_int_eq(http_json_check("{\"a\":\"x\0y\"}", 11, &why), CS_ERR);
+    ck_assert_int_eq(http_json_check("{}\0", 3, &why), CS_ERR);
+    ck_assert_int_eq(http_json_check("{\"a\":", 5, &why), CS_ERR);
+    ck_assert_int_eq(http_json_check("\xEF\xBB\xBF{}", 5, &why), CS_ERR);
+    ck_assert_int_eq(http_json_check("", 0, &why), CS_ERR);
+}
+END_TEST
+
 START_TEST(content_type_and_query)
 {
     char v[32];
@@ -591,6 +623,7 @@ int main(void)
     tcase_add_test(tc, id_body_accepts_integers);
     tcase_add_test(tc, id_body_rejects_everything_else);
     tcase_add_test(tc, id_body_one_plain_id);
+    tcase_add_test(tc, json_check_refuses_nul);
     tcase_add_test(tc, content_type_and_query);
     tcase_add_test(tc, outcome_mapping);
     tcase_add_test(tc, jwt_good_tokens);

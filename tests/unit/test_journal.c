@@ -1,10 +1,12 @@
 /* test_journal.c - the grant journal: records survive reopening, a torn tail
- * is cut off, damage is refused, the directory lock and the incarnation id. */
+ * is cut off, damage is refused, the directory lock and the incarnation id,
+ * and only a directory and files that nobody else can write are trusted. */
 #include <check.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -226,6 +228,138 @@ START_TEST(append_after_failure_refused)
 }
 END_TEST
 
+/* A user other than this process's, for chown() (-1 when that is not
+ * possible: not root). */
+static uid_t other_uid(void)
+{
+    return geteuid() == 0 ? (uid_t)65534 : (uid_t)-1;
+}
+
+START_TEST(directory_others_may_write_refused)
+{
+    struct journal_dir jd;
+
+    ck_assert_int_eq(chmod(dir, 0770), 0);
+    ck_assert_int_eq(journal_dir_open(&jd, dir, err, sizeof(err)), CS_ERR);
+    ck_assert_ptr_nonnull(strstr(err, "group and others cannot write"));
+    ck_assert_int_eq(chmod(dir, 0777), 0);
+    ck_assert_int_eq(journal_dir_open(&jd, dir, err, sizeof(err)), CS_ERR);
+    ck_assert_int_eq(chmod(dir, 0702), 0);
+    ck_assert_int_eq(journal_dir_open(&jd, dir, err, sizeof(err)), CS_ERR);
+    /* Nothing was made in a directory that was refused. */
+    char path[128];
+    snprintf(path, sizeof(path), "%s/incarnation", dir);
+    ck_assert_int_ne(access(path, F_OK), 0);
+    ck_assert_int_eq(chmod(dir, 0750), 0);
+    ck_assert_int_eq(journal_dir_open(&jd, dir, err, sizeof(err)), CS_OK);
+    journal_dir_close(&jd);
+}
+END_TEST
+
+START_TEST(directory_of_another_user_refused)
+{
+    struct journal_dir jd;
+    char sub[96];
+
+    if (other_uid() == (uid_t)-1)
+        return; /* only root can give a directory away */
+    snprintf(sub, sizeof(sub), "%s/theirs", dir);
+    ck_assert_int_eq(mkdir(sub, 0700), 0);
+    ck_assert_int_eq(chown(sub, other_uid(), (gid_t)-1), 0);
+    ck_assert_int_eq(journal_dir_open(&jd, sub, err, sizeof(err)), CS_ERR);
+    ck_assert_ptr_nonnull(strstr(err, "owned by uid"));
+    /* Nor through a symbolic link to it. */
+    char link[96];
+    snprintf(link, sizeof(link), "%s/link", dir);
+    ck_assert_int_eq(symlink(sub, link), 0);
+    ck_assert_int_eq(journal_dir_open(&jd, link, err, sizeof(err)), CS_ERR);
+    /* Nor a file where the directory should be. */
+    snprintf(sub, sizeof(sub), "%s/file", dir);
+    close(open(sub, O_WRONLY | O_CREAT, 0600));
+    ck_assert_int_eq(journal_dir_open(&jd, sub, err, sizeof(err)), CS_ERR);
+}
+END_TEST
+
+START_TEST(files_not_ours_refused)
+{
+    struct journal_dir jd;
+    struct journal j;
+    char path[128], target[128];
+
+    ck_assert_int_eq(journal_dir_open(&jd, dir, err, sizeof(err)), CS_OK);
+    /* A symbolic link is never followed, whether it points at a file or at nothing. */
+    snprintf(target, sizeof(target), "%s/elsewhere", dir);
+    close(open(target, O_WRONLY | O_CREAT, 0600));
+    snprintf(path, sizeof(path), "%s/w1.jnl", dir);
+    ck_assert_int_eq(symlink(target, path), 0);
+    ck_assert_int_eq(journal_open(&j, &jd, 1, err, sizeof(err)), CS_ERR);
+    ck_assert_int_eq(journal_scan(path, NULL, NULL, NULL), -1);
+    snprintf(path, sizeof(path), "%s/w2.jnl", dir);
+    ck_assert_int_eq(symlink("/nonexistent/w2.jnl", path), 0);
+    ck_assert_int_eq(journal_open(&j, &jd, 2, err, sizeof(err)), CS_ERR);
+    /* A FIFO is not a journal, and opening it does not block. */
+    snprintf(path, sizeof(path), "%s/w3.jnl", dir);
+    ck_assert_int_eq(mkfifo(path, 0600), 0);
+    ck_assert_int_eq(journal_open(&j, &jd, 3, err, sizeof(err)), CS_ERR);
+    ck_assert_ptr_nonnull(strstr(err, "not a regular file"));
+    ck_assert_int_eq(journal_scan(path, NULL, NULL, NULL), -1);
+    ck_assert_int_eq(errno, EPERM);
+    /* A file of another user (root only can make one). */
+    if (other_uid() != (uid_t)-1) {
+        struct journal j4;
+        ck_assert_int_eq(journal_open(&j4, &jd, 4, err, sizeof(err)), CS_OK);
+        struct journal_rec r = rec_n(0);
+        ck_assert_int_eq(journal_append(&j4, &r), CS_OK);
+        journal_close(&j4);
+        snprintf(path, sizeof(path), "%s/w4.jnl", dir);
+        ck_assert_int_eq(chown(path, other_uid(), (gid_t)-1), 0);
+        ck_assert_int_eq(journal_open(&j4, &jd, 4, err, sizeof(err)), CS_ERR);
+        ck_assert_int_eq(journal_scan(path, NULL, NULL, NULL), -1);
+        ck_assert_int_eq(errno, EPERM);
+    }
+    journal_dir_close(&jd);
+
+    /* The lock and incarnation files are checked the same way. */
+    snprintf(path, sizeof(path), "%s/incarnation", dir);
+    ck_assert_int_eq(rename(path, target), 0);
+    ck_assert_int_eq(symlink(target, path), 0);
+    ck_assert_int_eq(journal_dir_open(&jd, dir, err, sizeof(err)), CS_ERR);
+    ck_assert_int_eq(unlink(path), 0);
+    ck_assert_int_eq(rename(target, path), 0);
+    snprintf(path, sizeof(path), "%s/lock", dir);
+    ck_assert_int_eq(unlink(path), 0);
+    ck_assert_int_eq(mkfifo(path, 0600), 0);
+    ck_assert_int_eq(journal_dir_open(&jd, dir, err, sizeof(err)), CS_ERR);
+    ck_assert_int_eq(unlink(path), 0);
+    ck_assert_int_eq(journal_dir_open(&jd, dir, err, sizeof(err)), CS_OK);
+    journal_dir_close(&jd);
+}
+END_TEST
+
+START_TEST(incarnation_read_is_bounded)
+{
+    struct journal_dir jd;
+    char path[128];
+    const char *id = "0123456789abcdef0123456789abcdef";
+
+    /* 33 hex digits fill the read buffer to its last byte but one: the id
+     * is the first 32 (under valgrind or ASan, nothing is read past). */
+    snprintf(path, sizeof(path), "%s/incarnation", dir);
+    FILE *f = fopen(path, "w");
+    ck_assert_ptr_nonnull(f);
+    fprintf(f, "%sf", id);
+    fclose(f);
+    ck_assert_int_eq(journal_dir_open(&jd, dir, err, sizeof(err)), CS_OK);
+    ck_assert_str_eq(jd.incarnation, id);
+    journal_dir_close(&jd);
+    f = fopen(path, "w");
+    fprintf(f, "0123456789abcdef0123456789abcdeX\n");
+    fclose(f);
+    ck_assert_int_eq(journal_dir_open(&jd, dir, err, sizeof(err)), CS_ERR);
+    ck_assert_ptr_nonnull(strstr(err, "not an incarnation id"));
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("journal");
@@ -238,6 +372,10 @@ int main(void)
     tcase_add_test(tc, damage_is_refused);
     tcase_add_test(tc, one_instance_per_directory);
     tcase_add_test(tc, append_after_failure_refused);
+    tcase_add_test(tc, directory_others_may_write_refused);
+    tcase_add_test(tc, directory_of_another_user_refused);
+    tcase_add_test(tc, files_not_ours_refused);
+    tcase_add_test(tc, incarnation_read_is_bounded);
     suite_add_tcase(s, tc);
     return cs_run_suite(s, 0);
 }
