@@ -331,6 +331,24 @@ static int keeper_epoch_amount(struct keeper *k, int64_t aid, uint64_t epoch, in
     return CS_OK;
 }
 
+/* What this node's reserve field of activity aid holds in Redis: CS_OK with
+ * *left (-1: no field), CS_ERR when Redis did not answer. */
+static int keeper_field_left(struct keeper *k, int64_t aid, int64_t *left)
+{
+    char key[KEYS_MAX], field[64];
+    keys_reserve(key, keys_shard(aid));
+    snprintf(field, sizeof(field), "%" PRId64 ":%s", aid, k->jd.incarnation);
+    redisReply *r = rconn_command(k->rc, key, "HGET %s %s", key, field);
+    if (r == NULL || (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_NIL)) {
+        if (r != NULL)
+            freeReplyObject(r);
+        return CS_ERR;
+    }
+    *left = r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : -1;
+    freeReplyObject(r);
+    return CS_OK;
+}
+
 /* Gives slot i's reserve back: script, durability, MySQL. */
 static void keeper_give_back(struct keeper *k, int i)
 {
@@ -484,6 +502,23 @@ static void keeper_slots(struct keeper *k, int stopping)
             }
             if (amount < atomic_load(&s->amount))
                 atomic_store(&s->amount, (int32_t)amount);
+            /* Everything on disk is replayed now, so Redis' field is what is
+             * left of the epoch; a segment deleted with its records must not
+             * make the node hand out their tokens again (rule 14). */
+            int64_t left;
+            if (keeper_field_left(k, aid, &left) != CS_OK)
+                continue;
+            if (left < 0) {
+                l->field = 0;
+                continue;
+            }
+            int32_t used = atomic_load(&s->amount) - (int32_t)left;
+            if (used > atomic_load(&s->next)) {
+                log_warn("reserve keeper: activity %" PRId64 " epoch %" PRIu64 ": Redis holds "
+                         "%" PRId64 " of its %d tokens; resuming at token %d, not %d", aid, epoch,
+                         left, atomic_load(&s->amount), used, atomic_load(&s->next));
+                atomic_store(&s->next, used);
+            }
             l->resume = 0;
         }
         if (atomic_load(&s->state) != RSV_OPEN && !atomic_load(&k->rv->halted)) {

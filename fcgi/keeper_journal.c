@@ -180,6 +180,18 @@ void keeper_journal_replay(struct keeper *k)
         site[shard] = at;
         wrote[shard] = 1;
         replayed++;
+        if (res == -4) {
+            /* The token was replayed before for someone else: the node
+             * spent it twice. This user's grant is in the dead letters (the
+             * script wrote it there, so the record is done with), and it is
+             * never counted as replayed. */
+            atomic_fetch_add(&k->rv->dead_letters, 1);
+            atomic_fetch_add(&k->rv->anomalies, 1);
+            log_error("reserve keeper: activity %" PRId64 ": token %" PRIu64 "/%u of user %" PRId64
+                      " was replayed before for another user (spent twice); it is in %s",
+                      r->activity_id, r->epoch, r->token, r->user_id, "COUPON:RESERVE:DEAD");
+            continue;
+        }
         if (res == 2)
             atomic_fetch_add(&k->rv->duplicates, 1);
         if (res == -1) {
@@ -231,6 +243,78 @@ void keeper_journal_replay(struct keeper *k)
     free(s.v);
 }
 
+/* ---- the tokens file: what deleted segments spent ------------------------------------ */
+
+/* DIR/tokens holds, per open epoch of this node, the next token to hand
+ * out ("<activity> <epoch> <next>" a line). It is written and made durable
+ * before any segment is deleted, so that a restart never hands out again a
+ * token whose record is gone with its segment (DESIGN.md rule 14). */
+#define KEEPER_TOKENS "tokens"
+
+static int keeper_fsync_dir(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return CS_ERR;
+    int rc = fsync(fd);
+    close(fd);
+    return rc == 0 ? CS_OK : CS_ERR;
+}
+
+/* Writes DIR/tokens from the slots (temporary file, fsync, rename, fsync of
+ * the directory). CS_ERR when any step failed: then nothing may be deleted. */
+static int keeper_tokens_write(struct keeper *k)
+{
+    char path[PATH_MAX], tmp[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/%s", k->jd.path, KEEPER_TOKENS);
+    snprintf(tmp, sizeof(tmp), "%s/%s.tmp", k->jd.path, KEEPER_TOKENS);
+    FILE *f = fopen(tmp, "we");
+    if (f == NULL) {
+        log_error("reserve keeper: fopen(%s) failed: %s; no segment is deleted", tmp,
+                  strerror(errno));
+        return CS_ERR;
+    }
+    for (int i = 0; i < SHM_RESERVES; i++) {
+        struct shm_rsv_slot *s = &k->rv->slot[i];
+        if (atomic_load(&s->state) == RSV_EMPTY)
+            continue;
+        fprintf(f, "%" PRId64 " %" PRIu64 " %" PRId32 "\n", atomic_load(&s->activity_id),
+                atomic_load(&s->epoch), atomic_load(&s->next));
+    }
+    int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path) != 0 || keeper_fsync_dir(k->jd.path) != CS_OK) {
+        log_error("reserve keeper: writing %s failed: %s; no segment is deleted", path,
+                  strerror(errno));
+        unlink(tmp);
+        return CS_ERR;
+    }
+    return CS_OK;
+}
+
+/* Raises each slot's next token to what DIR/tokens says was handed out. */
+static void keeper_tokens_read(struct keeper *k)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/%s", k->jd.path, KEEPER_TOKENS);
+    FILE *f = fopen(path, "re");
+    if (f == NULL) {
+        if (errno != ENOENT)
+            log_error("reserve keeper: fopen(%s) failed: %s", path, strerror(errno));
+        return;
+    }
+    long long aid, next;
+    unsigned long long epoch;
+    while (fscanf(f, "%lld %llu %lld", &aid, &epoch, &next) == 3) {
+        int i = reserve_slot_of(k->rv, (int64_t)aid);
+        if (i < 0 || atomic_load(&k->rv->slot[i].epoch) != epoch || next > INT32_MAX)
+            continue;
+        if ((int32_t)next > atomic_load(&k->rv->slot[i].next))
+            atomic_store(&k->rv->slot[i].next, (int32_t)next);
+    }
+    fclose(f);
+}
+
 /*
  * A segment that is wholly replayed, older than the one workers append to,
  * and locked by nobody is deleted. When everything is replayed, workers are
@@ -240,7 +324,7 @@ void keeper_journal_retire(struct keeper *k)
 {
     char path[PATH_MAX];
     uint64_t cur = atomic_load(&k->rv->journal_seg);
-    int bump = 0;
+    int bump = 0, tokens_kept = 0;
 
     for (size_t i = 0; i < k->nfiles; i++) {
         struct kfile *f = &k->files[i];
@@ -255,6 +339,13 @@ void keeper_journal_retire(struct keeper *k)
         uint64_t end = 0;
         if (flock(fd, LOCK_EX | LOCK_NB) == 0 && journal_scan(path, NULL, NULL, &end) == 0
             && end / JOURNAL_RECORD <= f->done) {
+            /* Its records say which tokens were spent: that goes to the
+             * tokens file first, once per pass. */
+            if (!tokens_kept && keeper_tokens_write(k) != CS_OK) {
+                close(fd);
+                break;
+            }
+            tokens_kept = 1;
             unlink(path);
             /* A file of that name made later is a new one. */
             f->done = 0;
@@ -346,8 +437,21 @@ int keeper_journal_rebuild(struct keeper *k)
             break;
         usleep(10000);
     }
-    for (int i = 0; i < SHM_RESERVES; i++)
+    /* A grant still in flight after the wait took its token already: the
+     * next token each slot had is kept, so it is never handed out again. */
+    struct khad {
+        int64_t aid;
+        uint64_t epoch;
+        int32_t next;
+    } had[SHM_RESERVES];
+    int nhad = 0;
+    for (int i = 0; i < SHM_RESERVES; i++) {
+        if (atomic_load(&rv->slot[i].state) != RSV_EMPTY)
+            had[nhad++] = (struct khad){atomic_load(&rv->slot[i].activity_id),
+                                         atomic_load(&rv->slot[i].epoch),
+                                         atomic_load(&rv->slot[i].next)};
         keeper_slot_free(k, i);
+    }
     memset(rv->grant, 0, sizeof(rv->grant));
     atomic_store(&rv->ngrants, 0);
 
@@ -359,6 +463,13 @@ int keeper_journal_rebuild(struct keeper *k)
             return CS_ERR;
         sleep(1);
     }
+    for (int h = 0; h < nhad; h++) {
+        int i = reserve_slot_of(rv, had[h].aid);
+        if (i >= 0 && atomic_load(&rv->slot[i].epoch) == had[h].epoch
+            && had[h].next > atomic_load(&rv->slot[i].next))
+            atomic_store(&rv->slot[i].next, had[h].next);
+    }
+    keeper_tokens_read(k);
     keeper_list_files(k);
     uint64_t maxseg = 0;
     for (size_t i = 0; i < k->nfiles; i++) {

@@ -134,6 +134,9 @@ static void metrics_reserves(struct out *o, const struct shm_node *node)
     counter(o, "couponseize_reserve_dead_letters_total",
             "Replayed grants with no reserve and no stock to take from (see "
             "COUPON:RESERVE:DEAD).", LOAD(rv->dead_letters));
+    counter(o, "couponseize_reserve_anomalies_total",
+            "Replayed grants whose token was already replayed for another user: spent "
+            "twice, in COUPON:RESERVE:DEAD.", LOAD(rv->anomalies));
     counter(o, "couponseize_journal_failures_total",
             "Journal writes that failed (the node then grants from reserves no more).",
             LOAD(rv->journal_failures));

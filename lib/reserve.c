@@ -77,7 +77,12 @@ const char RESERVE_LUA_RENEW[] =
  * Replaying one token. KEYS: stock, seize list, queue, reserve, epochs,
  * dead letters. ARGV: activityId, userId, incarnation, epoch, token, seize
  * time (ms, Redis' clock as estimated by the node). Checked and written in
- * this one script, so replaying twice changes nothing (0). From an open
+ * this one script, so replaying twice changes nothing (0). The token's
+ * marker names its user (the user id, "dup:<user>" or "dead:<user>"): a
+ * marker of another user means the token was spent twice, an anomaly that
+ * goes to the dead letters (-4), never counted as the same grant replayed
+ * (markers written before they named a user, a bare "dup" or "dead", are
+ * taken as this user's). From an open
  * epoch the reserve drops by one, and the grant enters the seize list and
  * the queue (1), or, when the user already holds a coupon, the token's goes
  * back to stock (2; never onto a revoke tombstone). A token of an unknown or
@@ -87,7 +92,14 @@ const char RESERVE_LUA_RENEW[] =
  */
 const char RESERVE_LUA_REPLAY[] =
     "local mk = ARGV[3] .. ':' .. ARGV[4] .. ':' .. ARGV[5]\n"
-    "if redis.call('HEXISTS', KEYS[5], mk) == 1 then return 0 end\n"
+    "local was = redis.call('HGET', KEYS[5], mk)\n"
+    "if was then\n"
+    "  if was == ARGV[2] or was == 'dup' or was == 'dead' or was == 'dup:' .. ARGV[2] "
+    "or was == 'dead:' .. ARGV[2] then return 0 end\n"
+    "  redis.call('HSET', KEYS[6], ARGV[1] .. ':' .. mk .. ':' .. ARGV[2], "
+    "ARGV[2] .. ':' .. ARGV[6] .. ':token spent twice (marker of ' .. was .. ')')\n"
+    "  return -4\n"
+    "end\n"
     "local st = redis.call('HGET', KEYS[5], ARGV[3] .. ':' .. ARGV[4])\n"
     "local rf = ARGV[1] .. ':' .. ARGV[3]\n"
     "local open = st and string.sub(st, 1, 5) == 'open:' "
@@ -106,13 +118,13 @@ const char RESERVE_LUA_REPLAY[] =
     "  redis.call('HINCRBY', KEYS[4], ARGV[1] .. ':held', -1)\n"
     "  if has then\n"
     "    if stock and stock >= 0 then redis.call('HINCRBY', KEYS[1], ARGV[1], 1) end\n"
-    "    redis.call('HSET', KEYS[5], mk, 'dup')\n"
+    "    redis.call('HSET', KEYS[5], mk, 'dup:' .. ARGV[2])\n"
     "    return 2\n"
     "  end\n"
     "  return grant(1)\n"
     "end\n"
     "if has then\n"
-    "  redis.call('HSET', KEYS[5], mk, 'dup')\n"
+    "  redis.call('HSET', KEYS[5], mk, 'dup:' .. ARGV[2])\n"
     "  return 2\n"
     "end\n"
     "if stock and stock > 0 then\n"
@@ -120,7 +132,7 @@ const char RESERVE_LUA_REPLAY[] =
     "  return grant(3)\n"
     "end\n"
     "redis.call('HSET', KEYS[6], ARGV[1] .. ':' .. mk, ARGV[2] .. ':' .. ARGV[6])\n"
-    "redis.call('HSET', KEYS[5], mk, 'dead')\n"
+    "redis.call('HSET', KEYS[5], mk, 'dead:' .. ARGV[2])\n"
     "return -1\n";
 
 /*

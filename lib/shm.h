@@ -95,6 +95,7 @@ struct shm_reserves {
     _Atomic uint64_t returned;       /* tokens given back to stock */
     _Atomic uint64_t duplicates;     /* replayed grants of users who already held one */
     _Atomic uint64_t dead_letters;   /* tokens with nothing to take them from */
+    _Atomic uint64_t anomalies;      /* tokens whose replay marker names another user */
     _Atomic uint64_t journal_failures;
     _Atomic int64_t journal_depth;   /* records not yet replayed */
     _Atomic int64_t oldest_unreplayed_ms;  /* wall clock of the oldest of them; 0 none */
