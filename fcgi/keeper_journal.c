@@ -20,6 +20,8 @@
 
 static const char SQL_RSV_MINE[] =
     "SELECT activity_id, epoch, amount FROM reserve_epoch WHERE incarnation = ? AND state = 1";
+static const char SQL_SALE_ENDED[] =
+    "SELECT distribute_end_time <= NOW() FROM activity WHERE id = ?";
 
 /* ---- the journal --------------------------------------------------------------- */
 
@@ -65,6 +67,7 @@ struct krec {
     struct journal_rec r;
     struct kfile *f;
     uint64_t pos;              /* record number in its file */
+    int answered;              /* this pass wrote it to Redis, or to the dead letters */
 };
 
 struct kscan {
@@ -84,7 +87,7 @@ static int keeper_scan_rec(void *arg, const struct journal_rec *rec)
         s->cap = s->cap ? s->cap * 2 : 256;
         s->v = xrealloc(s->v, s->cap * sizeof(*s->v));
     }
-    s->v[s->n++] = (struct krec){*rec, s->f, pos};
+    s->v[s->n++] = (struct krec){*rec, s->f, pos, 0};
     return 0;
 }
 
@@ -120,6 +123,66 @@ static void keeper_mark_replayed(struct keeper *k, int64_t aid, int64_t uid)
         atomic_store(&k->rv->grant[e].state, RGRANT_REPLAYED);
 }
 
+static int row_ended(void *arg, int ncols, char **cols)
+{
+    int *ended = arg;
+    if (ncols >= 1 && cols[0] != NULL)
+        *ended = atoi(cols[0]) != 0;
+    return CS_OK;
+}
+
+/* Per replay pass: what MySQL said of a sale whose stock field is missing. */
+struct kgone {
+    int64_t aid;
+    int gone;                  /* 1 gone for good, 0 waits, -1 MySQL did not answer */
+};
+
+/*
+ * Whether activity aid, with no stock field in Redis, is gone for good: MySQL
+ * has no such activity, or its sale has ended (an ended sale is never
+ * preheated or restored again, and cleanup removed it). 0 while it is on or
+ * before sale (Redis lost its data and is not restored yet: the token
+ * waits), -1 when MySQL did not answer. Asked once per activity per pass.
+ */
+static int keeper_sale_gone(struct keeper *k, struct kgone *seen, size_t *nseen, size_t cap,
+                            int64_t aid)
+{
+    for (size_t i = 0; i < *nseen; i++)
+        if (seen[i].aid == aid)
+            return seen[i].gone;
+    int ended = -1, gone;
+    struct mval p[] = {MV_INT(aid)};
+    if (mconn_query(k->mc, SQL_SALE_ENDED, p, 1, row_ended, &ended) != CS_OK) {
+        log_warn("reserve keeper: reading activity %" PRId64 ": %s", aid, k->mc->errstr);
+        gone = -1;
+    } else {
+        gone = ended != 0; /* no row (-1) or ended (1) */
+    }
+    if (*nseen < cap)
+        seen[(*nseen)++] = (struct kgone){aid, gone};
+    return gone;
+}
+
+/* Puts rec in the shard's dead letters: its sale is gone from Redis. CS_OK
+ * with *at the node that wrote it. */
+static int keeper_dead_letter(struct keeper *k, const struct journal_rec *r, const char *why,
+                              struct rconn_site *at)
+{
+    char key[KEYS_MAX], field[128], value[160];
+    keys_reserve_dead(key, keys_shard(r->activity_id));
+    int fl = snprintf(field, sizeof(field), "%" PRId64 ":%s:%" PRIu64 ":%u", r->activity_id,
+                      k->jd.incarnation, r->epoch, r->token);
+    int vl = snprintf(value, sizeof(value), "%" PRId64 ":%" PRId64 ":%s", r->user_id,
+                      r->seize_ms, why);
+    const char *argv[] = {"HSET", key, field, value};
+    const size_t argl[] = {4, strlen(key), (size_t)fl, (size_t)vl};
+    redisReply *rep = rconn_commandv_at(k->rc, key, 4, argv, argl, at);
+    int ok = rep != NULL && rep->type == REDIS_REPLY_INTEGER;
+    if (rep != NULL)
+        freeReplyObject(rep);
+    return ok ? CS_OK : CS_ERR;
+}
+
 /*
  * Replays what the journal holds for shards Redis answers on, then WAITs
  * per shard; a record counts as done (its file's mark moves past it) only
@@ -132,6 +195,8 @@ void keeper_journal_replay(struct keeper *k)
     int wrote[KEYS_SHARDS] = {0}, failed[KEYS_SHARDS] = {0}, durable[KEYS_SHARDS];
     int64_t t0 = cs_mono_ms();
     int replayed = 0;
+    struct kgone seen[64];
+    size_t nseen = 0;
 
     keeper_read_journal(k, &s);
     for (size_t i = 0; i < s.n; i++) {
@@ -170,13 +235,31 @@ void keeper_journal_replay(struct keeper *k)
         long long res = rep->integer;
         freeReplyObject(rep);
         if (res == -3) {
-            /* No stock field: Redis lost its data and is not restored yet,
-             * or the sale is not preheated. Nothing was written; later. */
-            log_debug("reserve keeper: activity %" PRId64 " has no stock field; replay waits",
-                      r->activity_id);
-            failed[shard] = 1;
+            /* No stock field. Redis lost its data and is not restored yet:
+             * nothing was written, the token waits. Or the sale is gone
+             * (ended and cleaned up): the token has nowhere to go but the
+             * dead letters. Either way it stops no other token (rule 17). */
+            if (keeper_sale_gone(k, seen, &nseen, sizeof(seen) / sizeof(seen[0]),
+                                 r->activity_id) != 1) {
+                log_debug("reserve keeper: activity %" PRId64 " has no stock field; its replay "
+                          "waits", r->activity_id);
+                continue;
+            }
+            if (keeper_dead_letter(k, r, "sale gone from Redis", &at) != CS_OK) {
+                failed[shard] = 1;
+                continue;
+            }
+            site[shard] = at;
+            wrote[shard] = 1;
+            kr->answered = 1;
+            atomic_fetch_add(&k->rv->dead_letters, 1);
+            log_error("reserve keeper: activity %" PRId64 ": token %" PRIu64 "/%u of user %" PRId64
+                      " has no sale in Redis to go to (ended and removed); it is in the dead "
+                      "letters %s", r->activity_id, r->epoch, r->token, r->user_id,
+                      "COUPON:RESERVE:DEAD");
             continue;
         }
+        kr->answered = 1;
         site[shard] = at;
         wrote[shard] = 1;
         replayed++;
@@ -218,7 +301,7 @@ void keeper_journal_replay(struct keeper *k)
         const struct journal_rec *r = &kr->r;
         int shard = keys_shard(r->activity_id);
         int done = keeper_is_closed(k, r->activity_id, r->epoch)
-                   || (k->renewed[shard] && !failed[shard] && durable[shard]);
+                   || (kr->answered && !failed[shard] && durable[shard]);
         if (done && kr->f->seen == 0 && kr->pos == kr->f->done) {
             kr->f->done = kr->pos + 1;
             continue;
