@@ -377,6 +377,11 @@ static void keeper_give_back(struct keeper *k, int i)
     }
     long long back = r->integer;
     freeReplyObject(r);
+    if (back == -3) {
+        /* No stock field to give back to (a restore under way): later. */
+        log_debug("reserve keeper: activity %" PRId64 " has no stock field; give-back waits", aid);
+        return;
+    }
     if (keeper_durable(k, shard, &at, back < 0) != CS_OK) {
         log_warn("reserve keeper: give-back of activity %" PRId64 " not confirmed: %s", aid,
                  k->rc->errstr);
@@ -457,7 +462,7 @@ static void keeper_slots(struct keeper *k, int stopping)
         else if (l->stock < 0 && l->stock != INT64_MIN)
             why = "revoked";
         else if (l->stock == INT64_MIN)
-            why = "no stock field";
+            why = NULL; /* a restore under way: never a reason to give back (rule 18) */
         else if (lease && hi >= atomic_load(&s->end_ms) - k->margin_ms)
             why = "the sale ends";
         else if (l->stock < 2 * l->held)

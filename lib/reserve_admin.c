@@ -367,6 +367,13 @@ int reserve_admin_return(struct mconn *mc, struct rconn *rc, const struct reserv
                 res->outcome = RRET_LEASE_NOT_EXPIRED;
             break;
         }
+        if (back == -3) {
+            /* The sale's stock field is missing (Redis lost it, a restore is
+             * under way): what went back would be lost. Nothing written. */
+            if (res->outcome != RRET_RETURNED)
+                res->outcome = RRET_NOT_IN_REDIS;
+            break;
+        }
         if (back == -1) {
             ret = ra_not_open(mc, rc, o, v, res, err, errlen);
             continue;
