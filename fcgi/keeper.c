@@ -567,6 +567,7 @@ static void keeper_pass(struct keeper *k, int stopping)
     if (!stopping)
         keeper_aside_pass(k);
     keeper_journal_reset_grants(k);
+    keeper_journal_halt(k, 0);
 }
 
 int keeper_main(const struct cs_conf *conf, struct shm_node *shm)
@@ -603,7 +604,9 @@ int keeper_main(const struct cs_conf *conf, struct shm_node *shm)
     int rc = 0;
     if (keeper_journal_rebuild(&k) != CS_OK)
         goto out;
-    atomic_store(&k.rv->halted, 0);
+    /* A halt is never cleared by a (re)start: shared memory keeps it for a
+     * keeper restarted under running workers, DIR/halted for a new node. */
+    keeper_journal_halt(&k, 1);
     atomic_store(&k.rv->keeper_pid, (int)getpid());
     log_notice("reserve keeper %d: %d coupons per sale, lease %d ms, journal %s", (int)getpid(),
                conf->fallback_reserve, conf->fallback_lease_ms, conf->fallback_journal);

@@ -75,6 +75,8 @@ struct keeper {
     size_t aside_next;         /* where the next set-aside pass goes on in acts */
     int64_t list_next_ms, aside_next_ms;
     int margin_ms;
+    int halt_kept;             /* DIR/halted is written for the halt in shared memory */
+    int64_t halt_warn_ms;      /* when writing DIR/halted last failed (logged) */
 };
 
 /* Arguments of one script call, built in place. */
@@ -122,6 +124,11 @@ void keeper_journal_retire(struct keeper *k);
 int keeper_journal_rebuild(struct keeper *k);
 /* Empties the grants table once nothing is open and everything replayed. */
 void keeper_journal_reset_grants(struct keeper *k);
+/* A halt (a failed journal write) outlives keeper and node restarts: kept
+ * as DIR/halted until an operator removes that file (rule 19). At start-up
+ * (start = 1) a file there halts the node; on each pass a halt in shared
+ * memory is written to the file, and a file removed clears the halt. */
+void keeper_journal_halt(struct keeper *k, int start);
 
 /* ---- keeper_aside.c ---- */
 /* Reads the activity list when its generation moved (throttled). */

@@ -594,3 +594,54 @@ void keeper_journal_reset_grants(struct keeper *k)
     atomic_store(&rv->ngrants, 0);
 }
 
+/* ---- the halt ------------------------------------------------------------------------ */
+
+#define KEEPER_HALTED "halted"
+
+void keeper_journal_halt(struct keeper *k, int start)
+{
+    char path[PATH_MAX];
+    struct shm_reserves *rv = k->rv;
+    snprintf(path, sizeof(path), "%s/%s", k->jd.path, KEEPER_HALTED);
+    int there = access(path, F_OK) == 0;
+
+    if (start) {
+        if (there) {
+            atomic_store(&rv->halted, 1);
+            log_error("reserve keeper: halted by %s (a journal write failed before); no grants "
+                      "from reserves until an operator removes it", path);
+        }
+        k->halt_kept = there;
+        return;
+    }
+    if (k->halt_kept && !there) {
+        /* The operator cleared it. Workers move to a new segment: the one
+         * whose write failed is never appended to again. */
+        k->halt_kept = 0;
+        atomic_store(&rv->halted, 0);
+        atomic_fetch_add(&rv->journal_seg, 1);
+        log_notice("reserve keeper: %s removed; grants from reserves resume", path);
+        return;
+    }
+    if (!atomic_load(&rv->halted) || k->halt_kept)
+        return;
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    static const char text[] = "a journal write failed; remove this file once the disk is "
+                               "fixed to let the node grant from reserves again\n";
+    int ok = fd >= 0 && write(fd, text, sizeof(text) - 1) == (ssize_t)(sizeof(text) - 1)
+             && fsync(fd) == 0;
+    if (fd >= 0 && close(fd) != 0)
+        ok = 0;
+    if (ok && keeper_fsync_dir(k->jd.path) == CS_OK) {
+        k->halt_kept = 1;
+        log_error("reserve keeper: a journal write failed: halted until an operator removes %s",
+                  path);
+        return;
+    }
+    int64_t now = cs_mono_ms();
+    if (k->halt_warn_ms == 0 || now - k->halt_warn_ms >= 60000) {
+        k->halt_warn_ms = now;
+        log_error("reserve keeper: writing %s failed: %s; halted while this node runs, but a "
+                  "restart would not know", path, strerror(errno));
+    }
+}

@@ -154,7 +154,7 @@ static void metrics_reserves(struct out *o, const struct shm_node *node)
             "couponseize_journal_replay_duration_seconds %.3f\n",
          (double)atomic_load((_Atomic int64_t *)&rv->last_replay_ms) / 1000);
     emit(o, "# HELP couponseize_reserve_halted 1 when a journal write failed and this node "
-            "grants from reserves no more (until restarted).\n"
+            "grants from reserves no more (until an operator removes <fallback.journal>/halted).\n"
             "# TYPE couponseize_reserve_halted gauge\ncouponseize_reserve_halted %d\n",
          atomic_load((_Atomic int *)&rv->halted));
 }

@@ -4,8 +4,12 @@
 #include "keys.h"
 #include "log.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <limits.h>
 #include <stdio.h>
@@ -290,10 +294,31 @@ int reserve_granted(const struct shm_reserves *rv, int64_t id, int64_t uid, int 
     return 1;
 }
 
+/* Whether the open file j is still the one linked at path: the keeper
+ * deletes a replayed segment that nobody has locked, and a worker's open
+ * and lock are two steps, so the file may have gone in between. */
+static int reserve_journal_linked(const struct journal *j, const char *path)
+{
+    struct stat fs, ps;
+    return fstat(j->fd, &fs) == 0 && stat(path, &ps) == 0 && fs.st_nlink > 0
+           && fs.st_dev == ps.st_dev && fs.st_ino == ps.st_ino;
+}
+
+static int reserve_fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return CS_ERR;
+    int rc = fsync(fd);
+    close(fd);
+    return rc == 0 ? CS_OK : CS_ERR;
+}
+
 static int reserve_journal_ready(struct reserve_journal *rj, const char *jdir, int wslot,
                                  uint64_t seg)
 {
     char path[PATH_MAX], err[256];
+    struct stat st;
 
     if (rj->seg == seg && rj->j.fd >= 0)
         return rj->j.failed ? CS_ERR : CS_OK;
@@ -301,8 +326,34 @@ static int reserve_journal_ready(struct reserve_journal *rj, const char *jdir, i
         journal_close(&rj->j);
     rj->seg = 0;
     journal_segment_path(path, sizeof(path), jdir, wslot, seg);
-    if (journal_open_path(&rj->j, path, err, sizeof(err)) != CS_OK) {
-        log_error("reserve journal: %s", err);
+    int created = stat(path, &st) != 0 && errno == ENOENT;
+    for (int tries = 0;; tries++) {
+        if (journal_open_path(&rj->j, path, err, sizeof(err)) != CS_OK) {
+            log_error("reserve journal: %s", err);
+            return CS_ERR;
+        }
+        /* Locked now: the keeper deletes nothing locked, so once the file
+         * is still linked here it stays so. A record appended to one that
+         * was deleted would never be replayed (rule 19). */
+        if (reserve_journal_linked(&rj->j, path))
+            break;
+        journal_close(&rj->j);
+        if (tries == 3) {
+            log_error("reserve journal: %s was deleted under this worker %d times; not "
+                      "granting", path, tries + 1);
+            return CS_ERR;
+        }
+        log_warn("reserve journal: %s was deleted between its open and its lock; opened again",
+                 path);
+        created = 1;
+    }
+    /* A new file is durable only once its directory entry is: a power cut
+     * must not take a segment whose grants were answered SEIZED. */
+    if (created && reserve_fsync_dir(jdir) != CS_OK) {
+        log_error("reserve journal: fsync(%s) failed: %s; no more grants from the reserve", jdir,
+                  strerror(errno));
+        rj->j.failed = 1; /* kept, so that no later grant uses it unsynced */
+        rj->seg = seg;
         return CS_ERR;
     }
     rj->seg = seg;
@@ -367,8 +418,10 @@ enum reserve_outcome reserve_grant(struct shm_node *shm, int wslot, const char *
     }
     if (reserve_journal_ready(rj, jdir, wslot, seg) != CS_OK) {
         /* Nothing written: the token stays unused and goes back with the
-         * reserve; the user holds nothing. */
+         * reserve; the user holds nothing. A failed sync stops the node. */
         atomic_store(&rv->grant[entry].state, RGRANT_CANCELLED);
+        if (rj->seg == seg && rj->j.failed && !atomic_exchange(&rv->halted, 1))
+            atomic_fetch_add(&rv->journal_failures, 1);
         goto done;
     }
     struct journal_rec rec = {
