@@ -140,6 +140,15 @@ void keeper_add_closed(struct keeper *k, int64_t aid, uint64_t epoch)
     k->closed[k->nclosed++] = (struct kclosed){aid, epoch};
 }
 
+void keeper_add_release(struct keeper *k, int64_t aid, uint64_t epoch)
+{
+    for (size_t i = 0; i < k->nrelease; i++)
+        if (k->release[i].aid == aid && k->release[i].epoch == epoch)
+            return;
+    k->release = xrealloc(k->release, (k->nrelease + 1) * sizeof(*k->release));
+    k->release[k->nrelease++] = (struct krelease){aid, epoch};
+}
+
 static void keeper_lease_set(struct shm_reserves *rv, int shard, int64_t sent, int64_t recv,
                              int64_t redis_ms)
 {
@@ -237,13 +246,14 @@ static int keeper_renew(struct keeper *k, int shard)
     ka_key(&a, keys_stock, shard);
     ka_key(&a, keys_window, shard);
     ka_str(&a, k->jd.incarnation);
-    /* At most 12 activities per call (struct kargs); more take more calls. */
+    ka_int(&a, k->conf->fallback_lease_ms);
+    /* At most 11 activities per call (struct kargs); more take more calls. */
     int next = 0;
     int64_t first_sent = -1, first_recv = 0, first_ms = 0;
     do {
-        a.n = 4;
+        a.n = 5;
         n = 0;
-        for (; next < SHM_RESERVES && n < 12; next++) {
+        for (; next < SHM_RESERVES && n < 11; next++) {
             struct shm_rsv_slot *s = &k->rv->slot[next];
             int64_t id = atomic_load(&s->activity_id);
             if (atomic_load(&s->state) == RSV_EMPTY || keys_shard(id) != shard)
@@ -251,9 +261,9 @@ static int keeper_renew(struct keeper *k, int shard)
             idx[n++] = next;
             ka_int(&a, id);
         }
-        int64_t sent = cs_mono_ms();
+        int64_t sent = cs_boot_ms();
         redisReply *r = keeper_eval(k, &k->s_renew, 3, &a, NULL);
-        int64_t recv = cs_mono_ms();
+        int64_t recv = cs_boot_ms();
         if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 3 + 4 * (size_t)n) {
             log_debug("reserve keeper: renewing shard %d: %s", shard,
                       r != NULL && r->type == REDIS_REPLY_ERROR ? r->str : k->rc->errstr);
@@ -305,7 +315,7 @@ static int keeper_renew(struct keeper *k, int shard)
             first_ms = redis_ms;
         }
         freeReplyObject(r);
-    } while (next < SHM_RESERVES && n == 12);
+    } while (next < SHM_RESERVES && n == 11);
     /* The lease is made good only now, once every slot whose reserve is gone
      * is stopped; the first call's times, the oldest, are the ones kept. */
     keeper_lease_set(k->rv, shard, first_sent, first_recv, first_ms);
@@ -409,7 +419,7 @@ static void keeper_give_back(struct keeper *k, int i)
 /* Decides what each slot of a renewed shard does next. */
 static void keeper_slots(struct keeper *k, int stopping)
 {
-    int64_t now = cs_mono_ms();
+    int64_t now = cs_boot_ms();
 
     for (int i = 0; i < SHM_RESERVES; i++) {
         struct shm_rsv_slot *s = &k->rv->slot[i];
@@ -441,6 +451,8 @@ static void keeper_slots(struct keeper *k, int stopping)
                 int st = keeper_epoch_state(k, aid, epoch, by, sizeof(by));
                 if (st == 2 || st == 0) {
                     l->closed_elsewhere = 1;
+                    if (st == 2 && strcmp(by, "admin") == 0)
+                        keeper_add_release(k, aid, epoch);
                     log_warn("reserve keeper: activity %" PRId64 " epoch %" PRIu64
                              " was closed elsewhere (%s); this node spends no more of it",
                              aid, epoch, st == 2 ? by : "no row");
@@ -600,6 +612,7 @@ int keeper_main(const struct cs_conf *conf, struct shm_node *shm)
     rscript_from_text(&k.s_renew, RESERVE_LUA_RENEW);
     rscript_from_text(&k.s_replay, RESERVE_LUA_REPLAY);
     rscript_from_text(&k.s_give, RESERVE_LUA_GIVE_BACK);
+    rscript_from_text(&k.s_release, RESERVE_LUA_RELEASE);
 
     int rc = 0;
     if (keeper_journal_rebuild(&k) != CS_OK)
@@ -649,10 +662,12 @@ out:
     rscript_free(&k.s_renew);
     rscript_free(&k.s_replay);
     rscript_free(&k.s_give);
+    rscript_free(&k.s_release);
     rconn_free(k.rc);
     mconn_free(k.mc);
     free(k.files);
     free(k.closed);
+    free(k.release);
     free(k.acts);
     journal_dir_close(&k.jd);
     log_notice("reserve keeper stopped");

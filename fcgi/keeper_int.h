@@ -47,6 +47,13 @@ struct kact {
     int open_to_all;           /* no eligibleGroups */
 };
 
+/* Epochs of this node an admin closed: what the return kept out of stock
+ * goes back once no record of the epoch is left unreplayed. */
+struct krelease {
+    int64_t aid;
+    uint64_t epoch;
+};
+
 /* Epochs closed by this node (given back after a full replay): their
  * records were replayed before, and are never replayed again. */
 struct kclosed {
@@ -61,12 +68,14 @@ struct keeper {
     struct journal_dir jd;
     struct rconn *rc;
     struct mconn *mc;
-    struct rscript s_aside, s_renew, s_replay, s_give;
+    struct rscript s_aside, s_renew, s_replay, s_give, s_release;
     struct kslot loc[SHM_RESERVES];
     struct kfile *files;
     size_t nfiles;
     struct kclosed *closed;
     size_t nclosed;
+    struct krelease *release;
+    size_t nrelease;
     int renewed[KEYS_SHARDS];
     int64_t restored[KEYS_SHARDS];  /* restore generation seen; -1 none yet */
     struct kact *acts;
@@ -105,6 +114,8 @@ int keeper_durable(struct keeper *k, int shard, const struct rconn_site *site, i
 /* Epochs this node closed itself (given back after a full replay). */
 int keeper_is_closed(const struct keeper *k, int64_t aid, uint64_t epoch);
 void keeper_add_closed(struct keeper *k, int64_t aid, uint64_t epoch);
+/* An epoch an admin closed: its parked tokens are released after the replay. */
+void keeper_add_release(struct keeper *k, int64_t aid, uint64_t epoch);
 /* Slot i: no new grants, and whether every grant in flight is done. */
 int keeper_fenced(struct keeper *k, int i);
 void keeper_slot_free(struct keeper *k, int i);

@@ -20,6 +20,11 @@
 
 static const char SQL_RSV_MINE[] =
     "SELECT activity_id, epoch, amount FROM reserve_epoch WHERE incarnation = ? AND state = 1";
+/* Epochs an admin closed lately: what their returns kept out of stock waits
+ * for this node's replay (DESIGN.md rule 16). */
+static const char SQL_RSV_ADMIN_CLOSED[] =
+    "SELECT activity_id, epoch FROM reserve_epoch WHERE incarnation = ? AND state = 2 "
+    "AND closed_by = 'admin' AND closed_at > NOW() - INTERVAL 30 DAY LIMIT 10000";
 static const char SQL_SALE_ENDED[] =
     "SELECT distribute_end_time <= NOW() FROM activity WHERE id = ?";
 
@@ -184,6 +189,54 @@ static int keeper_dead_letter(struct keeper *k, const struct journal_rec *r, con
 }
 
 /*
+ * Puts back to stock what admins' returns of this node's epochs kept out
+ * of it, for each epoch with no record left to replay in s (all done), on a
+ * shard Redis answered on. Forgotten once released (or nothing was parked).
+ */
+static void keeper_journal_release(struct keeper *k, const struct kscan *s, const int *durable,
+                                   const int *failed)
+{
+    size_t m = 0;
+    for (size_t i = 0; i < k->nrelease; i++) {
+        struct krelease *e = &k->release[i];
+        int shard = keys_shard(e->aid), left = 0;
+        for (size_t j = 0; j < s->n && !left; j++) {
+            const struct krec *kr = &s->v[j];
+            left = kr->r.activity_id == e->aid && kr->r.epoch == e->epoch
+                   && !(kr->answered && !failed[shard] && durable[shard]);
+        }
+        long long back = -1;
+        if (!left && k->renewed[shard]) {
+            struct kargs a = {.n = 0};
+            struct rconn_site at;
+            ka_key(&a, keys_stock, shard);
+            ka_key(&a, keys_reserve, shard);
+            ka_akey(&a, keys_reserve_epochs, e->aid);
+            ka_int(&a, e->aid);
+            ka_str(&a, k->jd.incarnation);
+            ka_int(&a, (int64_t)e->epoch);
+            redisReply *r = keeper_eval(k, &k->s_release, 3, &a, &at);
+            if (r != NULL && r->type == REDIS_REPLY_INTEGER && r->integer >= 0
+                && keeper_durable(k, shard, &at, r->integer == 0) == CS_OK)
+                back = r->integer;
+            if (r != NULL)
+                freeReplyObject(r);
+        }
+        if (back < 0) {
+            k->release[m++] = *e;
+            continue;
+        }
+        if (back > 0) {
+            atomic_fetch_add(&k->rv->returned, (uint64_t)back);
+            log_notice("reserve keeper: activity %" PRId64 " epoch %" PRIu64 ": replayed; the %lld "
+                       "coupons the admin's return kept out of stock are back in it", e->aid,
+                       e->epoch, back);
+        }
+    }
+    k->nrelease = m;
+}
+
+/*
  * Replays what the journal holds for shards Redis answers on, then WAITs
  * per shard; a record counts as done (its file's mark moves past it) only
  * once its shard met the durability rule. Counts what is left per slot.
@@ -314,6 +367,7 @@ void keeper_journal_replay(struct keeper *k)
         if (slot >= 0 && atomic_load(&k->rv->slot[slot].epoch) == r->epoch)
             k->loc[slot].pending++;
     }
+    keeper_journal_release(k, &s, durable, failed);
     /* Workers add to the depth between passes; the pass sets what it found. */
     atomic_store(&k->rv->journal_depth, depth);
     atomic_store(&k->rv->oldest_unreplayed_ms, oldest);
@@ -496,6 +550,13 @@ static int keeper_mine_row(void *arg, int ncols, char **cols)
     return CS_OK;
 }
 
+static int keeper_admin_closed_row(void *arg, int ncols, char **cols)
+{
+    if (ncols >= 2 && cols[0] != NULL && cols[1] != NULL)
+        keeper_add_release(arg, strtoll(cols[0], NULL, 10), strtoull(cols[1], NULL, 10));
+    return CS_OK;
+}
+
 /*
  * What this incarnation holds, rebuilt: the open epochs from MySQL, and per
  * epoch the tokens already granted from the journal (never from
@@ -553,6 +614,13 @@ int keeper_journal_rebuild(struct keeper *k)
             atomic_store(&rv->slot[i].next, had[h].next);
     }
     keeper_tokens_read(k);
+    while (mconn_query(k->mc, SQL_RSV_ADMIN_CLOSED, p, 1, keeper_admin_closed_row, k) != CS_OK) {
+        log_warn("reserve keeper: reading this node's epochs closed by an admin: %s; again in 1 s",
+                 k->mc->errstr);
+        if (keeper_stop)
+            return CS_ERR;
+        sleep(1);
+    }
     keeper_list_files(k);
     uint64_t maxseg = 0;
     for (size_t i = 0; i < k->nfiles; i++) {

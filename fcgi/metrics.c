@@ -137,6 +137,9 @@ static void metrics_reserves(struct out *o, const struct shm_node *node)
     counter(o, "couponseize_reserve_anomalies_total",
             "Replayed grants whose token was already replayed for another user: spent "
             "twice, in COUPON:RESERVE:DEAD.", LOAD(rv->anomalies));
+    counter(o, "couponseize_reserve_journals_declared_lost_total",
+            "Admin returns on this node that declared a lost node's journal lost (its "
+            "unreplayed grants are lost with it).", LOAD(rv->journals_lost));
     counter(o, "couponseize_journal_failures_total",
             "Journal writes that failed (the node then grants from reserves no more).",
             LOAD(rv->journal_failures));

@@ -56,9 +56,10 @@ const char RESERVE_LUA_SET_ASIDE[] =
 
 /*
  * The lease of one shard. KEYS: reserve, stock, window. ARGV: incarnation,
- * then activity ids. Records when this incarnation last renewed
- * ("lease:<incarnation>" -> Redis ms, for the admin's return of a lost
- * node's reserve), and answers {seconds, microseconds, restore generation,
+ * the node's fallback.lease_ms, then activity ids. Records when this
+ * incarnation last renewed ("lease:<incarnation>" -> Redis ms) and the lease
+ * it spends by ("lease:<incarnation>:ms"), both for the admin's return of a
+ * lost node's reserve, which waits by the node's own lease, and answers {seconds, microseconds, restore generation,
  * then per activity: its open reserve of this incarnation (false: none),
  * its stock (false: none), its window (false: none), the sum held}.
  */
@@ -66,9 +67,9 @@ const char RESERVE_LUA_RENEW[] =
     "if redis.replicate_commands then redis.replicate_commands() end\n"
     "local t = redis.call('TIME')\n"
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-    "redis.call('HSET', KEYS[1], 'lease:' .. ARGV[1], now)\n"
+    "redis.call('HSET', KEYS[1], 'lease:' .. ARGV[1], now, 'lease:' .. ARGV[1] .. ':ms', ARGV[2])\n"
     "local out = {t[1], t[2], redis.call('HGET', KEYS[1], 'restored') or '0'}\n"
-    "for i = 2, #ARGV do\n"
+    "for i = 3, #ARGV do\n"
     "  local a = ARGV[i]\n"
     "  out[#out + 1] = redis.call('HGET', KEYS[1], a .. ':' .. ARGV[1]) or ''\n"
     "  out[#out + 1] = redis.call('HGET', KEYS[2], a) or ''\n"
@@ -89,9 +90,12 @@ const char RESERVE_LUA_RENEW[] =
  * taken as this user's). From an open
  * epoch the reserve drops by one, and the grant enters the seize list and
  * the queue (1), or, when the user already holds a coupon, the token's goes
- * back to stock (2; never onto a revoke tombstone). A token of an unknown or
- * closed epoch takes from stock (3) when there is any, else goes to the
- * dead letters (-1). Without a stock field (Redis lost its data and is not
+ * back to stock (2; never onto a revoke tombstone). A token of an epoch an
+ * admin closed while its node may have been spending takes one of the
+ * tokens the return kept out of stock ("<inc>:<epoch>:parked" in the epochs
+ * hash, still counted in ':held'): granted (4) or, for a user who holds one,
+ * back to stock (2). A token of an unknown or closed epoch takes from stock
+ * (3) when there is any, else goes to the dead letters (-1). Without a stock field (Redis lost its data and is not
  * restored yet) nothing is written (-3): the token waits.
  */
 const char RESERVE_LUA_REPLAY[] =
@@ -127,6 +131,19 @@ const char RESERVE_LUA_REPLAY[] =
     "  end\n"
     "  return grant(1)\n"
     "end\n"
+    "local pf = ARGV[3] .. ':' .. ARGV[4] .. ':parked'\n"
+    "local parked = tonumber(redis.call('HGET', KEYS[5], pf) or '0')\n"
+    "if parked > 0 then\n"
+    "  if parked == 1 then redis.call('HDEL', KEYS[5], pf)\n"
+    "  else redis.call('HINCRBY', KEYS[5], pf, -1) end\n"
+    "  redis.call('HINCRBY', KEYS[4], ARGV[1] .. ':held', -1)\n"
+    "  if has then\n"
+    "    if stock >= 0 then redis.call('HINCRBY', KEYS[1], ARGV[1], 1) end\n"
+    "    redis.call('HSET', KEYS[5], mk, 'dup:' .. ARGV[2])\n"
+    "    return 2\n"
+    "  end\n"
+    "  return grant(4)\n"
+    "end\n"
     "if has then\n"
     "  redis.call('HSET', KEYS[5], mk, 'dup:' .. ARGV[2])\n"
     "  return 2\n"
@@ -143,40 +160,84 @@ const char RESERVE_LUA_REPLAY[] =
  * Giving back. KEYS: stock, reserve, epochs. ARGV: activityId, incarnation,
  * epoch, the lease (ms) that must have passed since the node's last renewal
  * (0 for the node itself; an admin returning a lost node's reserve passes
- * fallback.lease_ms), and 1 when given back at the low-water mark (no more
- * set-aside for this sale then). Returns what went back to stock, -1 when
- * the epoch is not open (given back already), or -2 when the node renewed
- * within the lease (the admin must wait). A reserve with nothing left (all
- * spent and replayed) leaves ':held' alone: Lua writes -0 as "-0", which
- * HINCRBY refuses, and a script that fails midway keeps what it wrote.
+ * its own fallback.lease_ms, and the node's published lease counts when it
+ * is longer), 1 when given back at the low-water mark (no more set-aside
+ * for this sale then), and, for an admin, 1 when the operator declared the
+ * node's journal lost. Returns what went back to stock, -1 when the epoch
+ * is not open (given back already), -2 when the node renewed within the
+ * lease (the admin must wait), or -3 when the sale has no stock field
+ * (Redis lost it and a restore is under way, or not done yet): nothing is
+ * written then, since the reserve would go back to nothing and be lost
+ * (rule 18); the caller asks again later.
+ *
+ * An admin's return of a journal not declared lost closes the epoch and
+ * keeps what its node may have granted out of stock (rule 16): the field's
+ * tokens become "<inc>:<epoch>:parked" in the epochs hash, still counted in
+ * ':held', and the answer is {0, parked}. The node's replay takes its
+ * grants from them, and RESERVE_LUA_RELEASE puts the rest back afterwards.
+ * ':held' goes once nothing is open or parked: Lua writes -0 as "-0", which
+ * HINCRBY refuses, so nothing is added when nothing is left.
  */
 const char RESERVE_LUA_GIVE_BACK[] =
     "if redis.replicate_commands then redis.replicate_commands() end\n"
     "local ef = ARGV[2] .. ':' .. ARGV[3]\n"
     "local st = redis.call('HGET', KEYS[3], ef)\n"
     "if not st or string.sub(st, 1, 5) ~= 'open:' then return -1 end\n"
-    "if tonumber(ARGV[4]) > 0 then\n"
+    "if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return -3 end\n"
+    "local admin = tonumber(ARGV[4]) > 0\n"
+    "if admin then\n"
     "  local t = redis.call('TIME')\n"
     "  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
     "  local last = tonumber(redis.call('HGET', KEYS[2], 'lease:' .. ARGV[2]) or '0')\n"
-    "  if now - last <= tonumber(ARGV[4]) then return -2 end\n"
+    "  local lease = math.max(tonumber(ARGV[4]), "
+    "tonumber(redis.call('HGET', KEYS[2], 'lease:' .. ARGV[2] .. ':ms') or '0'))\n"
+    "  if now - last <= lease then return -2 end\n"
     "end\n"
     "local rf = ARGV[1] .. ':' .. ARGV[2]\n"
     "local left = tonumber(redis.call('HGET', KEYS[2], rf) or '0')\n"
     "redis.call('HDEL', KEYS[2], rf)\n"
     "redis.call('HSET', KEYS[3], ef, 'closed')\n"
     "if ARGV[5] == '1' then redis.call('HSET', KEYS[2], ARGV[1] .. ':low', 1) end\n"
-    "if redis.call('HINCRBY', KEYS[2], ARGV[1], -1) <= 0 then\n"
-    "  redis.call('HDEL', KEYS[2], ARGV[1], ARGV[1] .. ':held')\n"
+    "local park = admin and ARGV[6] ~= '1' and left > 0\n"
+    "if park then\n"
+    "  redis.call('HSET', KEYS[3], ef .. ':parked', left)\n"
     "elseif left > 0 then\n"
     "  redis.call('HINCRBY', KEYS[2], ARGV[1] .. ':held', -left)\n"
     "end\n"
+    "if redis.call('HINCRBY', KEYS[2], ARGV[1], -1) <= 0 then\n"
+    "  redis.call('HDEL', KEYS[2], ARGV[1])\n"
+    "  if tonumber(redis.call('HGET', KEYS[2], ARGV[1] .. ':held') or '0') <= 0 then\n"
+    "    redis.call('HDEL', KEYS[2], ARGV[1] .. ':held')\n"
+    "  end\n"
+    "end\n"
+    "if park then return {0, left} end\n"
     "local stock = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '')\n"
     "if stock and stock >= 0 and left > 0 then\n"
     "  redis.call('HINCRBY', KEYS[1], ARGV[1], left)\n"
     "  return left\n"
     "end\n"
     "return 0\n";
+
+/*
+ * Releasing what an admin's return kept out of stock, once the node replayed
+ * everything of that epoch (or the operator declared its journal lost).
+ * KEYS: stock, reserve, epochs. ARGV: activityId, incarnation, epoch.
+ * Returns how many went back (0: none parked), or -3 without a stock field
+ * (nothing written; asked again later). Never onto a revoke tombstone.
+ */
+const char RESERVE_LUA_RELEASE[] =
+    "local pf = ARGV[2] .. ':' .. ARGV[3] .. ':parked'\n"
+    "local n = tonumber(redis.call('HGET', KEYS[3], pf) or '0')\n"
+    "if n <= 0 then return 0 end\n"
+    "local stock = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '')\n"
+    "if not stock then return -3 end\n"
+    "redis.call('HDEL', KEYS[3], pf)\n"
+    "local held = redis.call('HINCRBY', KEYS[2], ARGV[1] .. ':held', -n)\n"
+    "if held <= 0 and tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0') <= 0 then\n"
+    "  redis.call('HDEL', KEYS[2], ARGV[1] .. ':held')\n"
+    "end\n"
+    "if stock >= 0 then redis.call('HINCRBY', KEYS[1], ARGV[1], n) end\n"
+    "return n\n";
 
 int reserve_crash_after_append;
 
@@ -365,7 +426,7 @@ enum reserve_outcome reserve_grant(struct shm_node *shm, int wslot, const char *
                                    int64_t id, int64_t uid, int meta_known)
 {
     struct shm_reserves *rv = &shm->rsv;
-    int64_t now = cs_mono_ms(), lo, hi;
+    int64_t now = cs_boot_ms(), lo, hi;
 
     if (wslot < 0 || wslot >= SHM_MAX_WORKERS)
         return RESERVE_NONE;
@@ -451,6 +512,11 @@ enum reserve_outcome reserve_grant(struct shm_node *shm, int wslot, const char *
     atomic_compare_exchange_strong(&rv->grant[entry].state, &pending, RGRANT_GRANTED);
     atomic_fetch_add(&rv->spent, 1);
     out = RESERVE_SEIZED;
+    /* An fsync that ended after the lease: an admin may have returned the
+     * reserve meanwhile, so the grant may not be honoured (rule 16). It is
+     * on disk and replayed like any other, but the answer cannot say so. */
+    if (reserve_lease(rv, keys_shard(id), lease_ms, cs_boot_ms(), &lo, &hi) != CS_OK)
+        out = RESERVE_UNKNOWN;
 done:
     atomic_store(&rv->busy[wslot], 0);
     return out;
@@ -473,7 +539,7 @@ int64_t reserve_held(const struct shm_reserves *rv)
 const char *reserve_seize_source(const struct shm_node *shm, int redis_ok, int lease_ms)
 {
     const struct shm_reserves *rv = &shm->rsv;
-    int64_t now = cs_mono_ms(), lo, hi;
+    int64_t now = cs_boot_ms(), lo, hi;
 
     if (redis_ok)
         return "redis";

@@ -53,7 +53,7 @@ struct shm_rsv_slot {
  * a keeper that died midway leaves it odd, which ends the lease). */
 struct shm_rsv_lease {
     _Atomic uint32_t seq;
-    _Atomic int64_t sent_mono;   /* cs_mono_ms() when it was sent; 0 never */
+    _Atomic int64_t sent_mono;   /* cs_boot_ms() when it was sent; 0 never */
     _Atomic int64_t recv_mono;   /* when its answer came */
     _Atomic int64_t redis_ms;    /* Redis TIME in the answer */
 };
@@ -96,6 +96,7 @@ struct shm_reserves {
     _Atomic uint64_t duplicates;     /* replayed grants of users who already held one */
     _Atomic uint64_t dead_letters;   /* tokens with nothing to take them from */
     _Atomic uint64_t anomalies;      /* tokens whose replay marker names another user */
+    _Atomic uint64_t journals_lost;  /* admin returns that declared a node's journal lost */
     _Atomic uint64_t journal_failures;
     _Atomic int64_t journal_depth;   /* records not yet replayed */
     _Atomic int64_t oldest_unreplayed_ms;  /* wall clock of the oldest of them; 0 none */

@@ -5,7 +5,8 @@
 #  (a) node 2 (one worker, so one segment in grant order) grants, during a
 #      Redis outage, first a coupon of sale X (ending soon), then three of
 #      sale Y on the same shard; it is killed (kill -9) with those records
-#      unreplayed. An admin returns its reserve of X after its lease, X ends
+#      unreplayed. An admin returns its reserve of X after its lease,
+#      declaring its journal lost (so nothing of X waits for it), X ends
 #      and coupon-sync removes it from Redis. Node 2 comes back: X's token
 #      has no sale to go to, so it goes to the dead letters (log at error,
 #      metric, the alert's counter); Y's tokens replay on, and every user
@@ -62,9 +63,11 @@ $((Y * 1000 + 3)) SEIZED" "$(cat "$L")"
 node_down n2 KILL
 stack start-redis
 
-# The operator returns node 2's reserve of X once its lease is over.
+# The operator returns node 2's reserve of X once its lease is over, its
+# journal declared lost.
 returned() {
-    http POST /market/admin/coupon/reserve/return "{\"id\":$X,\"incarnation\":\"$INC2\"}" "$ADMIN"
+    http POST /market/admin/coupon/reserve/return \
+        "{\"id\":$X,\"incarnation\":\"$INC2\",\"journalLost\":true}" "$ADMIN"
     [[ $(json_get "$HTTP_BODY" code) == OK ]]
 }
 check "(a) the admin returned node 2's reserve of X after its lease" wait_for 30 returned
