@@ -225,6 +225,111 @@ int keeper_close_epoch(struct keeper *k, int64_t aid, uint64_t epoch, int64_t re
     return CS_OK;
 }
 
+/* ---- one live instance per incarnation ------------------------------------------- */
+
+/*
+ * Claiming the incarnation. KEYS: the claim. ARGV: this instance, the time
+ * to live (ms), and a holder it may replace ("" none). 1 when the claim is
+ * this instance's now, else the holder's value.
+ */
+static const char KEEPER_LUA_CLAIM[] =
+    "local v = redis.call('GET', KEYS[1])\n"
+    "if not v or v == ARGV[1] or (ARGV[3] ~= '' and v == ARGV[3]) then\n"
+    "  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"
+    "  return 1\n"
+    "end\n"
+    "return v\n";
+
+/* "host boot-id pid" of this keeper. */
+static void keeper_claim_init(struct keeper *k)
+{
+    char host[128] = "?", boot[64] = "?";
+    if (gethostname(host, sizeof(host)) != 0)
+        snprintf(host, sizeof(host), "?");
+    host[sizeof(host) - 1] = '\0';
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
+    if (f != NULL) {
+        if (fscanf(f, "%63s", boot) != 1)
+            snprintf(boot, sizeof(boot), "?");
+        fclose(f);
+    }
+    snprintf(k->claim, sizeof(k->claim), "%s %s %d", host, boot, (int)getpid());
+}
+
+/* Whether holder names a process of this machine's current boot that is
+ * gone: a keeper of this incarnation that died here (a restart). */
+static int keeper_claim_stale(const struct keeper *k, const char *holder)
+{
+    char host[128], boot[64], mhost[128], mboot[64];
+    int pid, mpid;
+    if (sscanf(holder, "%127s %63s %d", host, boot, &pid) != 3
+        || sscanf(k->claim, "%127s %63s %d", mhost, mboot, &mpid) != 3)
+        return 0;
+    return strcmp(host, mhost) == 0 && strcmp(boot, mboot) == 0 && pid != mpid && pid > 0
+           && kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+/*
+ * Claims this incarnation in Redis for as long as the lease, and then some
+ * (DESIGN.md rule 15): the journal directory's flock keeps a second instance
+ * off this host's directory only, not off a copied image or a restored
+ * backup. CS_OK when this instance holds it, or Redis did not answer (then
+ * nothing is renewed either, and k->claimed keeps what it was); CS_ERR when
+ * another live instance holds it: nothing of this pass may be done.
+ */
+static int keeper_claim(struct keeper *k)
+{
+    char key[KEYS_MAX], ttl[24];
+    const char *stale = "";
+    char held[192] = "";
+    keys_reserve_claim(key, k->jd.incarnation);
+    snprintf(ttl, sizeof(ttl), "%d", k->conf->fallback_lease_ms + KEEPER_CLAIM_SLACK_MS);
+    for (int tries = 0; tries < 2; tries++) {
+        const char *argv[] = {"EVAL", KEEPER_LUA_CLAIM, "1", key, k->claim, ttl, stale};
+        size_t argl[7];
+        for (int i = 0; i < 7; i++)
+            argl[i] = strlen(argv[i]);
+        struct rconn_site at;
+        redisReply *r = rconn_commandv_at(k->rc, key, 7, argv, argl, &at);
+        if (r == NULL || (r->type != REDIS_REPLY_INTEGER && r->type != REDIS_REPLY_STRING)) {
+            if (r != NULL)
+                freeReplyObject(r);
+            return CS_OK;
+        }
+        if (r->type == REDIS_REPLY_INTEGER) {
+            freeReplyObject(r);
+            if (!k->claimed && atomic_load(&k->rv->claim_refused))
+                log_notice("reserve keeper: incarnation %s is this instance's again (%s)",
+                           k->jd.incarnation, k->claim);
+            k->claimed = 1;
+            atomic_store(&k->rv->claim_refused, 0);
+            return CS_OK;
+        }
+        snprintf(held, sizeof(held), "%s", r->str);
+        freeReplyObject(r);
+        if (!keeper_claim_stale(k, held))
+            break;
+        stale = held;
+    }
+    k->claimed = 0;
+    atomic_store(&k->rv->claim_refused, 1);
+    /* Nothing spends while another instance holds the incarnation: its
+     * token numbers are the same as ours. */
+    for (int i = 0; i < SHM_RESERVES; i++)
+        if (atomic_load(&k->rv->slot[i].state) != RSV_EMPTY) {
+            atomic_store(&k->rv->slot[i].state, RSV_STOPPED);
+            k->loc[i].resume = 1;
+        }
+    int64_t now = cs_mono_ms();
+    if (k->claim_warn_ms == 0 || now - k->claim_warn_ms >= 60000) {
+        k->claim_warn_ms = now;
+        log_error("reserve keeper: incarnation %s is held by another live instance (%s; this is "
+                  "%s): a copied image or a restored journal directory? No grants from reserves "
+                  "while it holds it", k->jd.incarnation, held, k->claim);
+    }
+    return CS_ERR;
+}
+
 /* ---- the lease and the slots ---------------------------------------------------- */
 
 static void keeper_parse_window(const char *w, int64_t *start, int64_t *end)
@@ -538,7 +643,7 @@ static void keeper_slots(struct keeper *k, int stopping)
             }
             l->resume = 0;
         }
-        if (atomic_load(&s->state) != RSV_OPEN && !atomic_load(&k->rv->halted)) {
+        if (atomic_load(&s->state) != RSV_OPEN && !atomic_load(&k->rv->halted) && k->claimed) {
             atomic_store(&s->state, RSV_OPEN);
             log_info("reserve keeper: activity %" PRId64 " epoch %" PRIu64
                      ": %d of %d tokens spendable", aid, epoch,
@@ -550,6 +655,12 @@ static void keeper_slots(struct keeper *k, int stopping)
 static void keeper_pass(struct keeper *k, int stopping)
 {
     int shards[KEYS_SHARDS] = {0};
+
+    if (keeper_claim(k) != CS_OK) {
+        for (int s = 0; s < KEYS_SHARDS; s++)
+            k->renewed[s] = 0;
+        return;
+    }
 
     /* Shards with a slot, or with records left. */
     for (int i = 0; i < SHM_RESERVES; i++)
@@ -615,6 +726,7 @@ int keeper_main(const struct cs_conf *conf, struct shm_node *shm)
     rscript_from_text(&k.s_release, RESERVE_LUA_RELEASE);
 
     int rc = 0;
+    keeper_claim_init(&k);
     if (keeper_journal_rebuild(&k) != CS_OK)
         goto out;
     /* A halt is never cleared by a (re)start: shared memory keeps it for a

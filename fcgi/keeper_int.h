@@ -19,6 +19,7 @@
 #define KEEPER_ASIDE_BATCH 64      /* sales read from Redis per set-aside pass (two reads each) */
 #define KEEPER_ASIDE_VISIT 1024    /* sales of the list gone through per pass */
 #define KEEPER_STOP_MS 10000       /* a graceful stop gives up on Redis after this */
+#define KEEPER_CLAIM_SLACK_MS 5000 /* a claim outlives the lease by this much */
 
 /* What the keeper knows of a slot beyond shared memory. */
 struct kslot {
@@ -85,6 +86,9 @@ struct keeper {
     int64_t list_next_ms, aside_next_ms;
     int margin_ms;
     int halt_kept;             /* DIR/halted is written for the halt in shared memory */
+    char claim[192];           /* "host boot-id pid": this instance, in its incarnation's claim */
+    int claimed;               /* the last claim Redis answered was granted */
+    int64_t claim_warn_ms;
     int64_t halt_warn_ms;      /* when writing DIR/halted last failed (logged) */
 };
 

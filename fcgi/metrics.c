@@ -140,6 +140,10 @@ static void metrics_reserves(struct out *o, const struct shm_node *node)
     counter(o, "couponseize_reserve_journals_declared_lost_total",
             "Admin returns on this node that declared a lost node's journal lost (its "
             "unreplayed grants are lost with it).", LOAD(rv->journals_lost));
+    emit(o, "# HELP couponseize_reserve_claim_refused 1 while another live instance (a copied "
+            "image, a restored journal) holds this node's incarnation: no grants from reserves.\n"
+            "# TYPE couponseize_reserve_claim_refused gauge\ncouponseize_reserve_claim_refused %d\n",
+         atomic_load((_Atomic int *)&rv->claim_refused));
     counter(o, "couponseize_journal_failures_total",
             "Journal writes that failed (the node then grants from reserves no more).",
             LOAD(rv->journal_failures));

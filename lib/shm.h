@@ -97,6 +97,7 @@ struct shm_reserves {
     _Atomic uint64_t dead_letters;   /* tokens with nothing to take them from */
     _Atomic uint64_t anomalies;      /* tokens whose replay marker names another user */
     _Atomic uint64_t journals_lost;  /* admin returns that declared a node's journal lost */
+    _Atomic int claim_refused;       /* another live instance holds this incarnation */
     _Atomic uint64_t journal_failures;
     _Atomic int64_t journal_depth;   /* records not yet replayed */
     _Atomic int64_t oldest_unreplayed_ms;  /* wall clock of the oldest of them; 0 none */
