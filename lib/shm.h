@@ -139,6 +139,7 @@ struct shm_breaker {
     _Atomic int failures;
     _Atomic int64_t open_until_ms;
     _Atomic int64_t probe_until_ms;
+    _Atomic int64_t answer_ms;   /* cs_mono_ms() of the last seize Redis answered, ~5 ms */
 };
 
 /* Depth of each shard's sync queue (HLEN of QUEUE:COUPON:SEIZE:SYNC:{i}) for
@@ -161,6 +162,8 @@ struct shm_node {
     _Atomic int64_t breaker_open_until_ms;
     _Atomic int64_t breaker_probe_until_ms;  /* lease of the one probing worker */
     _Atomic int redis_fault;                 /* rconn_fault of the last seize call */
+    _Atomic int64_t seize_answer_ms;         /* cs_mono_ms() of the last seize Redis answered
+                                              * (to within 5 ms: not a write per seize) */
 
     _Atomic int64_t bucket_tat_us;           /* GCRA theoretical arrival time */
 
