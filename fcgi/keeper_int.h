@@ -145,6 +145,15 @@ void keeper_journal_reset_grants(struct keeper *k);
  * memory is written to the file, and a file removed clears the halt. */
 void keeper_journal_halt(struct keeper *k, int start);
 
+/* ---- keeper_claim.c ---- */
+/* This keeper's "host boot-id pid", for its claim. */
+void keeper_claim_init(struct keeper *k);
+/* Claims the incarnation in Redis for the lease and then some. CS_OK when
+ * this instance holds it, or Redis did not answer (k->claimed keeps what it
+ * was); CS_ERR, with every slot stopped, while another live instance holds
+ * it: nothing of this pass may be done. */
+int keeper_claim(struct keeper *k);
+
 /* ---- keeper_aside.c ---- */
 /* Reads the activity list when its generation moved (throttled). */
 void keeper_aside_read_list(struct keeper *k);
