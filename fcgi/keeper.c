@@ -323,7 +323,8 @@ static int keeper_renew(struct keeper *k, int shard)
 }
 
 /* Reads the true amount of a rebuilt slot's epoch from Redis; CS_OK with
- * *amount, CS_ERR when Redis did not answer, or *amount -1: not open there. */
+ * *amount, CS_ERR when Redis did not answer, or *amount -1: not open there
+ * (-2: closed there, -1: unknown to it). */
 static int keeper_epoch_amount(struct keeper *k, int64_t aid, uint64_t epoch, int64_t *amount)
 {
     char key[KEYS_MAX], field[64];
@@ -336,7 +337,9 @@ static int keeper_epoch_amount(struct keeper *k, int64_t aid, uint64_t epoch, in
         return CS_ERR;
     }
     long long n;
-    *amount = r->type == REDIS_REPLY_STRING && sscanf(r->str, "open:%lld", &n) == 1 ? n : -1;
+    *amount = r->type != REDIS_REPLY_STRING ? -1
+              : sscanf(r->str, "open:%lld", &n) == 1 ? n
+              : strcmp(r->str, "closed") == 0 ? -2 : -1;
     freeReplyObject(r);
     return CS_OK;
 }
@@ -457,8 +460,22 @@ static void keeper_slots(struct keeper *k, int stopping)
                              " was closed elsewhere (%s); this node spends no more of it",
                              aid, epoch, st == 2 ? by : "no row");
                 } else if (st == 1) {
-                    l->awaits_restore = 1;
-                    l->resume = 1; /* a restore brings it back */
+                    /* Open in MySQL. Closed in Redis means an admin's return
+                     * whose MySQL step did not happen (yet): closed all the
+                     * same, never waited for as a restore that never comes. */
+                    int64_t amount;
+                    if (keeper_epoch_amount(k, aid, epoch, &amount) != CS_OK)
+                        continue;
+                    if (amount == -2) {
+                        l->closed_elsewhere = 1;
+                        keeper_add_release(k, aid, epoch);
+                        log_warn("reserve keeper: activity %" PRId64 " epoch %" PRIu64
+                                 " was closed in Redis (an admin's return; MySQL not yet); "
+                                 "this node spends no more of it", aid, epoch);
+                    } else {
+                        l->awaits_restore = 1;
+                        l->resume = 1; /* a restore brings it back */
+                    }
                 }
             }
             if (l->closed_elsewhere && keeper_fenced(k, i) && l->pending == 0)
@@ -557,10 +574,13 @@ static void keeper_pass(struct keeper *k, int stopping)
         return;
     }
 
-    /* Shards with a slot, or with records left. */
+    /* Shards with a slot, with records left, or with tokens an admin's
+     * return kept out of stock to put back. */
     for (int i = 0; i < SHM_RESERVES; i++)
         if (atomic_load(&k->rv->slot[i].state) != RSV_EMPTY)
             shards[keys_shard(atomic_load(&k->rv->slot[i].activity_id))] = 1;
+    for (size_t i = 0; i < k->nrelease; i++)
+        shards[keys_shard(k->release[i].aid)] = 1;
     int64_t depth = atomic_load(&k->rv->journal_depth);
     for (int s = 0; s < KEYS_SHARDS; s++) {
         k->renewed[s] = 0;

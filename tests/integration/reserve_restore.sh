@@ -8,6 +8,11 @@
 #      the stock field is back the reserve is still open in Redis and MySQL,
 #      nothing went missing (stock + reserves + coupons = total), and node 2
 #      still grants its K coupons in an outage, each honoured once.
+#  (b) a return whose Redis half ran (reserve field gone, epoch closed in
+#      Redis, what the node held kept out of stock) and whose MySQL step did
+#      not: node 2 (alive) takes its epoch as closed, drops it and, nothing
+#      being left to replay, puts what was kept out back in the stock; it
+#      does not wait for a restore that never comes.
 # (Since the restore now writes stock and reserve fields in one script, that
 # moment no longer happens in a restore; tests/integration/reserve_fence.sh
 # (g3) runs a real restore.)
@@ -72,5 +77,28 @@ for u in $(awk '$2 == "SEIZED" { print $1 }' "$L"); do
 done
 check_eq "(a) every user told SEIZED holds exactly one coupon" 0 "$bad"
 check "(a) after it: stock + reserves + coupons = total" balanced $A 1000
+
+# --- (b) a return half done: closed in Redis, open in MySQL -----------------------------------
+B=4402
+mk_activity $B 1000 -60 3600
+http POST /market/admin/coupon/preheat '' "$ADMIN"
+check "(b) node 2 set aside a reserve of $B" wait_for 20 field_is $B n2 $K
+check "(b) ... and opened it" wait_for 20 reserves_open_on n2
+EPB=$(mysql_q "SELECT epoch FROM reserve_epoch WHERE activity_id = $B AND incarnation = '$INC2'")
+epochs0=$(metric couponseize_reserve_epochs n2)
+stock0=$(stock_of $B)
+# What the give-back script does for an admin, without the MySQL step after it.
+rcli EVAL "redis.call('HDEL', KEYS[1], ARGV[1] .. ':' .. ARGV[2])
+    redis.call('HSET', KEYS[2], ARGV[2] .. ':' .. ARGV[3], 'closed')
+    redis.call('HSET', KEYS[2], ARGV[2] .. ':' .. ARGV[3] .. ':parked', ARGV[4])
+    redis.call('HINCRBY', KEYS[1], ARGV[1], -1)" 2 "COUPON:RESERVE:{$((B % 10))}" \
+    "COUPON:RESERVE:EPOCH:${B}_{$((B % 10))}" $B "$INC2" "$EPB" $K >/dev/null
+check "(b) node 2 dropped the epoch closed in Redis" \
+    wait_for 10 metric_is couponseize_reserve_epochs $((epochs0 - 1)) n2
+check "(b) ... and logged why" grep -q "activity $B epoch $EPB was closed in Redis" \
+    "$COUPON_DIR/n2/fcgi.log"
+back() { [[ $(stock_of $B) == $((stock0 + K)) ]]; }
+check "(b) what the return kept out of stock is back in it" wait_for 10 back
+check "(b) stock + reserves + coupons = total" balanced $B 1000
 
 finish
