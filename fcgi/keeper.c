@@ -140,6 +140,15 @@ void keeper_add_closed(struct keeper *k, int64_t aid, uint64_t epoch)
     k->closed[k->nclosed++] = (struct kclosed){aid, epoch};
 }
 
+void keeper_add_release(struct keeper *k, int64_t aid, uint64_t epoch)
+{
+    for (size_t i = 0; i < k->nrelease; i++)
+        if (k->release[i].aid == aid && k->release[i].epoch == epoch)
+            return;
+    k->release = xrealloc(k->release, (k->nrelease + 1) * sizeof(*k->release));
+    k->release[k->nrelease++] = (struct krelease){aid, epoch};
+}
+
 static void keeper_lease_set(struct shm_reserves *rv, int shard, int64_t sent, int64_t recv,
                              int64_t redis_ms)
 {
@@ -237,13 +246,14 @@ static int keeper_renew(struct keeper *k, int shard)
     ka_key(&a, keys_stock, shard);
     ka_key(&a, keys_window, shard);
     ka_str(&a, k->jd.incarnation);
-    /* At most 12 activities per call (struct kargs); more take more calls. */
+    ka_int(&a, k->conf->fallback_lease_ms);
+    /* At most 11 activities per call (struct kargs); more take more calls. */
     int next = 0;
     int64_t first_sent = -1, first_recv = 0, first_ms = 0;
     do {
-        a.n = 4;
+        a.n = 5;
         n = 0;
-        for (; next < SHM_RESERVES && n < 12; next++) {
+        for (; next < SHM_RESERVES && n < 11; next++) {
             struct shm_rsv_slot *s = &k->rv->slot[next];
             int64_t id = atomic_load(&s->activity_id);
             if (atomic_load(&s->state) == RSV_EMPTY || keys_shard(id) != shard)
@@ -251,9 +261,9 @@ static int keeper_renew(struct keeper *k, int shard)
             idx[n++] = next;
             ka_int(&a, id);
         }
-        int64_t sent = cs_mono_ms();
+        int64_t sent = cs_boot_ms();
         redisReply *r = keeper_eval(k, &k->s_renew, 3, &a, NULL);
-        int64_t recv = cs_mono_ms();
+        int64_t recv = cs_boot_ms();
         if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 3 + 4 * (size_t)n) {
             log_debug("reserve keeper: renewing shard %d: %s", shard,
                       r != NULL && r->type == REDIS_REPLY_ERROR ? r->str : k->rc->errstr);
@@ -305,7 +315,7 @@ static int keeper_renew(struct keeper *k, int shard)
             first_ms = redis_ms;
         }
         freeReplyObject(r);
-    } while (next < SHM_RESERVES && n == 12);
+    } while (next < SHM_RESERVES && n == 11);
     /* The lease is made good only now, once every slot whose reserve is gone
      * is stopped; the first call's times, the oldest, are the ones kept. */
     keeper_lease_set(k->rv, shard, first_sent, first_recv, first_ms);
@@ -313,7 +323,8 @@ static int keeper_renew(struct keeper *k, int shard)
 }
 
 /* Reads the true amount of a rebuilt slot's epoch from Redis; CS_OK with
- * *amount, CS_ERR when Redis did not answer, or *amount -1: not open there. */
+ * *amount, CS_ERR when Redis did not answer, or *amount -1: not open there
+ * (-2: closed there, -1: unknown to it). */
 static int keeper_epoch_amount(struct keeper *k, int64_t aid, uint64_t epoch, int64_t *amount)
 {
     char key[KEYS_MAX], field[64];
@@ -326,7 +337,27 @@ static int keeper_epoch_amount(struct keeper *k, int64_t aid, uint64_t epoch, in
         return CS_ERR;
     }
     long long n;
-    *amount = r->type == REDIS_REPLY_STRING && sscanf(r->str, "open:%lld", &n) == 1 ? n : -1;
+    *amount = r->type != REDIS_REPLY_STRING ? -1
+              : sscanf(r->str, "open:%lld", &n) == 1 ? n
+              : strcmp(r->str, "closed") == 0 ? -2 : -1;
+    freeReplyObject(r);
+    return CS_OK;
+}
+
+/* What this node's reserve field of activity aid holds in Redis: CS_OK with
+ * *left (-1: no field), CS_ERR when Redis did not answer. */
+static int keeper_field_left(struct keeper *k, int64_t aid, int64_t *left)
+{
+    char key[KEYS_MAX], field[64];
+    keys_reserve(key, keys_shard(aid));
+    snprintf(field, sizeof(field), "%" PRId64 ":%s", aid, k->jd.incarnation);
+    redisReply *r = rconn_command(k->rc, key, "HGET %s %s", key, field);
+    if (r == NULL || (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_NIL)) {
+        if (r != NULL)
+            freeReplyObject(r);
+        return CS_ERR;
+    }
+    *left = r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : -1;
     freeReplyObject(r);
     return CS_OK;
 }
@@ -359,6 +390,11 @@ static void keeper_give_back(struct keeper *k, int i)
     }
     long long back = r->integer;
     freeReplyObject(r);
+    if (back == -3) {
+        /* No stock field to give back to (a restore under way): later. */
+        log_debug("reserve keeper: activity %" PRId64 " has no stock field; give-back waits", aid);
+        return;
+    }
     if (keeper_durable(k, shard, &at, back < 0) != CS_OK) {
         log_warn("reserve keeper: give-back of activity %" PRId64 " not confirmed: %s", aid,
                  k->rc->errstr);
@@ -386,7 +422,7 @@ static void keeper_give_back(struct keeper *k, int i)
 /* Decides what each slot of a renewed shard does next. */
 static void keeper_slots(struct keeper *k, int stopping)
 {
-    int64_t now = cs_mono_ms();
+    int64_t now = cs_boot_ms();
 
     for (int i = 0; i < SHM_RESERVES; i++) {
         struct shm_rsv_slot *s = &k->rv->slot[i];
@@ -418,12 +454,28 @@ static void keeper_slots(struct keeper *k, int stopping)
                 int st = keeper_epoch_state(k, aid, epoch, by, sizeof(by));
                 if (st == 2 || st == 0) {
                     l->closed_elsewhere = 1;
+                    if (st == 2 && strcmp(by, "admin") == 0)
+                        keeper_add_release(k, aid, epoch);
                     log_warn("reserve keeper: activity %" PRId64 " epoch %" PRIu64
                              " was closed elsewhere (%s); this node spends no more of it",
                              aid, epoch, st == 2 ? by : "no row");
                 } else if (st == 1) {
-                    l->awaits_restore = 1;
-                    l->resume = 1; /* a restore brings it back */
+                    /* Open in MySQL. Closed in Redis means an admin's return
+                     * whose MySQL step did not happen (yet): closed all the
+                     * same, never waited for as a restore that never comes. */
+                    int64_t amount;
+                    if (keeper_epoch_amount(k, aid, epoch, &amount) != CS_OK)
+                        continue;
+                    if (amount == -2) {
+                        l->closed_elsewhere = 1;
+                        keeper_add_release(k, aid, epoch);
+                        log_warn("reserve keeper: activity %" PRId64 " epoch %" PRIu64
+                                 " was closed in Redis (an admin's return; MySQL not yet); "
+                                 "this node spends no more of it", aid, epoch);
+                    } else {
+                        l->awaits_restore = 1;
+                        l->resume = 1; /* a restore brings it back */
+                    }
                 }
             }
             if (l->closed_elsewhere && keeper_fenced(k, i) && l->pending == 0)
@@ -439,7 +491,7 @@ static void keeper_slots(struct keeper *k, int stopping)
         else if (l->stock < 0 && l->stock != INT64_MIN)
             why = "revoked";
         else if (l->stock == INT64_MIN)
-            why = "no stock field";
+            why = NULL; /* a restore under way: never a reason to give back (rule 18) */
         else if (lease && hi >= atomic_load(&s->end_ms) - k->margin_ms)
             why = "the sale ends";
         else if (l->stock < 2 * l->held)
@@ -484,9 +536,26 @@ static void keeper_slots(struct keeper *k, int stopping)
             }
             if (amount < atomic_load(&s->amount))
                 atomic_store(&s->amount, (int32_t)amount);
+            /* Everything on disk is replayed now, so Redis' field is what is
+             * left of the epoch; a segment deleted with its records must not
+             * make the node hand out their tokens again (rule 14). */
+            int64_t left;
+            if (keeper_field_left(k, aid, &left) != CS_OK)
+                continue;
+            if (left < 0) {
+                l->field = 0;
+                continue;
+            }
+            int32_t used = atomic_load(&s->amount) - (int32_t)left;
+            if (used > atomic_load(&s->next)) {
+                log_warn("reserve keeper: activity %" PRId64 " epoch %" PRIu64 ": Redis holds "
+                         "%" PRId64 " of its %d tokens; resuming at token %d, not %d", aid, epoch,
+                         left, atomic_load(&s->amount), used, atomic_load(&s->next));
+                atomic_store(&s->next, used);
+            }
             l->resume = 0;
         }
-        if (atomic_load(&s->state) != RSV_OPEN && !atomic_load(&k->rv->halted)) {
+        if (atomic_load(&s->state) != RSV_OPEN && !atomic_load(&k->rv->halted) && k->claimed) {
             atomic_store(&s->state, RSV_OPEN);
             log_info("reserve keeper: activity %" PRId64 " epoch %" PRIu64
                      ": %d of %d tokens spendable", aid, epoch,
@@ -499,10 +568,19 @@ static void keeper_pass(struct keeper *k, int stopping)
 {
     int shards[KEYS_SHARDS] = {0};
 
-    /* Shards with a slot, or with records left. */
+    if (keeper_claim(k) != CS_OK) {
+        for (int s = 0; s < KEYS_SHARDS; s++)
+            k->renewed[s] = 0;
+        return;
+    }
+
+    /* Shards with a slot, with records left, or with tokens an admin's
+     * return kept out of stock to put back. */
     for (int i = 0; i < SHM_RESERVES; i++)
         if (atomic_load(&k->rv->slot[i].state) != RSV_EMPTY)
             shards[keys_shard(atomic_load(&k->rv->slot[i].activity_id))] = 1;
+    for (size_t i = 0; i < k->nrelease; i++)
+        shards[keys_shard(k->release[i].aid)] = 1;
     int64_t depth = atomic_load(&k->rv->journal_depth);
     for (int s = 0; s < KEYS_SHARDS; s++) {
         k->renewed[s] = 0;
@@ -527,6 +605,7 @@ static void keeper_pass(struct keeper *k, int stopping)
     if (!stopping)
         keeper_aside_pass(k);
     keeper_journal_reset_grants(k);
+    keeper_journal_halt(k, 0);
 }
 
 int keeper_main(const struct cs_conf *conf, struct shm_node *shm)
@@ -559,11 +638,15 @@ int keeper_main(const struct cs_conf *conf, struct shm_node *shm)
     rscript_from_text(&k.s_renew, RESERVE_LUA_RENEW);
     rscript_from_text(&k.s_replay, RESERVE_LUA_REPLAY);
     rscript_from_text(&k.s_give, RESERVE_LUA_GIVE_BACK);
+    rscript_from_text(&k.s_release, RESERVE_LUA_RELEASE);
 
     int rc = 0;
+    keeper_claim_init(&k);
     if (keeper_journal_rebuild(&k) != CS_OK)
         goto out;
-    atomic_store(&k.rv->halted, 0);
+    /* A halt is never cleared by a (re)start: shared memory keeps it for a
+     * keeper restarted under running workers, DIR/halted for a new node. */
+    keeper_journal_halt(&k, 1);
     atomic_store(&k.rv->keeper_pid, (int)getpid());
     log_notice("reserve keeper %d: %d coupons per sale, lease %d ms, journal %s", (int)getpid(),
                conf->fallback_reserve, conf->fallback_lease_ms, conf->fallback_journal);
@@ -606,10 +689,12 @@ out:
     rscript_free(&k.s_renew);
     rscript_free(&k.s_replay);
     rscript_free(&k.s_give);
+    rscript_free(&k.s_release);
     rconn_free(k.rc);
     mconn_free(k.mc);
     free(k.files);
     free(k.closed);
+    free(k.release);
     free(k.acts);
     journal_dir_close(&k.jd);
     log_notice("reserve keeper stopped");

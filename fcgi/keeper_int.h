@@ -19,6 +19,7 @@
 #define KEEPER_ASIDE_BATCH 64      /* sales read from Redis per set-aside pass (two reads each) */
 #define KEEPER_ASIDE_VISIT 1024    /* sales of the list gone through per pass */
 #define KEEPER_STOP_MS 10000       /* a graceful stop gives up on Redis after this */
+#define KEEPER_CLAIM_SLACK_MS 5000 /* a claim outlives the lease by this much */
 
 /* What the keeper knows of a slot beyond shared memory. */
 struct kslot {
@@ -47,6 +48,13 @@ struct kact {
     int open_to_all;           /* no eligibleGroups */
 };
 
+/* Epochs of this node an admin closed: what the return kept out of stock
+ * goes back once no record of the epoch is left unreplayed. */
+struct krelease {
+    int64_t aid;
+    uint64_t epoch;
+};
+
 /* Epochs closed by this node (given back after a full replay): their
  * records were replayed before, and are never replayed again. */
 struct kclosed {
@@ -61,12 +69,14 @@ struct keeper {
     struct journal_dir jd;
     struct rconn *rc;
     struct mconn *mc;
-    struct rscript s_aside, s_renew, s_replay, s_give;
+    struct rscript s_aside, s_renew, s_replay, s_give, s_release;
     struct kslot loc[SHM_RESERVES];
     struct kfile *files;
     size_t nfiles;
     struct kclosed *closed;
     size_t nclosed;
+    struct krelease *release;
+    size_t nrelease;
     int renewed[KEYS_SHARDS];
     int64_t restored[KEYS_SHARDS];  /* restore generation seen; -1 none yet */
     struct kact *acts;
@@ -75,6 +85,11 @@ struct keeper {
     size_t aside_next;         /* where the next set-aside pass goes on in acts */
     int64_t list_next_ms, aside_next_ms;
     int margin_ms;
+    int halt_kept;             /* DIR/halted is written for the halt in shared memory */
+    char claim[192];           /* "host boot-id pid": this instance, in its incarnation's claim */
+    int claimed;               /* the last claim Redis answered was granted */
+    int64_t claim_warn_ms;
+    int64_t halt_warn_ms;      /* when writing DIR/halted last failed (logged) */
 };
 
 /* Arguments of one script call, built in place. */
@@ -103,6 +118,8 @@ int keeper_durable(struct keeper *k, int shard, const struct rconn_site *site, i
 /* Epochs this node closed itself (given back after a full replay). */
 int keeper_is_closed(const struct keeper *k, int64_t aid, uint64_t epoch);
 void keeper_add_closed(struct keeper *k, int64_t aid, uint64_t epoch);
+/* An epoch an admin closed: its parked tokens are released after the replay. */
+void keeper_add_release(struct keeper *k, int64_t aid, uint64_t epoch);
 /* Slot i: no new grants, and whether every grant in flight is done. */
 int keeper_fenced(struct keeper *k, int i);
 void keeper_slot_free(struct keeper *k, int i);
@@ -122,6 +139,20 @@ void keeper_journal_retire(struct keeper *k);
 int keeper_journal_rebuild(struct keeper *k);
 /* Empties the grants table once nothing is open and everything replayed. */
 void keeper_journal_reset_grants(struct keeper *k);
+/* A halt (a failed journal write) outlives keeper and node restarts: kept
+ * as DIR/halted until an operator removes that file (rule 19). At start-up
+ * (start = 1) a file there halts the node; on each pass a halt in shared
+ * memory is written to the file, and a file removed clears the halt. */
+void keeper_journal_halt(struct keeper *k, int start);
+
+/* ---- keeper_claim.c ---- */
+/* This keeper's "host boot-id pid", for its claim. */
+void keeper_claim_init(struct keeper *k);
+/* Claims the incarnation in Redis for the lease and then some. CS_OK when
+ * this instance holds it, or Redis did not answer (k->claimed keeps what it
+ * was); CS_ERR, with every slot stopped, while another live instance holds
+ * it: nothing of this pass may be done. */
+int keeper_claim(struct keeper *k);
 
 /* ---- keeper_aside.c ---- */
 /* Reads the activity list when its generation moved (throttled). */

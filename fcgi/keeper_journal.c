@@ -20,6 +20,13 @@
 
 static const char SQL_RSV_MINE[] =
     "SELECT activity_id, epoch, amount FROM reserve_epoch WHERE incarnation = ? AND state = 1";
+/* Epochs an admin closed lately: what their returns kept out of stock waits
+ * for this node's replay (DESIGN.md rule 16). */
+static const char SQL_RSV_ADMIN_CLOSED[] =
+    "SELECT activity_id, epoch FROM reserve_epoch WHERE incarnation = ? AND state = 2 "
+    "AND closed_by = 'admin' AND closed_at > NOW() - INTERVAL 30 DAY LIMIT 10000";
+static const char SQL_SALE_ENDED[] =
+    "SELECT distribute_end_time <= NOW() FROM activity WHERE id = ?";
 
 /* ---- the journal --------------------------------------------------------------- */
 
@@ -65,6 +72,7 @@ struct krec {
     struct journal_rec r;
     struct kfile *f;
     uint64_t pos;              /* record number in its file */
+    int answered;              /* this pass wrote it to Redis, or to the dead letters */
 };
 
 struct kscan {
@@ -84,7 +92,7 @@ static int keeper_scan_rec(void *arg, const struct journal_rec *rec)
         s->cap = s->cap ? s->cap * 2 : 256;
         s->v = xrealloc(s->v, s->cap * sizeof(*s->v));
     }
-    s->v[s->n++] = (struct krec){*rec, s->f, pos};
+    s->v[s->n++] = (struct krec){*rec, s->f, pos, 0};
     return 0;
 }
 
@@ -120,6 +128,114 @@ static void keeper_mark_replayed(struct keeper *k, int64_t aid, int64_t uid)
         atomic_store(&k->rv->grant[e].state, RGRANT_REPLAYED);
 }
 
+static int row_ended(void *arg, int ncols, char **cols)
+{
+    int *ended = arg;
+    if (ncols >= 1 && cols[0] != NULL)
+        *ended = atoi(cols[0]) != 0;
+    return CS_OK;
+}
+
+/* Per replay pass: what MySQL said of a sale whose stock field is missing. */
+struct kgone {
+    int64_t aid;
+    int gone;                  /* 1 gone for good, 0 waits, -1 MySQL did not answer */
+};
+
+/*
+ * Whether activity aid, with no stock field in Redis, is gone for good: MySQL
+ * has no such activity, or its sale has ended (an ended sale is never
+ * preheated or restored again, and cleanup removed it). 0 while it is on or
+ * before sale (Redis lost its data and is not restored yet: the token
+ * waits), -1 when MySQL did not answer. Asked once per activity per pass.
+ */
+static int keeper_sale_gone(struct keeper *k, struct kgone *seen, size_t *nseen, size_t cap,
+                            int64_t aid)
+{
+    for (size_t i = 0; i < *nseen; i++)
+        if (seen[i].aid == aid)
+            return seen[i].gone;
+    int ended = -1, gone;
+    struct mval p[] = {MV_INT(aid)};
+    if (mconn_query(k->mc, SQL_SALE_ENDED, p, 1, row_ended, &ended) != CS_OK) {
+        log_warn("reserve keeper: reading activity %" PRId64 ": %s", aid, k->mc->errstr);
+        gone = -1;
+    } else {
+        gone = ended != 0; /* no row (-1) or ended (1) */
+    }
+    if (*nseen < cap)
+        seen[(*nseen)++] = (struct kgone){aid, gone};
+    return gone;
+}
+
+/* Puts rec in the shard's dead letters: its sale is gone from Redis. CS_OK
+ * with *at the node that wrote it. */
+static int keeper_dead_letter(struct keeper *k, const struct journal_rec *r, const char *why,
+                              struct rconn_site *at)
+{
+    char key[KEYS_MAX], field[128], value[160];
+    keys_reserve_dead(key, keys_shard(r->activity_id));
+    int fl = snprintf(field, sizeof(field), "%" PRId64 ":%s:%" PRIu64 ":%u", r->activity_id,
+                      k->jd.incarnation, r->epoch, r->token);
+    int vl = snprintf(value, sizeof(value), "%" PRId64 ":%" PRId64 ":%s", r->user_id,
+                      r->seize_ms, why);
+    const char *argv[] = {"HSET", key, field, value};
+    const size_t argl[] = {4, strlen(key), (size_t)fl, (size_t)vl};
+    redisReply *rep = rconn_commandv_at(k->rc, key, 4, argv, argl, at);
+    int ok = rep != NULL && rep->type == REDIS_REPLY_INTEGER;
+    if (rep != NULL)
+        freeReplyObject(rep);
+    return ok ? CS_OK : CS_ERR;
+}
+
+/*
+ * Puts back to stock what admins' returns of this node's epochs kept out
+ * of it, for each epoch with no record left to replay in s (all done), on a
+ * shard Redis answered on. Forgotten once released (or nothing was parked).
+ */
+static void keeper_journal_release(struct keeper *k, const struct kscan *s, const int *durable,
+                                   const int *failed)
+{
+    size_t m = 0;
+    for (size_t i = 0; i < k->nrelease; i++) {
+        struct krelease *e = &k->release[i];
+        int shard = keys_shard(e->aid), left = 0;
+        for (size_t j = 0; j < s->n && !left; j++) {
+            const struct krec *kr = &s->v[j];
+            left = kr->r.activity_id == e->aid && kr->r.epoch == e->epoch
+                   && !(kr->answered && !failed[shard] && durable[shard]);
+        }
+        long long back = -1;
+        if (!left && k->renewed[shard]) {
+            struct kargs a = {.n = 0};
+            struct rconn_site at;
+            ka_key(&a, keys_stock, shard);
+            ka_key(&a, keys_reserve, shard);
+            ka_akey(&a, keys_reserve_epochs, e->aid);
+            ka_int(&a, e->aid);
+            ka_str(&a, k->jd.incarnation);
+            ka_int(&a, (int64_t)e->epoch);
+            redisReply *r = keeper_eval(k, &k->s_release, 3, &a, &at);
+            if (r != NULL && r->type == REDIS_REPLY_INTEGER && r->integer >= 0
+                && keeper_durable(k, shard, &at, r->integer == 0) == CS_OK)
+                back = r->integer;
+            if (r != NULL)
+                freeReplyObject(r);
+        }
+        if (back < 0) {
+            k->release[m++] = *e;
+            continue;
+        }
+        if (back > 0) {
+            atomic_fetch_add(&k->rv->returned, (uint64_t)back);
+            log_notice("reserve keeper: activity %" PRId64 " epoch %" PRIu64 ": replayed; the %lld "
+                       "coupons the admin's return kept out of stock are back in it", e->aid,
+                       e->epoch, back);
+        }
+    }
+    k->nrelease = m;
+}
+
 /*
  * Replays what the journal holds for shards Redis answers on, then WAITs
  * per shard; a record counts as done (its file's mark moves past it) only
@@ -132,6 +248,8 @@ void keeper_journal_replay(struct keeper *k)
     int wrote[KEYS_SHARDS] = {0}, failed[KEYS_SHARDS] = {0}, durable[KEYS_SHARDS];
     int64_t t0 = cs_mono_ms();
     int replayed = 0;
+    struct kgone seen[64];
+    size_t nseen = 0;
 
     keeper_read_journal(k, &s);
     for (size_t i = 0; i < s.n; i++) {
@@ -170,16 +288,46 @@ void keeper_journal_replay(struct keeper *k)
         long long res = rep->integer;
         freeReplyObject(rep);
         if (res == -3) {
-            /* No stock field: Redis lost its data and is not restored yet,
-             * or the sale is not preheated. Nothing was written; later. */
-            log_debug("reserve keeper: activity %" PRId64 " has no stock field; replay waits",
-                      r->activity_id);
-            failed[shard] = 1;
+            /* No stock field. Redis lost its data and is not restored yet:
+             * nothing was written, the token waits. Or the sale is gone
+             * (ended and cleaned up): the token has nowhere to go but the
+             * dead letters. Either way it stops no other token (rule 17). */
+            if (keeper_sale_gone(k, seen, &nseen, sizeof(seen) / sizeof(seen[0]),
+                                 r->activity_id) != 1) {
+                log_debug("reserve keeper: activity %" PRId64 " has no stock field; its replay "
+                          "waits", r->activity_id);
+                continue;
+            }
+            if (keeper_dead_letter(k, r, "sale gone from Redis", &at) != CS_OK) {
+                failed[shard] = 1;
+                continue;
+            }
+            site[shard] = at;
+            wrote[shard] = 1;
+            kr->answered = 1;
+            atomic_fetch_add(&k->rv->dead_letters, 1);
+            log_error("reserve keeper: activity %" PRId64 ": token %" PRIu64 "/%u of user %" PRId64
+                      " has no sale in Redis to go to (ended and removed); it is in the dead "
+                      "letters %s", r->activity_id, r->epoch, r->token, r->user_id,
+                      "COUPON:RESERVE:DEAD");
             continue;
         }
+        kr->answered = 1;
         site[shard] = at;
         wrote[shard] = 1;
         replayed++;
+        if (res == -4) {
+            /* The token was replayed before for someone else: the node
+             * spent it twice. This user's grant is in the dead letters (the
+             * script wrote it there, so the record is done with), and it is
+             * never counted as replayed. */
+            atomic_fetch_add(&k->rv->dead_letters, 1);
+            atomic_fetch_add(&k->rv->anomalies, 1);
+            log_error("reserve keeper: activity %" PRId64 ": token %" PRIu64 "/%u of user %" PRId64
+                      " was replayed before for another user (spent twice); it is in %s",
+                      r->activity_id, r->epoch, r->token, r->user_id, "COUPON:RESERVE:DEAD");
+            continue;
+        }
         if (res == 2)
             atomic_fetch_add(&k->rv->duplicates, 1);
         if (res == -1) {
@@ -206,7 +354,7 @@ void keeper_journal_replay(struct keeper *k)
         const struct journal_rec *r = &kr->r;
         int shard = keys_shard(r->activity_id);
         int done = keeper_is_closed(k, r->activity_id, r->epoch)
-                   || (k->renewed[shard] && !failed[shard] && durable[shard]);
+                   || (kr->answered && !failed[shard] && durable[shard]);
         if (done && kr->f->seen == 0 && kr->pos == kr->f->done) {
             kr->f->done = kr->pos + 1;
             continue;
@@ -219,6 +367,7 @@ void keeper_journal_replay(struct keeper *k)
         if (slot >= 0 && atomic_load(&k->rv->slot[slot].epoch) == r->epoch)
             k->loc[slot].pending++;
     }
+    keeper_journal_release(k, &s, durable, failed);
     /* Workers add to the depth between passes; the pass sets what it found. */
     atomic_store(&k->rv->journal_depth, depth);
     atomic_store(&k->rv->oldest_unreplayed_ms, oldest);
@@ -231,6 +380,78 @@ void keeper_journal_replay(struct keeper *k)
     free(s.v);
 }
 
+/* ---- the tokens file: what deleted segments spent ------------------------------------ */
+
+/* DIR/tokens holds, per open epoch of this node, the next token to hand
+ * out ("<activity> <epoch> <next>" a line). It is written and made durable
+ * before any segment is deleted, so that a restart never hands out again a
+ * token whose record is gone with its segment (DESIGN.md rule 14). */
+#define KEEPER_TOKENS "tokens"
+
+static int keeper_fsync_dir(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return CS_ERR;
+    int rc = fsync(fd);
+    close(fd);
+    return rc == 0 ? CS_OK : CS_ERR;
+}
+
+/* Writes DIR/tokens from the slots (temporary file, fsync, rename, fsync of
+ * the directory). CS_ERR when any step failed: then nothing may be deleted. */
+static int keeper_tokens_write(struct keeper *k)
+{
+    char path[PATH_MAX], tmp[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/%s", k->jd.path, KEEPER_TOKENS);
+    snprintf(tmp, sizeof(tmp), "%s/%s.tmp", k->jd.path, KEEPER_TOKENS);
+    FILE *f = fopen(tmp, "we");
+    if (f == NULL) {
+        log_error("reserve keeper: fopen(%s) failed: %s; no segment is deleted", tmp,
+                  strerror(errno));
+        return CS_ERR;
+    }
+    for (int i = 0; i < SHM_RESERVES; i++) {
+        struct shm_rsv_slot *s = &k->rv->slot[i];
+        if (atomic_load(&s->state) == RSV_EMPTY)
+            continue;
+        fprintf(f, "%" PRId64 " %" PRIu64 " %" PRId32 "\n", atomic_load(&s->activity_id),
+                atomic_load(&s->epoch), atomic_load(&s->next));
+    }
+    int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path) != 0 || keeper_fsync_dir(k->jd.path) != CS_OK) {
+        log_error("reserve keeper: writing %s failed: %s; no segment is deleted", path,
+                  strerror(errno));
+        unlink(tmp);
+        return CS_ERR;
+    }
+    return CS_OK;
+}
+
+/* Raises each slot's next token to what DIR/tokens says was handed out. */
+static void keeper_tokens_read(struct keeper *k)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof(path), "%s/%s", k->jd.path, KEEPER_TOKENS);
+    FILE *f = fopen(path, "re");
+    if (f == NULL) {
+        if (errno != ENOENT)
+            log_error("reserve keeper: fopen(%s) failed: %s", path, strerror(errno));
+        return;
+    }
+    long long aid, next;
+    unsigned long long epoch;
+    while (fscanf(f, "%lld %llu %lld", &aid, &epoch, &next) == 3) {
+        int i = reserve_slot_of(k->rv, (int64_t)aid);
+        if (i < 0 || atomic_load(&k->rv->slot[i].epoch) != epoch || next > INT32_MAX)
+            continue;
+        if ((int32_t)next > atomic_load(&k->rv->slot[i].next))
+            atomic_store(&k->rv->slot[i].next, (int32_t)next);
+    }
+    fclose(f);
+}
+
 /*
  * A segment that is wholly replayed, older than the one workers append to,
  * and locked by nobody is deleted. When everything is replayed, workers are
@@ -240,7 +461,7 @@ void keeper_journal_retire(struct keeper *k)
 {
     char path[PATH_MAX];
     uint64_t cur = atomic_load(&k->rv->journal_seg);
-    int bump = 0;
+    int bump = 0, tokens_kept = 0;
 
     for (size_t i = 0; i < k->nfiles; i++) {
         struct kfile *f = &k->files[i];
@@ -255,6 +476,13 @@ void keeper_journal_retire(struct keeper *k)
         uint64_t end = 0;
         if (flock(fd, LOCK_EX | LOCK_NB) == 0 && journal_scan(path, NULL, NULL, &end) == 0
             && end / JOURNAL_RECORD <= f->done) {
+            /* Its records say which tokens were spent: that goes to the
+             * tokens file first, once per pass. */
+            if (!tokens_kept && keeper_tokens_write(k) != CS_OK) {
+                close(fd);
+                break;
+            }
+            tokens_kept = 1;
             unlink(path);
             /* A file of that name made later is a new one. */
             f->done = 0;
@@ -322,6 +550,13 @@ static int keeper_mine_row(void *arg, int ncols, char **cols)
     return CS_OK;
 }
 
+static int keeper_admin_closed_row(void *arg, int ncols, char **cols)
+{
+    if (ncols >= 2 && cols[0] != NULL && cols[1] != NULL)
+        keeper_add_release(arg, strtoll(cols[0], NULL, 10), strtoull(cols[1], NULL, 10));
+    return CS_OK;
+}
+
 /*
  * What this incarnation holds, rebuilt: the open epochs from MySQL, and per
  * epoch the tokens already granted from the journal (never from
@@ -346,14 +581,41 @@ int keeper_journal_rebuild(struct keeper *k)
             break;
         usleep(10000);
     }
-    for (int i = 0; i < SHM_RESERVES; i++)
+    /* A grant still in flight after the wait took its token already: the
+     * next token each slot had is kept, so it is never handed out again. */
+    struct khad {
+        int64_t aid;
+        uint64_t epoch;
+        int32_t next;
+    } had[SHM_RESERVES];
+    int nhad = 0;
+    for (int i = 0; i < SHM_RESERVES; i++) {
+        if (atomic_load(&rv->slot[i].state) != RSV_EMPTY)
+            had[nhad++] = (struct khad){atomic_load(&rv->slot[i].activity_id),
+                                         atomic_load(&rv->slot[i].epoch),
+                                         atomic_load(&rv->slot[i].next)};
         keeper_slot_free(k, i);
+    }
     memset(rv->grant, 0, sizeof(rv->grant));
     atomic_store(&rv->ngrants, 0);
 
     struct mval p[] = {MV_TXT(k->jd.incarnation, JOURNAL_ID_LEN)};
     while (mconn_query(k->mc, SQL_RSV_MINE, p, 1, keeper_mine_row, k) != CS_OK) {
         log_warn("reserve keeper: reading this node's open epochs from MySQL: %s; again in 1 s",
+                 k->mc->errstr);
+        if (keeper_stop)
+            return CS_ERR;
+        sleep(1);
+    }
+    for (int h = 0; h < nhad; h++) {
+        int i = reserve_slot_of(rv, had[h].aid);
+        if (i >= 0 && atomic_load(&rv->slot[i].epoch) == had[h].epoch
+            && had[h].next > atomic_load(&rv->slot[i].next))
+            atomic_store(&rv->slot[i].next, had[h].next);
+    }
+    keeper_tokens_read(k);
+    while (mconn_query(k->mc, SQL_RSV_ADMIN_CLOSED, p, 1, keeper_admin_closed_row, k) != CS_OK) {
+        log_warn("reserve keeper: reading this node's epochs closed by an admin: %s; again in 1 s",
                  k->mc->errstr);
         if (keeper_stop)
             return CS_ERR;
@@ -400,3 +662,54 @@ void keeper_journal_reset_grants(struct keeper *k)
     atomic_store(&rv->ngrants, 0);
 }
 
+/* ---- the halt ------------------------------------------------------------------------ */
+
+#define KEEPER_HALTED "halted"
+
+void keeper_journal_halt(struct keeper *k, int start)
+{
+    char path[PATH_MAX];
+    struct shm_reserves *rv = k->rv;
+    snprintf(path, sizeof(path), "%s/%s", k->jd.path, KEEPER_HALTED);
+    int there = access(path, F_OK) == 0;
+
+    if (start) {
+        if (there) {
+            atomic_store(&rv->halted, 1);
+            log_error("reserve keeper: halted by %s (a journal write failed before); no grants "
+                      "from reserves until an operator removes it", path);
+        }
+        k->halt_kept = there;
+        return;
+    }
+    if (k->halt_kept && !there) {
+        /* The operator cleared it. Workers move to a new segment: the one
+         * whose write failed is never appended to again. */
+        k->halt_kept = 0;
+        atomic_store(&rv->halted, 0);
+        atomic_fetch_add(&rv->journal_seg, 1);
+        log_notice("reserve keeper: %s removed; grants from reserves resume", path);
+        return;
+    }
+    if (!atomic_load(&rv->halted) || k->halt_kept)
+        return;
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    static const char text[] = "a journal write failed; remove this file once the disk is "
+                               "fixed to let the node grant from reserves again\n";
+    int ok = fd >= 0 && write(fd, text, sizeof(text) - 1) == (ssize_t)(sizeof(text) - 1)
+             && fsync(fd) == 0;
+    if (fd >= 0 && close(fd) != 0)
+        ok = 0;
+    if (ok && keeper_fsync_dir(k->jd.path) == CS_OK) {
+        k->halt_kept = 1;
+        log_error("reserve keeper: a journal write failed: halted until an operator removes %s",
+                  path);
+        return;
+    }
+    int64_t now = cs_mono_ms();
+    if (k->halt_warn_ms == 0 || now - k->halt_warn_ms >= 60000) {
+        k->halt_warn_ms = now;
+        log_error("reserve keeper: writing %s failed: %s; halted while this node runs, but a "
+                  "restart would not know", path, strerror(errno));
+    }
+}

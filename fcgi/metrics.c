@@ -134,6 +134,16 @@ static void metrics_reserves(struct out *o, const struct shm_node *node)
     counter(o, "couponseize_reserve_dead_letters_total",
             "Replayed grants with no reserve and no stock to take from (see "
             "COUPON:RESERVE:DEAD).", LOAD(rv->dead_letters));
+    counter(o, "couponseize_reserve_anomalies_total",
+            "Replayed grants whose token was already replayed for another user: spent "
+            "twice, in COUPON:RESERVE:DEAD.", LOAD(rv->anomalies));
+    counter(o, "couponseize_reserve_journals_declared_lost_total",
+            "Admin returns on this node that declared a lost node's journal lost (its "
+            "unreplayed grants are lost with it).", LOAD(rv->journals_lost));
+    emit(o, "# HELP couponseize_reserve_claim_refused 1 while another live instance (a copied "
+            "image, a restored journal) holds this node's incarnation: no grants from reserves.\n"
+            "# TYPE couponseize_reserve_claim_refused gauge\ncouponseize_reserve_claim_refused %d\n",
+         atomic_load((_Atomic int *)&rv->claim_refused));
     counter(o, "couponseize_journal_failures_total",
             "Journal writes that failed (the node then grants from reserves no more).",
             LOAD(rv->journal_failures));
@@ -151,7 +161,7 @@ static void metrics_reserves(struct out *o, const struct shm_node *node)
             "couponseize_journal_replay_duration_seconds %.3f\n",
          (double)atomic_load((_Atomic int64_t *)&rv->last_replay_ms) / 1000);
     emit(o, "# HELP couponseize_reserve_halted 1 when a journal write failed and this node "
-            "grants from reserves no more (until restarted).\n"
+            "grants from reserves no more (until an operator removes <fallback.journal>/halted).\n"
             "# TYPE couponseize_reserve_halted gauge\ncouponseize_reserve_halted %d\n",
          atomic_load((_Atomic int *)&rv->halted));
 }

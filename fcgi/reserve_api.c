@@ -93,16 +93,18 @@ void reserve_list_handle(struct worker *w, struct req *r)
 }
 
 /* The body besides its id (read exactly by http_parse_id_body()): one
- * "incarnation", a string of JOURNAL_ID_LEN lowercase hex digits; any other
- * member, "incarnation" twice, or a NUL in any string is refused. CS_OK with inc filled, else
- * CS_ERR after answering 400. */
-static int rsv_parse_incarnation(struct req *r, char inc[JOURNAL_ID_LEN + 1])
+ * "incarnation", a string of JOURNAL_ID_LEN lowercase hex digits, and
+ * optionally "journalLost", a boolean (the operator declares the node's
+ * journal lost); any other member, one twice, or a NUL in any string is
+ * refused. CS_OK with inc and *lost filled, else CS_ERR after answering 400. */
+static int rsv_parse_incarnation(struct req *r, char inc[JOURNAL_ID_LEN + 1], int *lost)
 {
     cJSON *doc = cJSON_ParseWithLengthOpts(r->body, r->body_len + 1, NULL, 1);
     const cJSON *m;
     const char *bad = NULL, *field = "incarnation";
-    int seen = 0;
+    int seen = 0, seen_lost = 0;
 
+    *lost = 0;
     /* No string may hold NUL: cJSON would end the incarnation there. */
     if (http_json_check(r->body, r->body_len, &bad) != CS_OK) {
         cJSON_Delete(doc);
@@ -113,8 +115,18 @@ static int rsv_parse_incarnation(struct req *r, char inc[JOURNAL_ID_LEN + 1])
     {
         if (strcmp(m->string, "id") == 0)
             continue;
+        if (strcmp(m->string, "journalLost") == 0) {
+            if (seen_lost++ || !cJSON_IsBool(m)) {
+                bad = seen_lost > 1 ? "journalLost is given twice"
+                                    : "journalLost must be true or false";
+                field = "journalLost";
+                break;
+            }
+            *lost = cJSON_IsTrue(m);
+            continue;
+        }
         if (strcmp(m->string, "incarnation") != 0) {
-            bad = "unknown field: give id and incarnation only";
+            bad = "unknown field: give id, incarnation and journalLost only";
             field = "";
             break;
         }
@@ -154,12 +166,14 @@ void reserve_return_handle(struct worker *w, struct req *r)
         return;
     }
     r->audit_id = id;
-    if (rsv_parse_incarnation(r, inc) != CS_OK)
+    int lost;
+    if (rsv_parse_incarnation(r, inc, &lost) != CS_OK)
         return;
     struct reserve_admin_opts o = {
         .lease_ms = w->conf->fallback_lease_ms,
         .wait_replicas = w->conf->redis_wait_replicas,
         .wait_timeout_ms = w->conf->redis_wait_timeout_ms,
+        .journal_lost = lost,
     };
     if (reserve_admin_return(w->mc, w->rc, &o, id, inc, &res, err, sizeof(err)) != CS_OK) {
         log_error("reserve return of activity %" PRId64 " incarnation %s: %s", id, inc, err);
@@ -178,9 +192,11 @@ void reserve_return_handle(struct worker *w, struct req *r)
         req_reply(r, CODE_RESERVE_NOT_IN_REDIS, NULL, extra, 0);
         return;
     case RRET_LEASE_NOT_EXPIRED: {
-        int64_t wait = res.lease_age_ms >= 0 ? o.lease_ms - res.lease_age_ms : o.lease_ms;
-        snprintf(extra + n, sizeof(extra) - (size_t)n, ",\"leaseMs\":%d,\"leaseAgeMs\":%" PRId64,
-                 o.lease_ms, res.lease_age_ms);
+        /* By the node's own lease (it published it with its renewal). */
+        int64_t wait = res.lease_age_ms >= 0 ? res.lease_ms - res.lease_age_ms : res.lease_ms;
+        snprintf(extra + n, sizeof(extra) - (size_t)n,
+                 ",\"leaseMs\":%" PRId64 ",\"leaseAgeMs\":%" PRId64, res.lease_ms,
+                 res.lease_age_ms);
         req_reply(r, CODE_LEASE_NOT_EXPIRED, NULL, extra, (int)(wait > 0 ? wait / 1000 + 1 : 1));
         return;
     }
@@ -190,18 +206,34 @@ void reserve_return_handle(struct worker *w, struct req *r)
     }
     if (res.returned > 0)
         shm_flag_clear(w->shm->soldout, id); /* the stock rose: no sold-out hint here */
-    log_notice("reserve of activity %" PRId64 " incarnation %s returned by admin %" PRId64
-               ": %d epochs closed, %" PRId64 " of %" PRId64 " coupons back in stock%s",
-               id, inc, who.user_id, res.epochs, res.returned, res.amount,
-               res.outcome == RRET_CLOSED ? " (given back in Redis before)" : "");
+    if (lost) {
+        /* Never silent: the grants the node made and did not replay are
+         * gone with its journal (log, metric, alert, answer, audit). */
+        atomic_fetch_add(&w->shm->rsv.journals_lost, 1);
+        log_error("reserve of activity %" PRId64 " incarnation %s returned by admin %" PRId64
+                  " with its journal declared lost: %" PRId64 " coupons back in stock; grants "
+                  "that node made and did not replay are lost with its journal",
+                  id, inc, who.user_id, res.returned);
+    } else {
+        log_notice("reserve of activity %" PRId64 " incarnation %s returned by admin %" PRId64
+                   ": %d epochs closed, %" PRId64 " of %" PRId64 " coupons back in stock, %" PRId64
+                   " kept out until the node replays%s",
+                   id, inc, who.user_id, res.epochs, res.returned, res.amount, res.parked,
+                   res.outcome == RRET_CLOSED ? " (given back in Redis before)" : "");
+    }
     char ret[24] = "null"; /* closed before: what went back then is not known */
     if (res.outcome == RRET_RETURNED)
         snprintf(ret, sizeof(ret), "%" PRId64, res.returned);
     snprintf(extra + n, sizeof(extra) - (size_t)n,
-             ",\"epochs\":%d,\"amount\":%" PRId64 ",\"returned\":%s", res.epochs, res.amount,
-             ret);
-    req_reply(r, CODE_OK,
-              res.outcome == RRET_CLOSED ? "epoch closed; it was given back in Redis before"
-                                         : "reserve returned to stock",
-              extra, 0);
+             ",\"epochs\":%d,\"amount\":%" PRId64 ",\"returned\":%s,\"parked\":%" PRId64
+             ",\"journalLost\":%s", res.epochs, res.amount, ret, res.parked,
+             lost ? "true" : "false");
+    const char *msg = res.outcome == RRET_CLOSED ? "epoch closed; it was given back in Redis before"
+                      : lost ? "reserve returned to stock with the node's journal declared lost: "
+                               "grants it made and did not replay are lost with it"
+                      : res.parked > 0 ? "epoch closed; what the node may have granted stays out "
+                                         "of stock until it replays (or its journal is declared "
+                                         "lost)"
+                                       : "reserve returned to stock";
+    req_reply(r, CODE_OK, msg, extra, 0);
 }

@@ -148,6 +148,31 @@ static redisReply *seize_send(struct worker *w, struct seize_call *sc, int wait_
     return rep;
 }
 
+/*
+ * A seize written to Redis that got no answer in its budget. A slow Redis
+ * is not a missing one: while Redis answered some seize within the last
+ * budget (a write pause, a busy moment shorter than the budget), a timeout
+ * is not a breaker failure. Counted as one, a few requests whose budget
+ * ran out inside a 900 ms pause opened the breaker, and everyone after them
+ * was turned away (UNAVAILABLE) or served from the reserve, though Redis
+ * was there. A failed connection counts as before; a Redis silent for a
+ * whole budget opens the breaker at once.
+ */
+static void seize_no_answer(struct worker *w, const struct seize_call *sc)
+{
+    if (w->rc->err != RCONN_ERR_TIMEOUT) {
+        worker_seize_done(w, sc->shard, RCONN_FAULT_DOWN);
+        return;
+    }
+    if (worker_seize_silence_ms(w, sc->shard) < w->conf->fallback_budget_ms) {
+        atomic_fetch_add(&w->shm->m.redis_timeouts, 1);
+        return;
+    }
+    /* Silent for a whole budget: the seizes queued behind this one must not
+     * each wait out theirs before the breaker opens. */
+    worker_seize_silent(w, sc->shard);
+}
+
 static void seize_count_failure(struct worker *w)
 {
     if (w->rc->err == RCONN_ERR_TIMEOUT)
@@ -238,6 +263,8 @@ static enum cs_code seize_eval(struct worker *w, struct seize_call *sc, long lon
         return CODE_UNAVAILABLE;
     }
     redisReply *rep = seize_send(w, sc, seize_first_wait(w, left));
+    if (rep != NULL)
+        worker_seize_answered(w, sc->shard);
     if (rep == NULL && w->rc->maybe_sent) {
         /* The script is idempotent per user, so the same call once more
          * tells the truth (rconn dropped the old connection). */
@@ -246,7 +273,7 @@ static enum cs_code seize_eval(struct worker *w, struct seize_call *sc, long lon
         if (left < 5) {
             log_debug("seize %s for %s: %s; no time left to ask again", sc->s_aid, sc->s_uid,
                       w->rc->errstr);
-            worker_seize_done(w, sc->shard, RCONN_FAULT_DOWN);
+            seize_no_answer(w, sc);
             return CODE_UNKNOWN_OUTCOME;
         }
         atomic_fetch_add_explicit(&w->shm->m.seize_resends, 1, memory_order_relaxed);
@@ -254,12 +281,16 @@ static enum cs_code seize_eval(struct worker *w, struct seize_call *sc, long lon
                   w->rc->errstr);
         *resent = 1;
         rep = seize_send(w, sc, (int)left);
+        if (rep != NULL)
+            worker_seize_answered(w, sc->shard);
         if (rep == NULL || rep->type != REDIS_REPLY_INTEGER) {
             log_debug("seize %s for %s: no answer to the resend either (%s)", sc->s_aid,
                       sc->s_uid, rep != NULL && rep->type == REDIS_REPLY_ERROR ? rep->str
                                                                                : w->rc->errstr);
-            worker_seize_done(w, sc->shard,
-                              rep != NULL ? rconn_reply_fault(rep) : RCONN_FAULT_DOWN);
+            if (rep != NULL)
+                worker_seize_done(w, sc->shard, rconn_reply_fault(rep));
+            else
+                seize_no_answer(w, sc);
             if (rep != NULL)
                 freeReplyObject(rep);
             return CODE_UNKNOWN_OUTCOME;

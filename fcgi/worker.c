@@ -256,6 +256,49 @@ void worker_seize_done(struct worker *w, int shard, enum rconn_fault fault)
                  "probe succeeds", shard, rconn_fault_name(fault), w->rc->errstr);
 }
 
+void worker_seize_silent(struct worker *w, int shard)
+{
+    const struct cs_conf *c = w->conf;
+    int64_t now = cs_mono_ms();
+    atomic_fetch_add(&w->shm->m.redis_timeouts, 1);
+    if (!c->redis_cluster) {
+        if (atomic_load_explicit(&w->shm->redis_fault, memory_order_relaxed) != RCONN_FAULT_DOWN)
+            atomic_store(&w->shm->redis_fault, RCONN_FAULT_DOWN);
+        if (shm_breaker_failure(w->shm, now, 1, c->redis_breaker_open_ms))
+            log_warn("redis breaker opened: no seize answered for %d ms (fallback.budget_ms); "
+                     "seizes answer 503 until a probe succeeds", c->fallback_budget_ms);
+        return;
+    }
+    if (shard < 0 || shard >= KEYS_SHARDS)
+        return;
+    if (shm_shard_failure(w->shm, &w->shm->shard_breaker[shard], now, 1, c->redis_breaker_open_ms))
+        log_warn("redis breaker of shard %d opened: no seize answered for %d ms "
+                 "(fallback.budget_ms); its seizes answer 503 until a probe succeeds", shard,
+                 c->fallback_budget_ms);
+}
+
+static _Atomic int64_t *worker_answer_slot(struct worker *w, int shard)
+{
+    if (w->conf->redis_cluster && shard >= 0 && shard < KEYS_SHARDS)
+        return &w->shm->shard_breaker[shard].answer_ms;
+    return &w->shm->seize_answer_ms;
+}
+
+void worker_seize_answered(struct worker *w, int shard)
+{
+    _Atomic int64_t *at = worker_answer_slot(w, shard);
+    int64_t now = cs_mono_ms();
+    /* Shared by every worker: written only when it moved, not per seize. */
+    if (now - atomic_load_explicit(at, memory_order_relaxed) >= 5)
+        atomic_store_explicit(at, now, memory_order_relaxed);
+}
+
+int64_t worker_seize_silence_ms(struct worker *w, int shard)
+{
+    int64_t at = atomic_load_explicit(worker_answer_slot(w, shard), memory_order_relaxed);
+    return at > 0 ? cs_mono_ms() - at : INT64_MAX;
+}
+
 void worker_note_copies(struct worker *w, int shard, int copies)
 {
     if (shard < 0 || shard >= RCLUSTER_SHARDS)

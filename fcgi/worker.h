@@ -111,6 +111,14 @@ struct rconn *worker_long_rconn(const struct worker *w);
  * for shards the others serve). */
 int worker_seize_allowed(struct worker *w, int shard);
 void worker_seize_done(struct worker *w, int shard, enum rconn_fault fault);
+/* A seize got no answer after Redis answered none for a whole budget: not
+ * slow but gone (a stopped Redis), so the breaker opens at once rather than
+ * after redis.breaker_failures more seizes each waited out their budget. */
+void worker_seize_silent(struct worker *w, int shard);
+/* Redis answered a seize script on shard (any reply): it is there, if slow. */
+void worker_seize_answered(struct worker *w, int shard);
+/* How long Redis has answered no seize on shard (ms), node-wide. */
+int64_t worker_seize_silence_ms(struct worker *w, int shard);
 
 /* Records for the metrics how many replicas a grant on shard waits for now
  * (copies; -1 unknown) under the durability rule. */

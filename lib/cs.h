@@ -25,6 +25,11 @@ int64_t cs_now_ms(void);
 /* Milliseconds from an arbitrary fixed point (CLOCK_MONOTONIC). */
 int64_t cs_mono_ms(void);
 
+/* Milliseconds from boot, counting time suspended (CLOCK_BOOTTIME): for the
+ * reserves' lease, which must not run long while a VM is suspended, as
+ * CLOCK_MONOTONIC would (it stops then). */
+int64_t cs_boot_ms(void);
+
 /* Microseconds from an arbitrary fixed point (CLOCK_MONOTONIC). */
 int64_t cs_mono_us(void);
 

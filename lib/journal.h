@@ -8,6 +8,12 @@
  *   w<N>.jnl      worker N's records: [u32 length][u32 CRC-32C][payload],
  *                 little-endian; a torn tail (a record cut short by a crash
  *                 between write and fsync) is cut off when the file is opened.
+ *   tokens        written by the reserve keeper (fcgi/keeper_journal.c) before
+ *                 it deletes a segment: per open epoch the next token, so a
+ *                 restart never hands out a token of a deleted record again.
+ *   halted        written by the keeper once a journal write failed; while it
+ *                 exists the node grants nothing from reserves, across
+ *                 restarts. An operator removes it once the disk is fixed.
  *
  * A journal file is written by one process; it is locked (flock) while that
  * process appends to it or another replays it. */

@@ -32,6 +32,11 @@ size_t keys_sync_lock(char *buf, int shard)
     return (size_t)snprintf(buf, KEYS_MAX, "LOCK:COUPON:SYNC:{%d}", shard);
 }
 
+size_t keys_reserve_claim(char *buf, const char *incarnation)
+{
+    return (size_t)snprintf(buf, KEYS_MAX, "COUPON:RESERVE:CLAIM:%s", incarnation);
+}
+
 size_t keys_fence(char *buf, int shard)
 {
     return (size_t)snprintf(buf, KEYS_MAX, "COUPON:FENCE:{%d}", shard);

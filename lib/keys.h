@@ -34,6 +34,9 @@ size_t keys_dead(char *buf, int shard);                        /* QUEUE:COUPON:S
 size_t keys_sync_lock(char *buf, int shard);                   /* LOCK:COUPON:SYNC:{i} */
 /* A counter written only so that a following WAIT has a write to wait for. */
 size_t keys_fence(char *buf, int shard);                       /* COUPON:FENCE:{i} */
+/* COUPON:RESERVE:CLAIM:<incarnation>: "host boot-id pid" of the one live
+ * instance of that node incarnation (DESIGN.md reserves, rule 15). */
+size_t keys_reserve_claim(char *buf, const char *incarnation);
 size_t keys_meta(char *buf, int shard);                        /* COUPON:ACTIVITY:META:{i} */
 size_t keys_window(char *buf, int shard);                      /* COUPON:ACTIVITY:WINDOW:{i} */
 size_t keys_version(char *buf, int shard);                     /* COUPON:ACTIVITY:VER:{i} */

@@ -4,8 +4,12 @@
 #include "keys.h"
 #include "log.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <limits.h>
 #include <stdio.h>
@@ -52,9 +56,10 @@ const char RESERVE_LUA_SET_ASIDE[] =
 
 /*
  * The lease of one shard. KEYS: reserve, stock, window. ARGV: incarnation,
- * then activity ids. Records when this incarnation last renewed
- * ("lease:<incarnation>" -> Redis ms, for the admin's return of a lost
- * node's reserve), and answers {seconds, microseconds, restore generation,
+ * the node's fallback.lease_ms, then activity ids. Records when this
+ * incarnation last renewed ("lease:<incarnation>" -> Redis ms) and the lease
+ * it spends by ("lease:<incarnation>:ms"), both for the admin's return of a
+ * lost node's reserve, which waits by the node's own lease, and answers {seconds, microseconds, restore generation,
  * then per activity: its open reserve of this incarnation (false: none),
  * its stock (false: none), its window (false: none), the sum held}.
  */
@@ -62,9 +67,9 @@ const char RESERVE_LUA_RENEW[] =
     "if redis.replicate_commands then redis.replicate_commands() end\n"
     "local t = redis.call('TIME')\n"
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-    "redis.call('HSET', KEYS[1], 'lease:' .. ARGV[1], now)\n"
+    "redis.call('HSET', KEYS[1], 'lease:' .. ARGV[1], now, 'lease:' .. ARGV[1] .. ':ms', ARGV[2])\n"
     "local out = {t[1], t[2], redis.call('HGET', KEYS[1], 'restored') or '0'}\n"
-    "for i = 2, #ARGV do\n"
+    "for i = 3, #ARGV do\n"
     "  local a = ARGV[i]\n"
     "  out[#out + 1] = redis.call('HGET', KEYS[1], a .. ':' .. ARGV[1]) or ''\n"
     "  out[#out + 1] = redis.call('HGET', KEYS[2], a) or ''\n"
@@ -77,17 +82,32 @@ const char RESERVE_LUA_RENEW[] =
  * Replaying one token. KEYS: stock, seize list, queue, reserve, epochs,
  * dead letters. ARGV: activityId, userId, incarnation, epoch, token, seize
  * time (ms, Redis' clock as estimated by the node). Checked and written in
- * this one script, so replaying twice changes nothing (0). From an open
+ * this one script, so replaying twice changes nothing (0). The token's
+ * marker names its user (the user id, "dup:<user>" or "dead:<user>"): a
+ * marker of another user means the token was spent twice, an anomaly that
+ * goes to the dead letters (-4), never counted as the same grant replayed
+ * (markers written before they named a user, a bare "dup" or "dead", are
+ * taken as this user's). From an open
  * epoch the reserve drops by one, and the grant enters the seize list and
  * the queue (1), or, when the user already holds a coupon, the token's goes
- * back to stock (2; never onto a revoke tombstone). A token of an unknown or
- * closed epoch takes from stock (3) when there is any, else goes to the
- * dead letters (-1). Without a stock field (Redis lost its data and is not
+ * back to stock (2; never onto a revoke tombstone). A token of an epoch an
+ * admin closed while its node may have been spending takes one of the
+ * tokens the return kept out of stock ("<inc>:<epoch>:parked" in the epochs
+ * hash, still counted in ':held'): granted (4) or, for a user who holds one,
+ * back to stock (2). A token of an unknown or closed epoch takes from stock
+ * (3) when there is any, else goes to the dead letters (-1). Without a stock field (Redis lost its data and is not
  * restored yet) nothing is written (-3): the token waits.
  */
 const char RESERVE_LUA_REPLAY[] =
     "local mk = ARGV[3] .. ':' .. ARGV[4] .. ':' .. ARGV[5]\n"
-    "if redis.call('HEXISTS', KEYS[5], mk) == 1 then return 0 end\n"
+    "local was = redis.call('HGET', KEYS[5], mk)\n"
+    "if was then\n"
+    "  if was == ARGV[2] or was == 'dup' or was == 'dead' or was == 'dup:' .. ARGV[2] "
+    "or was == 'dead:' .. ARGV[2] then return 0 end\n"
+    "  redis.call('HSET', KEYS[6], ARGV[1] .. ':' .. mk .. ':' .. ARGV[2], "
+    "ARGV[2] .. ':' .. ARGV[6] .. ':token spent twice (marker of ' .. was .. ')')\n"
+    "  return -4\n"
+    "end\n"
     "local st = redis.call('HGET', KEYS[5], ARGV[3] .. ':' .. ARGV[4])\n"
     "local rf = ARGV[1] .. ':' .. ARGV[3]\n"
     "local open = st and string.sub(st, 1, 5) == 'open:' "
@@ -106,13 +126,26 @@ const char RESERVE_LUA_REPLAY[] =
     "  redis.call('HINCRBY', KEYS[4], ARGV[1] .. ':held', -1)\n"
     "  if has then\n"
     "    if stock and stock >= 0 then redis.call('HINCRBY', KEYS[1], ARGV[1], 1) end\n"
-    "    redis.call('HSET', KEYS[5], mk, 'dup')\n"
+    "    redis.call('HSET', KEYS[5], mk, 'dup:' .. ARGV[2])\n"
     "    return 2\n"
     "  end\n"
     "  return grant(1)\n"
     "end\n"
+    "local pf = ARGV[3] .. ':' .. ARGV[4] .. ':parked'\n"
+    "local parked = tonumber(redis.call('HGET', KEYS[5], pf) or '0')\n"
+    "if parked > 0 then\n"
+    "  if parked == 1 then redis.call('HDEL', KEYS[5], pf)\n"
+    "  else redis.call('HINCRBY', KEYS[5], pf, -1) end\n"
+    "  redis.call('HINCRBY', KEYS[4], ARGV[1] .. ':held', -1)\n"
+    "  if has then\n"
+    "    if stock >= 0 then redis.call('HINCRBY', KEYS[1], ARGV[1], 1) end\n"
+    "    redis.call('HSET', KEYS[5], mk, 'dup:' .. ARGV[2])\n"
+    "    return 2\n"
+    "  end\n"
+    "  return grant(4)\n"
+    "end\n"
     "if has then\n"
-    "  redis.call('HSET', KEYS[5], mk, 'dup')\n"
+    "  redis.call('HSET', KEYS[5], mk, 'dup:' .. ARGV[2])\n"
     "  return 2\n"
     "end\n"
     "if stock and stock > 0 then\n"
@@ -120,47 +153,91 @@ const char RESERVE_LUA_REPLAY[] =
     "  return grant(3)\n"
     "end\n"
     "redis.call('HSET', KEYS[6], ARGV[1] .. ':' .. mk, ARGV[2] .. ':' .. ARGV[6])\n"
-    "redis.call('HSET', KEYS[5], mk, 'dead')\n"
+    "redis.call('HSET', KEYS[5], mk, 'dead:' .. ARGV[2])\n"
     "return -1\n";
 
 /*
  * Giving back. KEYS: stock, reserve, epochs. ARGV: activityId, incarnation,
  * epoch, the lease (ms) that must have passed since the node's last renewal
  * (0 for the node itself; an admin returning a lost node's reserve passes
- * fallback.lease_ms), and 1 when given back at the low-water mark (no more
- * set-aside for this sale then). Returns what went back to stock, -1 when
- * the epoch is not open (given back already), or -2 when the node renewed
- * within the lease (the admin must wait). A reserve with nothing left (all
- * spent and replayed) leaves ':held' alone: Lua writes -0 as "-0", which
- * HINCRBY refuses, and a script that fails midway keeps what it wrote.
+ * its own fallback.lease_ms, and the node's published lease counts when it
+ * is longer), 1 when given back at the low-water mark (no more set-aside
+ * for this sale then), and, for an admin, 1 when the operator declared the
+ * node's journal lost. Returns what went back to stock, -1 when the epoch
+ * is not open (given back already), -2 when the node renewed within the
+ * lease (the admin must wait), or -3 when the sale has no stock field
+ * (Redis lost it and a restore is under way, or not done yet): nothing is
+ * written then, since the reserve would go back to nothing and be lost
+ * (rule 18); the caller asks again later.
+ *
+ * An admin's return of a journal not declared lost closes the epoch and
+ * keeps what its node may have granted out of stock (rule 16): the field's
+ * tokens become "<inc>:<epoch>:parked" in the epochs hash, still counted in
+ * ':held', and the answer is {0, parked}. The node's replay takes its
+ * grants from them, and RESERVE_LUA_RELEASE puts the rest back afterwards.
+ * ':held' goes once nothing is open or parked: Lua writes -0 as "-0", which
+ * HINCRBY refuses, so nothing is added when nothing is left.
  */
 const char RESERVE_LUA_GIVE_BACK[] =
     "if redis.replicate_commands then redis.replicate_commands() end\n"
     "local ef = ARGV[2] .. ':' .. ARGV[3]\n"
     "local st = redis.call('HGET', KEYS[3], ef)\n"
     "if not st or string.sub(st, 1, 5) ~= 'open:' then return -1 end\n"
-    "if tonumber(ARGV[4]) > 0 then\n"
+    "if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return -3 end\n"
+    "local admin = tonumber(ARGV[4]) > 0\n"
+    "if admin then\n"
     "  local t = redis.call('TIME')\n"
     "  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
     "  local last = tonumber(redis.call('HGET', KEYS[2], 'lease:' .. ARGV[2]) or '0')\n"
-    "  if now - last <= tonumber(ARGV[4]) then return -2 end\n"
+    "  local lease = math.max(tonumber(ARGV[4]), "
+    "tonumber(redis.call('HGET', KEYS[2], 'lease:' .. ARGV[2] .. ':ms') or '0'))\n"
+    "  if now - last <= lease then return -2 end\n"
     "end\n"
     "local rf = ARGV[1] .. ':' .. ARGV[2]\n"
     "local left = tonumber(redis.call('HGET', KEYS[2], rf) or '0')\n"
     "redis.call('HDEL', KEYS[2], rf)\n"
     "redis.call('HSET', KEYS[3], ef, 'closed')\n"
     "if ARGV[5] == '1' then redis.call('HSET', KEYS[2], ARGV[1] .. ':low', 1) end\n"
-    "if redis.call('HINCRBY', KEYS[2], ARGV[1], -1) <= 0 then\n"
-    "  redis.call('HDEL', KEYS[2], ARGV[1], ARGV[1] .. ':held')\n"
+    "local park = admin and ARGV[6] ~= '1' and left > 0\n"
+    "if park then\n"
+    "  redis.call('HSET', KEYS[3], ef .. ':parked', left)\n"
     "elseif left > 0 then\n"
     "  redis.call('HINCRBY', KEYS[2], ARGV[1] .. ':held', -left)\n"
     "end\n"
+    "if redis.call('HINCRBY', KEYS[2], ARGV[1], -1) <= 0 then\n"
+    "  redis.call('HDEL', KEYS[2], ARGV[1])\n"
+    "  if tonumber(redis.call('HGET', KEYS[2], ARGV[1] .. ':held') or '0') <= 0 then\n"
+    "    redis.call('HDEL', KEYS[2], ARGV[1] .. ':held')\n"
+    "  end\n"
+    "end\n"
+    "if park then return {0, left} end\n"
     "local stock = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '')\n"
     "if stock and stock >= 0 and left > 0 then\n"
     "  redis.call('HINCRBY', KEYS[1], ARGV[1], left)\n"
     "  return left\n"
     "end\n"
     "return 0\n";
+
+/*
+ * Releasing what an admin's return kept out of stock, once the node replayed
+ * everything of that epoch (or the operator declared its journal lost).
+ * KEYS: stock, reserve, epochs. ARGV: activityId, incarnation, epoch.
+ * Returns how many went back (0: none parked), or -3 without a stock field
+ * (nothing written; asked again later). Never onto a revoke tombstone.
+ */
+const char RESERVE_LUA_RELEASE[] =
+    "local pf = ARGV[2] .. ':' .. ARGV[3] .. ':parked'\n"
+    "local n = tonumber(redis.call('HGET', KEYS[3], pf) or '0')\n"
+    "if n <= 0 then return 0 end\n"
+    "local stock = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '')\n"
+    "if not stock then return -3 end\n"
+    "redis.call('HDEL', KEYS[3], pf)\n"
+    "local held = redis.call('HINCRBY', KEYS[2], ARGV[1] .. ':held', -n)\n"
+    "if held <= 0 and tonumber(redis.call('HGET', KEYS[2], ARGV[1]) or '0') <= 0 then\n"
+    "  redis.call('HDEL', KEYS[2], ARGV[1] .. ':held')\n"
+    "end\n"
+    "if stock >= 0 then redis.call('HINCRBY', KEYS[1], ARGV[1], n) end\n"
+    "return n\n";
 
 int reserve_crash_after_append;
 
@@ -278,10 +355,31 @@ int reserve_granted(const struct shm_reserves *rv, int64_t id, int64_t uid, int 
     return 1;
 }
 
+/* Whether the open file j is still the one linked at path: the keeper
+ * deletes a replayed segment that nobody has locked, and a worker's open
+ * and lock are two steps, so the file may have gone in between. */
+static int reserve_journal_linked(const struct journal *j, const char *path)
+{
+    struct stat fs, ps;
+    return fstat(j->fd, &fs) == 0 && stat(path, &ps) == 0 && fs.st_nlink > 0
+           && fs.st_dev == ps.st_dev && fs.st_ino == ps.st_ino;
+}
+
+static int reserve_fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return CS_ERR;
+    int rc = fsync(fd);
+    close(fd);
+    return rc == 0 ? CS_OK : CS_ERR;
+}
+
 static int reserve_journal_ready(struct reserve_journal *rj, const char *jdir, int wslot,
                                  uint64_t seg)
 {
     char path[PATH_MAX], err[256];
+    struct stat st;
 
     if (rj->seg == seg && rj->j.fd >= 0)
         return rj->j.failed ? CS_ERR : CS_OK;
@@ -289,8 +387,34 @@ static int reserve_journal_ready(struct reserve_journal *rj, const char *jdir, i
         journal_close(&rj->j);
     rj->seg = 0;
     journal_segment_path(path, sizeof(path), jdir, wslot, seg);
-    if (journal_open_path(&rj->j, path, err, sizeof(err)) != CS_OK) {
-        log_error("reserve journal: %s", err);
+    int created = stat(path, &st) != 0 && errno == ENOENT;
+    for (int tries = 0;; tries++) {
+        if (journal_open_path(&rj->j, path, err, sizeof(err)) != CS_OK) {
+            log_error("reserve journal: %s", err);
+            return CS_ERR;
+        }
+        /* Locked now: the keeper deletes nothing locked, so once the file
+         * is still linked here it stays so. A record appended to one that
+         * was deleted would never be replayed (rule 19). */
+        if (reserve_journal_linked(&rj->j, path))
+            break;
+        journal_close(&rj->j);
+        if (tries == 3) {
+            log_error("reserve journal: %s was deleted under this worker %d times; not "
+                      "granting", path, tries + 1);
+            return CS_ERR;
+        }
+        log_warn("reserve journal: %s was deleted between its open and its lock; opened again",
+                 path);
+        created = 1;
+    }
+    /* A new file is durable only once its directory entry is: a power cut
+     * must not take a segment whose grants were answered SEIZED. */
+    if (created && reserve_fsync_dir(jdir) != CS_OK) {
+        log_error("reserve journal: fsync(%s) failed: %s; no more grants from the reserve", jdir,
+                  strerror(errno));
+        rj->j.failed = 1; /* kept, so that no later grant uses it unsynced */
+        rj->seg = seg;
         return CS_ERR;
     }
     rj->seg = seg;
@@ -302,7 +426,7 @@ enum reserve_outcome reserve_grant(struct shm_node *shm, int wslot, const char *
                                    int64_t id, int64_t uid, int meta_known)
 {
     struct shm_reserves *rv = &shm->rsv;
-    int64_t now = cs_mono_ms(), lo, hi;
+    int64_t now = cs_boot_ms(), lo, hi;
 
     if (wslot < 0 || wslot >= SHM_MAX_WORKERS)
         return RESERVE_NONE;
@@ -355,8 +479,10 @@ enum reserve_outcome reserve_grant(struct shm_node *shm, int wslot, const char *
     }
     if (reserve_journal_ready(rj, jdir, wslot, seg) != CS_OK) {
         /* Nothing written: the token stays unused and goes back with the
-         * reserve; the user holds nothing. */
+         * reserve; the user holds nothing. A failed sync stops the node. */
         atomic_store(&rv->grant[entry].state, RGRANT_CANCELLED);
+        if (rj->seg == seg && rj->j.failed && !atomic_exchange(&rv->halted, 1))
+            atomic_fetch_add(&rv->journal_failures, 1);
         goto done;
     }
     struct journal_rec rec = {
@@ -386,6 +512,11 @@ enum reserve_outcome reserve_grant(struct shm_node *shm, int wslot, const char *
     atomic_compare_exchange_strong(&rv->grant[entry].state, &pending, RGRANT_GRANTED);
     atomic_fetch_add(&rv->spent, 1);
     out = RESERVE_SEIZED;
+    /* An fsync that ended after the lease: an admin may have returned the
+     * reserve meanwhile, so the grant may not be honoured (rule 16). It is
+     * on disk and replayed like any other, but the answer cannot say so. */
+    if (reserve_lease(rv, keys_shard(id), lease_ms, cs_boot_ms(), &lo, &hi) != CS_OK)
+        out = RESERVE_UNKNOWN;
 done:
     atomic_store(&rv->busy[wslot], 0);
     return out;
@@ -408,7 +539,7 @@ int64_t reserve_held(const struct shm_reserves *rv)
 const char *reserve_seize_source(const struct shm_node *shm, int redis_ok, int lease_ms)
 {
     const struct shm_reserves *rv = &shm->rsv;
-    int64_t now = cs_mono_ms(), lo, hi;
+    int64_t now = cs_boot_ms(), lo, hi;
 
     if (redis_ok)
         return "redis";

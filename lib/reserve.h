@@ -22,6 +22,7 @@ extern const char RESERVE_LUA_SET_ASIDE[];
 extern const char RESERVE_LUA_RENEW[];
 extern const char RESERVE_LUA_REPLAY[];
 extern const char RESERVE_LUA_GIVE_BACK[];
+extern const char RESERVE_LUA_RELEASE[];
 
 enum reserve_outcome {
     RESERVE_NONE = 0,          /* nothing granted, nothing written: answer as without reserves */

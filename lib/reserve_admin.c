@@ -21,19 +21,29 @@ static const char SQL_OPEN_ALL[] =
 static const char SQL_OPEN_OF[] =
     "SELECT activity_id, incarnation, epoch, amount FROM reserve_epoch "
     "WHERE activity_id = ? AND incarnation = ? AND state = 1 ORDER BY epoch LIMIT ?";
+static const char SQL_CLOSED_BY_ADMIN[] =
+    "SELECT epoch FROM reserve_epoch WHERE activity_id = ? AND incarnation = ? AND state = 2 "
+    "AND closed_by = 'admin' ORDER BY epoch LIMIT ?";
 static const char SQL_CLOSE[] =
     "UPDATE reserve_epoch SET state = 2, closed_by = 'admin', returned = ?, "
     "closed_at = NOW(3) WHERE activity_id = ? AND incarnation = ? AND epoch = ? AND state = 1";
 
 /* One worker serves one request at a time: the script's SHA is loaded once
  * per process (rconn loads it on first use and on NOSCRIPT). */
-static struct rscript ra_give;
+static struct rscript ra_give, ra_release;
 
 static const struct rscript *ra_give_script(void)
 {
     if (ra_give.src == NULL)
         rscript_from_text(&ra_give, RESERVE_LUA_GIVE_BACK);
     return &ra_give;
+}
+
+static const struct rscript *ra_release_script(void)
+{
+    if (ra_release.src == NULL)
+        rscript_from_text(&ra_release, RESERVE_LUA_RELEASE);
+    return &ra_release;
 }
 
 void reserve_admin_list_free(struct reserve_list *l)
@@ -105,8 +115,9 @@ static int64_t ra_int_or(const redisReply *r, int64_t dflt)
 }
 
 /* Appends what Redis says of view v: its reserve field, its node's last
- * renewal, and the shard master's clock (TIME on the same master as the
- * lease, routed by the reserve key). Three commands. */
+ * renewal and the lease it published with it, and the shard master's clock
+ * (TIME on the same master as the lease, routed by the reserve key). Four
+ * commands. */
 static int ra_append_view(struct rconn *rc, const struct reserve_view *v)
 {
     char rkey[KEYS_MAX];
@@ -114,32 +125,36 @@ static int ra_append_view(struct rconn *rc, const struct reserve_view *v)
     if (rconn_append(rc, rkey, "HGET %s %" PRId64 ":%s", rkey, v->activity_id, v->incarnation)
             != CS_OK
         || rconn_append(rc, rkey, "HGET %s lease:%s", rkey, v->incarnation) != CS_OK
+        || rconn_append(rc, rkey, "HGET %s lease:%s:ms", rkey, v->incarnation) != CS_OK
         || rconn_append(rc, rkey, "TIME") != CS_OK)
         return CS_ERR;
     return CS_OK;
 }
 
-/* Reads the three replies of ra_append_view() into v. */
+/* Reads the four replies of ra_append_view() into v. */
 static int ra_read_view(struct rconn *rc, struct reserve_view *v, int lease_ms)
 {
-    redisReply *r[3] = {NULL, NULL, NULL};
+    redisReply *r[4] = {NULL, NULL, NULL, NULL};
     int ret = CS_OK;
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         if (rconn_get_reply(rc, &r[i]) != CS_OK) {
             ret = CS_ERR;
             goto out;
         }
     v->left = ra_int_or(r[0], -1);
-    int64_t last = ra_int_or(r[1], -1), now = ra_time_ms(r[2]);
+    int64_t last = ra_int_or(r[1], -1), now = ra_time_ms(r[3]);
+    /* The node spends by its own lease, which may be longer than ours. */
+    int64_t theirs = ra_int_or(r[2], 0);
+    v->lease_ms = theirs > lease_ms ? theirs : lease_ms;
     if (now < 0) {
         ret = CS_ERR;
         goto out;
     }
     v->lease_age_ms = last >= 0 ? now - last : -1;
     /* As RESERVE_LUA_GIVE_BACK judges it: no renewal at all counts as long ago. */
-    v->lease_expired = last < 0 || now - last > lease_ms;
+    v->lease_expired = last < 0 || now - last > v->lease_ms;
 out:
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         if (r[i] != NULL)
             freeReplyObject(r[i]);
     return ret;
@@ -273,6 +288,7 @@ static int ra_not_open(struct mconn *mc, struct rconn *rc, const struct reserve_
         return CS_ERR;
     }
     res->lease_age_ms = lv.lease_age_ms;
+    res->lease_ms = lv.lease_ms;
     if (!lv.lease_expired) {
         res->outcome = RRET_LEASE_NOT_EXPIRED;
         return CS_OK;
@@ -312,6 +328,69 @@ static int ra_not_open(struct mconn *mc, struct rconn *rc, const struct reserve_
     return CS_OK;
 }
 
+struct ra_epochs {
+    int64_t v[RESERVE_ADMIN_LIST_MAX];
+    size_t n;
+};
+
+static int ra_epoch_row(void *arg, int ncols, char **cols)
+{
+    struct ra_epochs *e = arg;
+    if (ncols >= 1 && cols[0] != NULL && e->n < RESERVE_ADMIN_LIST_MAX)
+        e->v[e->n++] = strtoll(cols[0], NULL, 10);
+    return CS_OK;
+}
+
+/* The journal of (id, inc) declared lost: what earlier returns of its
+ * epochs kept out of stock goes back (RESERVE_LUA_RELEASE), into res. */
+static int ra_release_lost(struct mconn *mc, struct rconn *rc, const struct reserve_admin_opts *o,
+                           int64_t id, const char *inc, struct reserve_return *res, char *err,
+                           size_t errlen)
+{
+    struct ra_epochs e = {.n = 0};
+    struct mval p[] = {MV_INT(id), MV_TXT(inc, JOURNAL_ID_LEN), MV_INT(RESERVE_ADMIN_LIST_MAX)};
+    if (mconn_query(mc, SQL_CLOSED_BY_ADMIN, p, 3, ra_epoch_row, &e) != CS_OK) {
+        snprintf(err, errlen, "reading closed reserve epochs from MySQL: %s", mc->errstr);
+        return CS_ERR;
+    }
+    int shard = keys_shard(id);
+    char skey[KEYS_MAX], rkey[KEYS_MAX], ekey[KEYS_MAX], abuf[24], ebuf[24];
+    keys_stock(skey, shard);
+    keys_reserve(rkey, shard);
+    keys_reserve_epochs(ekey, id);
+    snprintf(abuf, sizeof(abuf), "%" PRId64, id);
+    for (size_t i = 0; i < e.n; i++) {
+        snprintf(ebuf, sizeof(ebuf), "%" PRId64, e.v[i]);
+        const char *argv[] = {skey, rkey, ekey, abuf, inc, ebuf};
+        size_t argl[CS_ARRAY_LEN(argv)];
+        for (size_t j = 0; j < CS_ARRAY_LEN(argv); j++)
+            argl[j] = strlen(argv[j]);
+        struct rconn_site at = {0, -1};
+        redisReply *r = rconn_evalsha_at(rc, ra_release_script(), 3, (int)CS_ARRAY_LEN(argv),
+                                         argv, argl, &at);
+        if (r == NULL || r->type != REDIS_REPLY_INTEGER || r->integer == -3) {
+            snprintf(err, errlen, "releasing epoch %" PRId64 " in Redis: %s", e.v[i],
+                     r == NULL ? rc->errstr
+                     : r->type == REDIS_REPLY_ERROR ? r->str : "the sale has no stock field");
+            if (r != NULL)
+                freeReplyObject(r);
+            return CS_ERR;
+        }
+        long long back = r->integer;
+        freeReplyObject(r);
+        if (back > 0 && ra_durable(rc, o, shard, &at, 0) != CS_OK) {
+            snprintf(err, errlen, "epoch %" PRId64 ": %lld coupons released in Redis but not "
+                     "confirmed by replicas: %s", e.v[i], back, rc->errstr);
+            return CS_ERR;
+        }
+        res->returned += back;
+        res->lost += back;
+        if (back > 0)
+            res->outcome = RRET_RETURNED;
+    }
+    return CS_OK;
+}
+
 int reserve_admin_return(struct mconn *mc, struct rconn *rc, const struct reserve_admin_opts *o,
                          int64_t id, const char *inc, struct reserve_return *res, char *err,
                          size_t errlen)
@@ -324,6 +403,7 @@ int reserve_admin_return(struct mconn *mc, struct rconn *rc, const struct reserv
     memset(&l, 0, sizeof(l));
     res->outcome = RRET_NONE_OPEN;
     res->lease_age_ms = -1;
+    res->lease_ms = o->lease_ms;
     struct mval p[] = {MV_INT(id), MV_TXT(inc, JOURNAL_ID_LEN), MV_INT(RESERVE_ADMIN_LIST_MAX)};
     if (mconn_query(mc, SQL_OPEN_OF, p, 3, ra_row, &rr) != CS_OK) {
         snprintf(err, errlen, "reading open reserve epochs from MySQL: %s", mc->errstr);
@@ -340,14 +420,27 @@ int reserve_admin_return(struct mconn *mc, struct rconn *rc, const struct reserv
         snprintf(ebuf, sizeof(ebuf), "%" PRId64, v->epoch);
         snprintf(lbuf, sizeof(lbuf), "%d", o->lease_ms > 0 ? o->lease_ms : 1);
         /* KEYS stock, reserve, epochs; ARGV activity, incarnation, epoch,
-         * the lease that must have passed, not at the low-water mark. */
-        const char *argv[] = {skey, rkey, ekey, abuf, inc, ebuf, lbuf, "0"};
+         * the lease that must have passed, not at the low-water mark,
+         * whether the journal is declared lost. */
+        const char *argv[] = {skey, rkey, ekey, abuf, inc, ebuf, lbuf, "0",
+                              o->journal_lost ? "1" : "0"};
         size_t argl[CS_ARRAY_LEN(argv)];
         for (size_t j = 0; j < CS_ARRAY_LEN(argv); j++)
             argl[j] = strlen(argv[j]);
         struct rconn_site at = {0, -1};
         redisReply *r = rconn_evalsha_at(rc, ra_give_script(), 3, (int)CS_ARRAY_LEN(argv), argv, argl,
                                          &at);
+        long long parked = 0;
+        if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 2
+            && r->element[0]->type == REDIS_REPLY_INTEGER
+            && r->element[1]->type == REDIS_REPLY_INTEGER) {
+            /* {0, parked}: closed, what the node may have granted kept out. */
+            parked = r->element[1]->integer;
+            redisReply *z = r->element[0];
+            r->element[0] = NULL;
+            freeReplyObject(r);
+            r = z;
+        }
         if (r == NULL || r->type != REDIS_REPLY_INTEGER) {
             snprintf(err, errlen, "giving back epoch %" PRId64 " in Redis: %s", v->epoch,
                      r != NULL && r->type == REDIS_REPLY_ERROR ? r->str : rc->errstr);
@@ -361,10 +454,19 @@ int reserve_admin_return(struct mconn *mc, struct rconn *rc, const struct reserv
         if (back == -2) {
             /* The node renewed within the lease: it may still be spending. */
             struct reserve_view lv = *v;
-            if (ra_append_view(rc, &lv) == CS_OK && ra_read_view(rc, &lv, o->lease_ms) == CS_OK)
+            if (ra_append_view(rc, &lv) == CS_OK && ra_read_view(rc, &lv, o->lease_ms) == CS_OK) {
                 res->lease_age_ms = lv.lease_age_ms;
+                res->lease_ms = lv.lease_ms;
+            }
             if (res->outcome != RRET_RETURNED)
                 res->outcome = RRET_LEASE_NOT_EXPIRED;
+            break;
+        }
+        if (back == -3) {
+            /* The sale's stock field is missing (Redis lost it, a restore is
+             * under way): what went back would be lost. Nothing written. */
+            if (res->outcome != RRET_RETURNED)
+                res->outcome = RRET_NOT_IN_REDIS;
             break;
         }
         if (back == -1) {
@@ -388,8 +490,14 @@ int reserve_admin_return(struct mconn *mc, struct rconn *rc, const struct reserv
         res->outcome = RRET_RETURNED;
         res->epochs++;
         res->returned += back;
+        res->parked += parked;
+        if (o->journal_lost)
+            res->lost += back;
         res->amount += v->amount;
     }
     reserve_admin_list_free(&l);
+    if (ret == CS_OK && o->journal_lost && res->outcome != RRET_LEASE_NOT_EXPIRED
+        && res->outcome != RRET_NOT_IN_REDIS)
+        ret = ra_release_lost(mc, rc, o, id, inc, res, err, errlen);
     return ret;
 }

@@ -32,6 +32,8 @@ struct reserve_view {
     int64_t lease_age_ms;      /* ms since the incarnation last renewed, by Redis' clock;
                                   -1 when it never did or Redis could not be read */
     int lease_expired;         /* the admin may return it now (no renewal within the lease) */
+    int64_t lease_ms;          /* the lease judged by: the longer of the caller's and the
+                                  one the node published with its renewal */
 };
 
 struct reserve_list {
@@ -75,12 +77,18 @@ struct reserve_return {
     int64_t returned;          /* tokens put back into stock by this call */
     int64_t amount;            /* what the epochs closed had set aside */
     int64_t lease_age_ms;      /* -1 unknown */
+    int64_t lease_ms;          /* the lease waited for: the node's own when it published one */
+    int64_t parked;            /* tokens the node may have granted, kept out of stock until it
+                                  replays (a return of a journal not declared lost) */
+    int64_t lost;              /* journal declared lost: tokens put back that the node may have
+                                  granted (their grants are lost with its journal) */
 };
 
 struct reserve_admin_opts {
     int lease_ms;              /* fallback.lease_ms */
     int wait_replicas;         /* redis.wait_replicas: the durability rule */
     int wait_timeout_ms;
+    int journal_lost;          /* the operator declares the node's journal lost */
 };
 
 /*
@@ -88,8 +96,15 @@ struct reserve_admin_opts {
  * digits, checked by the caller) for activity id, epoch by epoch: the
  * give-back script with the lease check (RESERVE_LUA_GIVE_BACK, ARGV[4] =
  * lease_ms), then the durability rule, then the epoch closed in MySQL
- * (state 2, closed_by 'admin', returned). Safe to repeat: a return whose
- * MySQL step failed is closed in MySQL by the next call (RRET_CLOSED).
+ * (state 2, closed_by 'admin', returned). The lease waited for is the
+ * longer of lease_ms and the one the node published with its last renewal.
+ * What the node may have granted and not replayed (its reserve field) stays
+ * out of stock (res->parked) until the node comes back and replays, unless
+ * the operator declares its journal lost (o->journal_lost): then it goes
+ * back to stock, with what earlier returns kept out (res->lost), and the
+ * grants the node did not replay are lost with its journal. Safe to repeat:
+ * a return whose MySQL step failed is closed in MySQL by the next call
+ * (RRET_CLOSED).
  * CS_OK with *res; CS_ERR with err set when MySQL or Redis failed or the
  * give-back was not confirmed by the copies the rule asks for (then a
  * repeat finishes it).

@@ -53,66 +53,96 @@ static int open_epoch_row(void *arg, int ncols, char **cols)
 }
 
 /*
- * Recreates the reserve fields of a's open epochs (as set-aside wrote them:
- * each epoch's full amount, so that what its node gives back or replays
- * balances what the stock leaves out), and sets the shard's restore
- * generation to a value of this restore's own so nodes stop spending until
- * they have replayed. Idempotent. Every field is set only where absent: a
- * second restore that raced this one (coupon-sync's preheat and an admin's)
- * must not put back counts that replays and give-backs moved meanwhile.
+ * The stock field and the reserve fields of one activity, written in one
+ * step (DESIGN.md rule 18): a keeper renewing in between must never see a
+ * reserve without its sale's stock, nor the stock without the reserves it
+ * leaves out. KEYS: stock, reserve, epochs. ARGV: activityId, stock, the
+ * restore generation, 1 to recreate the reserves (0: the stock only), then
+ * per open epoch its incarnation, epoch and amount. Nothing is written when
+ * the stock field exists (a live sale, or a restore that raced this one:
+ * that one wrote both): 0; else 1.
+ *
+ * The reserve fields are recreated as set-aside wrote them (each epoch's
+ * full amount, so that what its node gives back or replays balances what
+ * the stock leaves out), and the shard's restore generation is set to a
+ * value of this restore's own, so nodes stop spending until they have
+ * replayed. Each reserve field is set only where absent.
  */
-static int restore_reserves(struct rconn *rc, const struct activity *a,
-                            const struct open_epochs *e, char *err, size_t errlen)
-{
-    char rkey[KEYS_MAX], ekey[KEYS_MAX];
-    int shard = keys_shard(a->id);
-    int n = 0;
+static const char RESTORE_LUA[] =
+    "if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end\n"
+    "if ARGV[4] == '1' then\n"
+    "  local n, sum = 0, 0\n"
+    "  for i = 5, #ARGV - 2, 3 do\n"
+    "    redis.call('HSETNX', KEYS[2], ARGV[1] .. ':' .. ARGV[i], ARGV[i + 2])\n"
+    "    redis.call('HSETNX', KEYS[3], ARGV[i] .. ':' .. ARGV[i + 1], 'open:' .. ARGV[i + 2])\n"
+    "    n = n + 1\n"
+    "    sum = sum + tonumber(ARGV[i + 2])\n"
+    "  end\n"
+    "  if n > 0 then\n"
+    "    redis.call('HSETNX', KEYS[2], ARGV[1], n)\n"
+    "    redis.call('HSETNX', KEYS[2], ARGV[1] .. ':held', sum)\n"
+    "  end\n"
+    "  redis.call('HSET', KEYS[2], 'restored', ARGV[3])\n"
+    "end\n"
+    "redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])\n"
+    "return 1\n";
 
+/* RESTORE_LUA for activity a: CS_OK with *created (1: written now). */
+static int restore_write(struct rconn *rc, const struct activity *a, int64_t stock,
+                         int with_reserves, const struct open_epochs *e, int *created, char *err,
+                         size_t errlen)
+{
+    char skey[KEYS_MAX], rkey[KEYS_MAX], ekey[KEYS_MAX], id[24], st[24], gen[24];
+    int shard = keys_shard(a->id);
+    size_t n = 10 + 3 * e->n;
+    const char **argv = xmalloc(n * sizeof(*argv));
+    size_t *argl = xmalloc(n * sizeof(*argl));
+    char (*num)[2][24] = xmalloc((e->n + 1) * sizeof(*num));
+    int ret = CS_ERR;
+
+    keys_stock(skey, shard);
     keys_reserve(rkey, shard);
     keys_reserve_epochs(ekey, a->id);
-    for (size_t i = 0; i < e->n; i++) {
-        const struct open_epoch *o = &e->v[i];
-        if (rconn_append(rc, rkey, "HSETNX %s %" PRId64 ":%s %" PRId64, rkey, a->id, o->inc,
-                         o->amount) != CS_OK
-            || rconn_append(rc, ekey, "HSETNX %s %s:%" PRId64 " open:%" PRId64, ekey, o->inc,
-                            o->epoch, o->amount) != CS_OK)
-            goto fail;
-        n += 2;
-    }
-    if (e->n > 0) {
-        /* hiredis' format knows no %zu ("Invalid format string"). */
-        if (rconn_append(rc, rkey, "HSETNX %s %" PRId64 " %" PRId64, rkey, a->id,
-                         (int64_t)e->n) != CS_OK
-            || rconn_append(rc, rkey, "HSETNX %s %" PRId64 ":held %" PRId64, rkey, a->id,
-                            e->sum) != CS_OK)
-            goto fail;
-        n += 2;
-    }
+    snprintf(id, sizeof(id), "%" PRId64, a->id);
+    snprintf(st, sizeof(st), "%" PRId64, stock);
     /* Not a counter: its field goes with the data, so a count would start
      * at 1 again after a second loss, and a node away for both the loss and
      * the restore would see the number it knew. */
-    uint64_t gen;
-    if (getrandom(&gen, sizeof(gen), 0) != (ssize_t)sizeof(gen))
-        gen = (uint64_t)cs_now_ms();
-    if (rconn_append(rc, rkey, "HSET %s restored %" PRId64, rkey,
-                     (int64_t)(gen >> 1) + 1) != CS_OK)
-        goto fail;
-    n++;
-    int ret = CS_OK;
-    for (int i = 0; i < n; i++) {
-        redisReply *r;
-        if (rconn_get_reply(rc, &r) != CS_OK)
-            goto fail;
-        if (r->type == REDIS_REPLY_ERROR && ret == CS_OK) {
-            snprintf(err, errlen, "restoring reserves of activity %" PRId64 ": %s", a->id, r->str);
-            ret = CS_ERR;
-        }
-        freeReplyObject(r);
+    uint64_t g;
+    if (getrandom(&g, sizeof(g), 0) != (ssize_t)sizeof(g))
+        g = (uint64_t)cs_now_ms();
+    snprintf(gen, sizeof(gen), "%" PRId64, (int64_t)(g >> 1) + 1);
+    size_t c = 0;
+    argv[c++] = "EVAL";
+    argv[c++] = RESTORE_LUA;
+    argv[c++] = "3";
+    argv[c++] = skey;
+    argv[c++] = rkey;
+    argv[c++] = ekey;
+    argv[c++] = id;
+    argv[c++] = st;
+    argv[c++] = gen;
+    argv[c++] = with_reserves ? "1" : "0";
+    for (size_t i = 0; with_reserves && i < e->n; i++) {
+        snprintf(num[i][0], sizeof(num[i][0]), "%" PRId64, e->v[i].epoch);
+        snprintf(num[i][1], sizeof(num[i][1]), "%" PRId64, e->v[i].amount);
+        argv[c++] = e->v[i].inc;
+        argv[c++] = num[i][0];
+        argv[c++] = num[i][1];
     }
+    for (size_t i = 0; i < c; i++)
+        argl[i] = strlen(argv[i]);
+    struct rconn_site at;
+    redisReply *r = rconn_commandv_at(rc, skey, (int)c, argv, argl, &at);
+    if (rconn_expect(rc, r, REDIS_REPLY_INTEGER, "EVAL", skey, err, errlen) == CS_OK) {
+        *created = r->integer == 1;
+        freeReplyObject(r);
+        ret = CS_OK;
+    }
+    free(num);
+    free(argl);
+    free(argv);
     return ret;
-fail:
-    snprintf(err, errlen, "restoring reserves of activity %" PRId64 ": %s", a->id, rc->errstr);
-    return CS_ERR;
 }
 
 /* Pending HSET of seize-list pairs, flushed every ACT_HSET_CHUNK pairs. */
@@ -273,23 +303,16 @@ int restore_stock(struct mconn *mc, struct rconn *rc, const struct activity *a, 
         free(eps.v);
         goto out;
     }
-    if ((in_mysql + queued > 0 || eps.n > 0)
-        && restore_reserves(rc, a, &eps, err, errlen) != CS_OK) {
-        free(eps.v);
-        goto out;
-    }
     int64_t reserved = eps.sum;
     size_t nepochs = eps.n;
-    free(eps.v);
-
     int64_t stock = a->total_num - in_mysql - queued - reserved;
     if (stock < 0)
         stock = 0;
-    r = rconn_command(rc, skey, "HSETNX %s %s %" PRId64, skey, field, stock);
-    if (rconn_expect(rc, r, REDIS_REPLY_INTEGER, "HSETNX", skey, err, errlen) != CS_OK)
+    int rc2 = restore_write(rc, a, stock, in_mysql + queued > 0 || eps.n > 0, &eps, created, err,
+                            errlen);
+    free(eps.v);
+    if (rc2 != CS_OK)
         goto out;
-    *created = r->integer == 1;
-    freeReplyObject(r);
     if (*created && in_mysql + queued + reserved > 0) {
         *restored = 1;
         log_notice("activity %" PRId64 ": stock restored to %" PRId64 " (total %" PRId64

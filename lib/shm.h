@@ -53,7 +53,7 @@ struct shm_rsv_slot {
  * a keeper that died midway leaves it odd, which ends the lease). */
 struct shm_rsv_lease {
     _Atomic uint32_t seq;
-    _Atomic int64_t sent_mono;   /* cs_mono_ms() when it was sent; 0 never */
+    _Atomic int64_t sent_mono;   /* cs_boot_ms() when it was sent; 0 never */
     _Atomic int64_t recv_mono;   /* when its answer came */
     _Atomic int64_t redis_ms;    /* Redis TIME in the answer */
 };
@@ -95,6 +95,9 @@ struct shm_reserves {
     _Atomic uint64_t returned;       /* tokens given back to stock */
     _Atomic uint64_t duplicates;     /* replayed grants of users who already held one */
     _Atomic uint64_t dead_letters;   /* tokens with nothing to take them from */
+    _Atomic uint64_t anomalies;      /* tokens whose replay marker names another user */
+    _Atomic uint64_t journals_lost;  /* admin returns that declared a node's journal lost */
+    _Atomic int claim_refused;       /* another live instance holds this incarnation */
     _Atomic uint64_t journal_failures;
     _Atomic int64_t journal_depth;   /* records not yet replayed */
     _Atomic int64_t oldest_unreplayed_ms;  /* wall clock of the oldest of them; 0 none */
@@ -136,6 +139,7 @@ struct shm_breaker {
     _Atomic int failures;
     _Atomic int64_t open_until_ms;
     _Atomic int64_t probe_until_ms;
+    _Atomic int64_t answer_ms;   /* cs_mono_ms() of the last seize Redis answered, ~5 ms */
 };
 
 /* Depth of each shard's sync queue (HLEN of QUEUE:COUPON:SEIZE:SYNC:{i}) for
@@ -158,6 +162,8 @@ struct shm_node {
     _Atomic int64_t breaker_open_until_ms;
     _Atomic int64_t breaker_probe_until_ms;  /* lease of the one probing worker */
     _Atomic int redis_fault;                 /* rconn_fault of the last seize call */
+    _Atomic int64_t seize_answer_ms;         /* cs_mono_ms() of the last seize Redis answered
+                                              * (to within 5 ms: not a write per seize) */
 
     _Atomic int64_t bucket_tat_us;           /* GCRA theoretical arrival time */
 

@@ -209,15 +209,22 @@ static int exp_due(struct rconn *rc, int shard, int64_t cutoff_ms, int64_t **ids
     return CS_OK;
 }
 
-/* How many reserve epochs of activity id are open (-1: Redis failed). */
+/* How many reserve epochs of activity id are open, plus one while tokens an
+ * admin's return kept out of stock wait for their node's replay (counted in
+ * ':held'): their grants need the sale (-1: Redis failed). */
 static int exp_reserves_open(struct rconn *rc, int shard, int64_t id)
 {
     char key[KEYS_MAX];
     keys_reserve(key, shard);
-    redisReply *r = rconn_command(rc, key, "HGET %s %" PRId64, key, id);
-    if (r == NULL)
+    redisReply *r = rconn_command(rc, key, "HMGET %s %" PRId64 " %" PRId64 ":held", key, id, id);
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+        if (r != NULL)
+            freeReplyObject(r);
         return -1;
-    int n = r->type == REDIS_REPLY_STRING ? atoi(r->str) : 0;
+    }
+    int n = r->element[0]->type == REDIS_REPLY_STRING ? atoi(r->element[0]->str) : 0;
+    if (r->element[1]->type == REDIS_REPLY_STRING && atoll(r->element[1]->str) > 0)
+        n++;
     freeReplyObject(r);
     return n;
 }

@@ -152,7 +152,10 @@ async function giveBack(r, tr) {
     { method: 'POST', body: `{"id":${r.a.idStr},"incarnation":"${inc}"}`, token, timeoutMs: 15000 });
   delete btn.dataset.busy;
   if (res.json && res.json.code === 'OK') {
-    say(`Returned node ${inc.slice(0, 8)}'s reserve of "${r.a.name}": ${res.json.returned ?? 'unknown'} coupons back in stock.`, true);
+    // What the node may have granted stays out of stock until it replays
+    // (DESIGN.md rule 16); the page says so rather than promising stock.
+    const parked = res.json.parked ? `; ${res.json.parked} kept out of stock until that node replays its journal` : '';
+    say(`Returned node ${inc.slice(0, 8)}'s reserve of "${r.a.name}": ${res.json.returned ?? 'unknown'} coupons back in stock${parked}.`, true);
   } else {
     say(`Return failed: ${answerText(res)}`, false);
   }

@@ -4,13 +4,15 @@
 # servers: two coupon-fcgi nodes on one Redis and MySQL.
 #  (a) GET /market/admin/coupon/reserves lists both nodes' incarnations;
 #  (b) node n2 is killed (kill -9): a return before its lease is over is
-#      409 LEASE_NOT_EXPIRED and changes nothing; after it, 200: the stock
-#      rises by exactly what n2 held, MySQL has the epoch closed by 'admin',
-#      admin_audit has the row; n2 restarted on the same journal spends
-#      nothing of the closed epoch;
+#      409 LEASE_NOT_EXPIRED and changes nothing; after it, 200: the epoch
+#      is closed and what n2 held stays out of stock (it may have granted it,
+#      rule 16), MySQL has the epoch closed by 'admin', admin_audit has the
+#      row; n2 restarted on the same journal spends nothing of the closed
+#      epoch, and once it has replayed, what it held is back in stock;
 #  (c) n2 grants from its reserve while Redis is down and is killed before
 #      it could replay; its reserve is returned; restarted, it replays those
-#      grants (from stock) and every user told SEIZED holds the coupon;
+#      grants (from what the return kept out of stock) and every user told
+#      SEIZED holds the coupon;
 #  (d) n2 cut off from Redis (a proxy killed) grants from its reserve; its
 #      reserve is returned while it runs; back on Redis it finds its epoch
 #      closed, spends no more of it and replays its grants;
@@ -63,16 +65,17 @@ for x in d.get("reserves", []):
 lease_over() { http GET "$LIST" '' "$ADMIN"; [[ $(rsv "$1" leaseExpired) == true ]]; }
 ret_body() { printf '{"id":%s,"incarnation":"%s"}' "$A" "$1"; }
 # return_after_lease CASE WHAT: once n2's lease is over, an admin returns
-# its reserve: 200 OK with what it held (HELD2), and the stock rises by that.
+# its reserve: 200 OK, the epoch closed, what it held (HELD2) kept out of
+# stock until n2 replays (it may have granted it), the stock unchanged.
 return_after_lease() {
     local s0
     check "$1 n2's lease is over" wait_for 15 lease_over "$INC2"
     HELD2=$(rsv "$INC2" left)
     s0=$(stock_of "$A")
     http POST "$RETURN" "$(ret_body "$INC2")" "$ADMIN"
-    check_eq "$1 $2: 200 OK, $HELD2 coupons" "200 OK $HELD2" \
-        "$HTTP_CODE $(json_get "$HTTP_BODY" code) $(json_get "$HTTP_BODY" returned)"
-    check_eq "$1 the stock rose by exactly that" $((s0 + HELD2)) "$(stock_of "$A")"
+    check_eq "$1 $2: 200 OK, 0 back, $HELD2 kept out of stock" "200 OK 0 $HELD2" \
+        "$HTTP_CODE $(json_get "$HTTP_BODY" code) $(json_get "$HTTP_BODY" returned) $(json_get "$HTTP_BODY" parked)"
+    check_eq "$1 the stock is unchanged" "$s0" "$(stock_of "$A")"
 }
 epoch_row() {
     mysql_q "SELECT state, COALESCE(closed_by, '-'), COALESCE(returned, '-') FROM reserve_epoch
@@ -146,10 +149,11 @@ held2=$(rsv "$INC2" left)
 s0=$(stock_of "$A")
 http POST "$RETURN" "$(ret_body "$INC2")" "$ADMIN"
 check_eq "(b) after the lease: 200 OK" "200 OK" "$HTTP_CODE $(json_get "$HTTP_BODY" code)"
-check_eq "(b) it returned what n2 held ($held2)" "$held2" "$(json_get "$HTTP_BODY" returned)"
-check_eq "(b) the stock rose by exactly that" $((s0 + held2)) "$(stock_of "$A")"
+check_eq "(b) it kept what n2 held ($held2) out of stock" "0 $held2" \
+    "$(json_get "$HTTP_BODY" returned) $(json_get "$HTTP_BODY" parked)"
+check_eq "(b) the stock is unchanged" "$s0" "$(stock_of "$A")"
 check_eq "(b) n2's reserve field is gone from Redis" "" "$(field_of "$INC2")"
-check_eq "(b) MySQL: the epoch closed by admin, $held2 returned" "2 admin $held2" \
+check_eq "(b) MySQL: the epoch closed by admin, 0 returned" "2 admin 0" \
     "$(epoch_row "$INC2" 1)"
 check_eq "(b) admin_audit has the return and the refusal" "reserve_return 409 LEASE_NOT_EXPIRED
 reserve_return 409 LEASE_NOT_EXPIRED
@@ -160,7 +164,7 @@ balanced "(b) after the return"
 http POST "$RETURN" "$(ret_body "$INC2")" "$ADMIN"
 check_eq "(b) a second return: 404 NO_OPEN_RESERVE" "404 NO_OPEN_RESERVE" \
     "$HTTP_CODE $(json_get "$HTTP_BODY" code)"
-check_eq "(b) ... and the stock is unchanged" $((s0 + held2)) "$(stock_of "$A")"
+check_eq "(b) ... and the stock is unchanged" "$s0" "$(stock_of "$A")"
 
 # n2 comes back on the same journal: its closed epoch is not spent again.
 node_up n2 || finish
@@ -169,7 +173,11 @@ check "(b) n2 restarted: its keeper runs" wait_for 20 metric_is couponseize_rese
 new_epoch() { [[ $(mysql_q "SELECT COUNT(*) FROM reserve_epoch WHERE activity_id = $A
                              AND incarnation = '$INC2' AND epoch = 2 AND state = 1") == 1 ]]; }
 check "(b) n2 set aside a new epoch (2)" wait_for 20 new_epoch
-check_eq "(b) epoch 1 stays closed by admin" "2 admin $held2" "$(epoch_row "$INC2" 1)"
+check_eq "(b) epoch 1 stays closed by admin" "2 admin 0" "$(epoch_row "$INC2" 1)"
+parked_of() { rcli HGET "COUPON:RESERVE:EPOCH:${A}_{$SHARD}" "$1:$2:parked"; }
+released() { [[ -z $(parked_of "$INC2" 1) ]]; }
+check "(b) n2 replayed (nothing): what the return kept out of stock is back in it" \
+    wait_for 10 released
 wait_for 10 metric_is couponseize_reserve_held "$K" n2
 check_eq "(b) n2 holds only the new epoch's $K" "$K" "$(metric couponseize_reserve_held n2)"
 check_eq "(b) Redis: n2's field is the new epoch's" "$K" "$(field_of "$INC2")"
@@ -194,11 +202,11 @@ health_ok() { [[ $(http_code GET /market/health) == 200 ]]; }
 check "(c) Redis is back" wait_for 20 health_ok
 balanced "(c) n2 dead with unreplayed grants"
 return_after_lease "(c)" "its reserve returned"
-check_eq "(c) MySQL: epoch 2 closed by admin" "2 admin $HELD2" "$(epoch_row "$INC2" 2)"
+check_eq "(c) MySQL: epoch 2 closed by admin" "2 admin 0" "$(epoch_row "$INC2" 2)"
 balanced "(c) after the return"
 node_up n2 || finish
 check "(c) n2 restarted replays its journal" wait_for 20 metric_is couponseize_journal_depth 0 n2
-check_eq "(c) replayed from stock: no dead letters" 0 \
+check_eq "(c) replayed from what the return kept out: no dead letters" 0 \
     "$(metric couponseize_reserve_dead_letters_total n2)"
 bad=0
 for u in 11 12 13; do
@@ -206,7 +214,8 @@ for u in 11 12 13; do
         $((5001100 + u))) != 1 ]]; then bad=$((bad + 1)); fi
 done
 check_eq "(c) every user n2 told SEIZED is in the seize list" 0 "$bad"
-check_eq "(c) epoch 2 stays closed by admin" "2 admin $HELD2" "$(epoch_row "$INC2" 2)"
+check_eq "(c) epoch 2 stays closed by admin" "2 admin 0" "$(epoch_row "$INC2" 2)"
+check "(c) the rest of what it kept out is back in stock" wait_for 10 test -z "$(parked_of "$INC2" 2)"
 balanced "(c) after the replay"
 check "(c) coupon-sync drained the queue" wait_for 60 drained "$SHARD"
 check_eq "(c) MySQL holds a coupon per seize-list entry" "$(seized_of)" \
@@ -297,7 +306,7 @@ for u in 11 12 13; do
         $((5001200 + u))) != 1 ]]; then bad=$((bad + 1)); fi
 done
 check_eq "(d) every user n2 told SEIZED is in the seize list" 0 "$bad"
-check_eq "(d) epoch $E stays closed by admin" "2 admin $HELD2" "$(epoch_row "$INC2" "$E")"
+check_eq "(d) epoch $E stays closed by admin" "2 admin 0" "$(epoch_row "$INC2" "$E")"
 balanced "(d) after the replay"
 next_epoch() { open_epoch && ((E > ${1})); }
 check "(d) n2 goes on with a new epoch" wait_for 20 next_epoch "$E"

@@ -1,0 +1,116 @@
+/* keeper_claim.c - one live instance per node incarnation (DESIGN.md
+ * "Selling through a slow or missing Redis", rule 15): the reserve keeper
+ * claims its incarnation in Redis on every pass. */
+#include "keeper_int.h"
+#include "cs.h"
+#include "keys.h"
+#include "log.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+/*
+ * Claiming the incarnation. KEYS: the claim. ARGV: this instance, the time
+ * to live (ms), and a holder it may replace ("" none). 1 when the claim is
+ * this instance's now, else the holder's value.
+ */
+static const char KEEPER_LUA_CLAIM[] =
+    "local v = redis.call('GET', KEYS[1])\n"
+    "if not v or v == ARGV[1] or (ARGV[3] ~= '' and v == ARGV[3]) then\n"
+    "  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"
+    "  return 1\n"
+    "end\n"
+    "return v\n";
+
+/* "host boot-id pid" of this keeper. */
+void keeper_claim_init(struct keeper *k)
+{
+    char host[128] = "?", boot[64] = "?";
+    if (gethostname(host, sizeof(host)) != 0)
+        snprintf(host, sizeof(host), "?");
+    host[sizeof(host) - 1] = '\0';
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
+    if (f != NULL) {
+        if (fscanf(f, "%63s", boot) != 1)
+            snprintf(boot, sizeof(boot), "?");
+        fclose(f);
+    }
+    snprintf(k->claim, sizeof(k->claim), "%s %s %d", host, boot, (int)getpid());
+}
+
+/* Whether holder names a process of this machine's current boot that is
+ * gone: a keeper of this incarnation that died here (a restart). */
+static int keeper_claim_stale(const struct keeper *k, const char *holder)
+{
+    char host[128], boot[64], mhost[128], mboot[64];
+    int pid, mpid;
+    if (sscanf(holder, "%127s %63s %d", host, boot, &pid) != 3
+        || sscanf(k->claim, "%127s %63s %d", mhost, mboot, &mpid) != 3)
+        return 0;
+    return strcmp(host, mhost) == 0 && strcmp(boot, mboot) == 0 && pid != mpid && pid > 0
+           && kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+/*
+ * Claims this incarnation in Redis for as long as the lease, and then some
+ * (DESIGN.md rule 15): the journal directory's flock keeps a second instance
+ * off this host's directory only, not off a copied image or a restored
+ * backup. CS_OK when this instance holds it, or Redis did not answer (then
+ * nothing is renewed either, and k->claimed keeps what it was); CS_ERR when
+ * another live instance holds it: nothing of this pass may be done.
+ */
+int keeper_claim(struct keeper *k)
+{
+    char key[KEYS_MAX], ttl[24];
+    const char *stale = "";
+    char held[192] = "";
+    keys_reserve_claim(key, k->jd.incarnation);
+    snprintf(ttl, sizeof(ttl), "%d", k->conf->fallback_lease_ms + KEEPER_CLAIM_SLACK_MS);
+    for (int tries = 0; tries < 2; tries++) {
+        const char *argv[] = {"EVAL", KEEPER_LUA_CLAIM, "1", key, k->claim, ttl, stale};
+        size_t argl[7];
+        for (int i = 0; i < 7; i++)
+            argl[i] = strlen(argv[i]);
+        struct rconn_site at;
+        redisReply *r = rconn_commandv_at(k->rc, key, 7, argv, argl, &at);
+        if (r == NULL || (r->type != REDIS_REPLY_INTEGER && r->type != REDIS_REPLY_STRING)) {
+            if (r != NULL)
+                freeReplyObject(r);
+            return CS_OK;
+        }
+        if (r->type == REDIS_REPLY_INTEGER) {
+            freeReplyObject(r);
+            if (!k->claimed && atomic_load(&k->rv->claim_refused))
+                log_notice("reserve keeper: incarnation %s is this instance's again (%s)",
+                           k->jd.incarnation, k->claim);
+            k->claimed = 1;
+            atomic_store(&k->rv->claim_refused, 0);
+            return CS_OK;
+        }
+        snprintf(held, sizeof(held), "%s", r->str);
+        freeReplyObject(r);
+        if (!keeper_claim_stale(k, held))
+            break;
+        stale = held;
+    }
+    k->claimed = 0;
+    atomic_store(&k->rv->claim_refused, 1);
+    /* Nothing spends while another instance holds the incarnation: its
+     * token numbers are the same as ours. */
+    for (int i = 0; i < SHM_RESERVES; i++)
+        if (atomic_load(&k->rv->slot[i].state) != RSV_EMPTY) {
+            atomic_store(&k->rv->slot[i].state, RSV_STOPPED);
+            k->loc[i].resume = 1;
+        }
+    int64_t now = cs_mono_ms();
+    if (k->claim_warn_ms == 0 || now - k->claim_warn_ms >= 60000) {
+        k->claim_warn_ms = now;
+        log_error("reserve keeper: incarnation %s is held by another live instance (%s; this is "
+                  "%s): a copied image or a restored journal directory? No grants from reserves "
+                  "while it holds it", k->jd.incarnation, held, k->claim);
+    }
+    return CS_ERR;
+}

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# reserve_pause.sh - a slow Redis is waited out with reserves on (DESIGN.md
+# "Selling through a slow or missing Redis", rule 4, and the budget): under
+# a load of 32 connections (fallback.reserve = 200, budget_ms = 1000),
+# Redis write pauses of 300, 700 and 900 ms (CLIENT PAUSE ... WRITE), three
+# of each, all shorter than the budget: no seize is answered UNAVAILABLE,
+# none is granted from the reserve (every one reached Redis), no breaker
+# opens, every answer comes within the budget, and every user told SEIZED
+# holds a coupon in MySQL.
+# shellcheck source=tests/lib.sh
+. "${top_srcdir:-$(dirname "$0")/../..}/tests/lib.sh"
+
+[[ -x $LOADGEN ]] || skip_all "tests/bench/loadgen is not built (make check builds it)"
+K=200
+BUDGET=1000
+export COUPON_WORKERS=4
+export COUPON_CONF_OVERRIDES="fallback.reserve=$K
+fallback.budget_ms=$BUDGET
+fallback.lease_ms=30000
+${COUPON_CONF_OVERRIDES:-}"
+cs_stack_up
+PORT=${COUPON_URL##*:}
+ADMIN=$(mint_jwt 1 admin)
+answered() { [[ -f $2 ]] && (($(wc -l <"$2") > $1 + 1)); }
+
+A=4801
+mk_activity $A 1000000 -60 3600
+http POST /market/admin/coupon/preheat '' "$ADMIN"
+check "the node set a reserve of $K aside and opened it" wait_for 20 reserves_open_on
+log=$COUPON_DIR/pause.log
+spent0=$(metric couponseize_reserve_spent_total)
+opened0=$(metric couponseize_breaker_opened_total)
+"$LOADGEN" -p "$PORT" -s "$COUPON_JWT_SECRET" -a $A -c 32 -D 60 -n 100000000 \
+    -b $((A * 1000000)) -L "$log" -j >"$COUPON_DIR/pause.json" &
+lpid=$!
+cs_defer stop_bg "$lpid"
+wait_for 30 answered 200 "$log" || not_ok "the load got going"
+for ms in 300 700 900 300 700 900 300 700 900; do
+    rcli CLIENT PAUSE "$ms" WRITE >/dev/null
+    sleep "$(printf '%d.%03d' $(((ms + 1200) / 1000)) $(((ms + 1200) % 1000)))"
+done
+kill -TERM "$lpid"
+wait "$lpid"
+check "coupon-sync drained the queue" wait_for 60 drained $((A % 10))
+seize_judge "pauses" $A "$log" $((A * 1000000))
+check_eq "no seize answered UNAVAILABLE" 0 "$UNAVAILABLE"
+check "the pauses were felt (max $MAX_MS ms >= 800 ms)" test "$MAX_MS" -ge 800
+check "every answer within the budget + 100 ms (max $MAX_MS ms)" test "$MAX_MS" -le $((BUDGET + 100))
+check_eq "nothing was granted from the reserve" "$spent0" "$(metric couponseize_reserve_spent_total)"
+check_eq "no breaker opened" "$opened0" "$(metric couponseize_breaker_opened_total)"
+diag "answers: $(awk 'NR > 1 { n[$3]++ } END { for (c in n) printf "%s=%d ", c, n[c] }' "$log")"
+diag "UNAVAILABLE by time (ms since start): $(awk 'NR > 1 && $3 == "UNAVAILABLE" { print int($1 / 100) * 100 }' "$log" | uniq -c | head -n 20 | tr -s ' \n' ' ')"
+
+finish

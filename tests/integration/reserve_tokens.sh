@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# reserve_tokens.sh - a token is spent once, for ever (DESIGN.md "Selling
+# through a slow or missing Redis", rule 14), with real servers, kill -9 and
+# every answer judged per user afterwards:
+#  (a) Redis killed, three users told SEIZED from node 2's reserve; Redis
+#      back, the grants replayed and their segments deleted; node 2 killed
+#      (kill -9 of supervisor, workers and keeper) and started again: it
+#      resumes at amount - tokens spent (never above what Redis' reserve
+#      field holds), not at the epoch's full amount. Redis killed again,
+#      twenty users seize; after the replay every user told SEIZED holds
+#      exactly one coupon, and nothing is lost silently;
+#  (b) a token whose replay marker already names another user (spent
+#      twice) is an anomaly: it goes to the dead letters, the metrics count
+#      it and the keeper logs it at error level; it is never counted as the
+#      same grant replayed.
+# shellcheck source=tests/lib.sh
+. "${top_srcdir:-$(dirname "$0")/../..}/tests/lib.sh"
+
+skip_unless_cmd cgi-fcgi || skip_all "cgi-fcgi is not installed (Debian libfcgi-bin)"
+K=20
+export COUPON_WORKERS=2
+export COUPON_CONF_OVERRIDES="fallback.reserve=$K
+fallback.lease_ms=30000
+${COUPON_CONF_OVERRIDES:-}"
+cs_stack_up
+ADMIN=$(mint_jwt 1 admin)
+
+# field_of ID NODE: what node NODE's open reserve of activity ID holds in Redis.
+field_of() {
+    rcli HGET "COUPON:RESERVE:{$(($1 % 10))}" "$1:$(cat "$COUPON_DIR/$2/journal/incarnation")"
+}
+# seize_on NODE ID USER LOG: one settled seize straight to node NODE; appends
+# "user code" to LOG.
+seize_on() {
+    seize_settled "$2" "$(mint_jwt "$3")" "$1"
+    echo "$3 ${SEIZE_CODE:-NO_ANSWER}" >>"$4"
+}
+# told_seized LOG: the users LOG says were told SEIZED, one a line.
+told_seized() { awk '$2 == "SEIZED" { print $1 }' "$1"; }
+# coupons_of ID USER: the coupons of activity ID the user holds, in any status.
+coupons_of() { mysql_q "SELECT COUNT(*) FROM coupon WHERE activity_id = $1 AND user_id = $2"; }
+segments() { compgen -G "$COUPON_DIR/$1/journal/w*-*.jnl" || true; }
+# no_segments NODE: node NODE has no journal segment left. A worker lets go
+# of a segment the keeper moved it off after its next request, so each call
+# sends it one.
+no_segments() {
+    node_http "$1" GET /market/health
+    [[ -z $(segments "$1") ]]
+}
+
+A=4201
+node_up n2
+mk_activity $A 1000000 -60 3600
+http POST /market/admin/coupon/preheat '' "$ADMIN"
+check "(a) node 2 opened its reserve of $K" wait_for 20 reserves_open_on n2
+check "(a) node 1 opened its reserve too" wait_for 20 reserves_open_on
+check_eq "(a) node 2's reserve in Redis" "$K" "$(field_of $A n2)"
+
+# Outage 1: three users told SEIZED from node 2's reserve.
+L1=$COUPON_DIR/outage1.log
+: >"$L1"
+stack stop-redis --kill
+check "(a) node 2 seizes from its reserve while Redis is down" \
+    wait_for 5 node_health_says n2 reserve
+for u in 1 2 3; do seize_on n2 $A $((A * 1000 + u)) "$L1"; done
+check_eq "(a) outage 1: the three users were told SEIZED" 3 "$(told_seized "$L1" | wc -l)"
+
+# Redis back: replayed, durable, and the replayed segments deleted.
+stack start-redis
+check "(a) node 2 replayed its journal" wait_for 20 metric_is couponseize_journal_depth 0 n2
+check "(a) node 2 deleted its replayed segments" wait_for 20 no_segments n2
+check "(a) the keeper logged a deletion" \
+    grep -q 'replayed; deleted' "$COUPON_DIR/n2/fcgi.log"
+check_eq "(a) node 2's reserve in Redis is down by 3" $((K - 3)) "$(field_of $A n2)"
+check_eq "(a) the tokens file in the journal directory says 3 were spent" "$A 1 3" \
+    "$(cat "$COUPON_DIR/n2/journal/tokens")"
+
+# A power cut: the whole node killed, started again.
+node_down n2 KILL
+node_up n2
+check "(a) the restarted node 2 spends again" \
+    wait_for 20 metric_is couponseize_reserve_epochs 1 n2
+wait_for 20 reserves_open_on n2 || true
+check_eq "(a) the restarted node 2 holds amount - spent = $((K - 3)), what Redis holds" \
+    "$((K - 3)) $((K - 3))" "$(metric couponseize_reserve_held n2) $(field_of $A n2)"
+
+# Outage 2: twenty users.
+L2=$COUPON_DIR/outage2.log
+: >"$L2"
+stack stop-redis --kill
+check "(a) node 2 seizes from its reserve while Redis is down again" \
+    wait_for 5 node_health_says n2 reserve
+for u in $(seq 101 120); do seize_on n2 $A $((A * 1000 + u)) "$L2"; done
+S2=$(told_seized "$L2" | wc -l)
+diag "(a) outage 2: $S2 of 20 told SEIZED: $(awk '{ print $2 }' "$L2" | sort | uniq -c | tr -s ' \n' ' ')"
+check_eq "(a) outage 2: never more told SEIZED than the reserve had left" 1 $((S2 <= K - 3))
+stack start-redis
+check "(a) node 2 replayed its journal again" wait_for 20 metric_is couponseize_journal_depth 0 n2
+check "(a) coupon-sync drained the queue" wait_for 60 drained $((A % 10))
+
+bad=0
+for u in $(told_seized "$L1") $(told_seized "$L2"); do
+    n=$(coupons_of $A "$u")
+    [[ $n == 1 ]] || { bad=$((bad + 1)); diag "(a) user $u was told SEIZED and holds $n"; }
+done
+check_eq "(a) every user told SEIZED (both outages) holds exactly one coupon" 0 "$bad"
+check_eq "(a) nothing went to the dead letters" "0 0" \
+    "$(metric couponseize_reserve_dead_letters_total n2) $(rcli HLEN "COUPON:RESERVE:DEAD:{$((A % 10))}")"
+check_eq "(a) no replay found a marker of another user" 0 \
+    "$(metric couponseize_reserve_anomalies_total n2)"
+check "(a) stock + reserves + coupons = total" balanced $A 1000000
+check_eq "(a) the restart needed no correction from Redis: the tokens file had it" "" \
+    "$(grep 'resuming at token' "$COUPON_DIR/n2/fcgi.log")"
+
+# --- (b) a marker of another user ---------------------------------------------------
+B=4202
+INC2=$(cat "$COUPON_DIR/n2/journal/incarnation")
+mk_activity $B 1000000 -60 3600
+http POST /market/admin/coupon/preheat '' "$ADMIN"
+field_is() { [[ $(field_of "$1" "$2") == "$3" ]]; }
+check "(b) node 2 set a reserve of $B aside" wait_for 20 field_is $B n2 $K
+check "(b) ... and opened it" wait_for 20 reserves_open_on n2
+EP=$(mysql_q "SELECT epoch FROM reserve_epoch WHERE activity_id = $B AND incarnation = '$INC2'")
+# The token node 2 hands out next is marked as replayed for someone else.
+rcli HSET "COUPON:RESERVE:EPOCH:${B}_{$((B % 10))}" "$INC2:$EP:0" 999 >/dev/null
+check_eq "(b) the planted marker" 999 "$(rcli HGET "COUPON:RESERVE:EPOCH:${B}_{$((B % 10))}" "$INC2:$EP:0")"
+LB=$COUPON_DIR/b.log
+: >"$LB"
+stack stop-redis --kill
+check "(b) node 2 seizes from its reserve while Redis is down" \
+    wait_for 5 node_health_says n2 reserve
+seize_on n2 $B $((B * 1000 + 1)) "$LB"
+check_eq "(b) the user was told SEIZED" SEIZED "$(awk '{ print $2 }' "$LB")"
+stack start-redis
+check "(b) node 2 replayed its journal" wait_for 20 metric_is couponseize_journal_depth 0 n2
+check_eq "(b) the anomaly is counted" "1 1" \
+    "$(metric couponseize_reserve_anomalies_total n2) $(metric couponseize_reserve_dead_letters_total n2)"
+check_match "(b) ... in the dead letters with the user" "^$((B * 1000 + 1)):.*spent twice" \
+    "$(rcli HGET "COUPON:RESERVE:DEAD:{$((B % 10))}" "$B:$INC2:$EP:0:$((B * 1000 + 1))")"
+check "(b) ... and logged at error level" \
+    grep -q "error.*was replayed before for another user" "$COUPON_DIR/n2/fcgi.log"
+check_eq "(b) the marker still names the first user" 999 \
+    "$(rcli HGET "COUPON:RESERVE:EPOCH:${B}_{$((B % 10))}" "$INC2:$EP:0")"
+
+finish
