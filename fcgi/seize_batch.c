@@ -286,6 +286,20 @@ static void sb_answer(struct worker *w, struct req *r, struct activity *a, int64
     req_reply(r, code, NULL, NULL, 0);
 }
 
+/* A seize that waited for the call ahead of it (or for its own call) its
+ * whole budget was left unanswered by Redis as surely as one that waited on
+ * its own EVALSHA: the breaker hears of it as of that one, or a stalled
+ * Redis would take one failure per call, not per seize, to open it. A
+ * seize that gave up early (its leader died) says nothing of Redis. */
+static void sb_unanswered(struct worker *w, int shard, int64_t deadline_ms)
+{
+    if (cs_mono_ms() < deadline_ms)
+        return;
+    rconn_set_err(w->rc, RCONN_ERR_TIMEOUT, "seize batch",
+                  "no answer within the budget behind the call in flight");
+    worker_seize_done(w, shard, RCONN_FAULT_DOWN);
+}
+
 void seize_batched(struct worker *w, struct req *r, struct activity *a, int64_t uid,
                    int64_t deadline_ms, const struct seize_batch_ops *ops, void *arg)
 {
@@ -314,9 +328,11 @@ void seize_batched(struct worker *w, struct req *r, struct activity *a, int64_t 
         sb_answer(w, r, a, uid, &mine, ops, arg);
         return;
     case BATCH_UNSENT:
+        sb_unanswered(w, keys_shard(a->id), deadline_ms);
         ops->unreached(w, r, a, uid, arg);
         return;
     case BATCH_UNKNOWN:
+        sb_unanswered(w, keys_shard(a->id), deadline_ms);
         req_reply(r, CODE_UNKNOWN_OUTCOME, NULL, NULL, worker_retry_after(w));
         return;
     }
