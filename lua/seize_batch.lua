@@ -23,15 +23,28 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local tag = string.match(KEYS[1], '{[^}]*}$')
 local acts, order, out = {}, {}, { now }
 
--- The activity's state as the batch began: its stock or why none is sold.
+-- The activity's state as the batch began: its stock or why none is sold,
+-- and which of the batch's users already hold one (one HMGET for them all).
 local function activity(aid, list)
   local a = acts[aid]
   if a then
     return a
   end
-  a = { list = list, seen = {}, granted = {}, queued = {}, n = 0 }
+  a = { list = list, seen = {}, granted = {}, queued = {}, n = 0, held = {} }
   acts[aid] = a
   order[#order + 1] = aid
+  local users = {}
+  for j = 1, #ARGV, 3 do
+    if ARGV[j] == aid then
+      users[#users + 1] = ARGV[j + 1]
+    end
+  end
+  local held = redis.call('HMGET', list, unpack(users))
+  for k = 1, #users do
+    if held[k] then
+      a.held[users[k]] = held[k]
+    end
+  end
   local stock = redis.call('HGET', KEYS[1], aid)
   local window = redis.call('HGET', KEYS[3], aid)
   local startms, endms
@@ -70,7 +83,7 @@ for j = 1, #ARGV, 3 do
   local aid, uid = ARGV[j], ARGV[j + 1]
   local a = activity(aid, KEYS[tonumber(ARGV[j + 2])])
   local code, seized = 0, 0
-  local held = a.seen[uid] or redis.call('HGET', a.list, uid)
+  local held = a.seen[uid] or a.held[uid]
   if held then
     code, seized = -1, tonumber(held)
   elseif a.err then
