@@ -23,37 +23,6 @@ cs_stack_up
 PORT=${COUPON_URL##*:}
 ADMIN=$(mint_jwt 1 admin)
 
-# judge NAME ACTIVITY LOG: every answer in LOG (loadgen -L) against the rows
-# of ACTIVITY; sets SEIZED UNKNOWN UNAVAILABLE NOANSWER and checks the rules.
-judge() {
-    local rows
-    rows=$(mysql_q "SELECT user_id FROM coupon WHERE activity_id = $2")
-    read -r SEIZED UNKNOWN UNAVAILABLE NOANSWER ALREADY BAD_SEIZED BAD_HOLDERS N \
-        < <(python3 - "$3" <<PY
-import sys
-rows = set(int(x) for x in """$rows""".split())
-told = {}
-with open(sys.argv[1]) as f:
-    f.readline()
-    for line in f:
-        ms, status, code, user, us = line.split()
-        told[int(user)] = code
-none = lambda c: c.startswith("HTTP_5") or c == "CONNECTION_ERROR"
-count = lambda c: sum(1 for v in told.values() if v == c)
-bad_seized = sum(1 for u, c in told.items() if c == "SEIZED" and u not in rows)
-bad_holders = sum(1 for u in rows if u in told and not (told[u] in ("SEIZED", "UNKNOWN_OUTCOME") or none(told[u])))
-print(count("SEIZED"), count("UNKNOWN_OUTCOME"), count("UNAVAILABLE"),
-      sum(1 for v in told.values() if none(v)), count("ALREADY_SEIZED"), bad_seized, bad_holders, len(told))
-PY
-)
-    diag "$1: $N users: $SEIZED SEIZED, $UNKNOWN UNKNOWN_OUTCOME, $UNAVAILABLE UNAVAILABLE," \
-        "$NOANSWER without an answer"
-    check_eq "$1: every user told SEIZED holds a coupon in MySQL" 0 "$BAD_SEIZED"
-    check_eq "$1: every holder was told SEIZED or UNKNOWN_OUTCOME (or got no answer)" 0 "$BAD_HOLDERS"
-    check_eq "$1: no first-time user told ALREADY_SEIZED" 0 "$ALREADY"
-    check_eq "$1: nobody holds two" "" \
-        "$(mysql_q "SELECT user_id FROM coupon WHERE activity_id = $2 GROUP BY user_id HAVING COUNT(*) > 1")"
-}
 answered() { [[ -f $2 ]] && (($(wc -l <"$2") > $1 + 1)); }
 # under_load NAME ACTIVITY ACTION: 64 connections of fresh users on ACTIVITY
 # (stock 1,000,000); ACTION runs once 300 answers are in; then the load stops,
@@ -71,7 +40,7 @@ under_load() {
     kill -TERM "$lpid"
     wait "$lpid"
     wait_for 60 drained $((id % 10)) || not_ok "$name: coupon-sync drained the queue"
-    judge "$name" "$id" "$log"
+    seize_judge_all "$name" "$id" "$log"
     check_eq "$name: Redis stock + MySQL rows = total" 1000000 "$(($(stock_of "$id") + $(rows_of "$id")))"
 }
 
@@ -101,7 +70,7 @@ log=$COUPON_DIR/burst.log
 "$LOADGEN" -p "$PORT" -s "$COUPON_JWT_SECRET" -a 2301 -c 64 -n 3000 -b 2301000000 -L "$log" -j \
     >"$COUPON_DIR/burst.json"
 wait_for 60 drained 1 || not_ok "burst: coupon-sync drained the queue"
-judge burst 2301 "$log"
+seize_judge_all burst 2301 "$log"
 check_eq "burst: nothing oversold: 300 rows" 300 "$(rows_of 2301)"
 check_eq "burst: the stock is 0" 0 "$(stock_of 2301)"
 check_eq "burst: as many told SEIZED (or UNKNOWN_OUTCOME) as rows, less the first users'" \
