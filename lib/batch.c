@@ -122,11 +122,13 @@ static void sh_lock(struct batch_area *b, struct batch_shard *sh, struct batch_e
     int err = pthread_mutex_lock(&sh->lock);
     if (err == EOWNERDEAD) {
         pthread_mutex_consistent(&sh->lock);
-        if (sh->leader != 0 && pid_gone(sh->leader)) {
-            struct batch_entry *w = bury_locked(b, sh, sh->leader);
-            if (wake != NULL)
-                *wake = w;
-        }
+        struct batch_entry *w = NULL;
+        if (sh->leader != 0 && pid_gone(sh->leader))
+            w = bury_locked(b, sh, sh->leader);
+        else if (sh->leader == 0)
+            w = elect_locked(b, sh); /* it died handing the lead on */
+        if (wake != NULL)
+            *wake = w;
     }
 }
 
@@ -309,12 +311,14 @@ enum batch_result batch_join(struct batch_area *b, int shard, int slot, int max,
             if (pid_gone(l))
                 return give_up(b, sh, e, mine, l);
         } else {
+            /* Or nobody leads while it waits (a worker died between giving
+             * the lead up and handing it on): the oldest waiting takes it. */
             int32_t l = __atomic_load_n(&sh->leader, __ATOMIC_RELAXED);
-            if (l != 0 && pid_gone(l)) {
+            if (l == 0 || pid_gone(l)) {
                 wake = NULL;
                 sh_lock(b, sh, &wake);
                 if (wake == NULL)
-                    wake = bury_locked(b, sh, l);
+                    wake = l != 0 ? bury_locked(b, sh, l) : elect_locked(b, sh);
                 sh_unlock(sh, wake);
             }
         }
