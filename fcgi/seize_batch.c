@@ -225,6 +225,9 @@ static void sb_lead(struct worker *w, struct batch_take *t, int64_t deadline_ms)
     }
     atomic_fetch_add_explicit(&w->shm->m.seized_shard[t->shard], (uint64_t)grants,
                               memory_order_relaxed);
+    /* The script has run: the next call need not wait for this one's WAIT. */
+    if (w->conf->redis_wait_replicas > 0)
+        batch_handoff(&w->shm->batch, t);
     if (sb_replicated(w, t, resent) != CS_OK) {
         log_warn("seize batch of %d on shard %d: %d granted, not confirmed: %s", t->n, t->shard,
                  grants, w->rc->errstr);

@@ -171,6 +171,7 @@ static void take_locked(struct batch_area *b, struct batch_shard *sh, int self, 
     take->shard = shard;
     take->n = 0;
     take->self = -1;
+    take->handed = 0;
     for (int i = 0; i < n && take->n < max; i++) {
         /* Its own seize always rides: the others fill what is left. */
         int left = max - take->n - (take->self < 0 ? 1 : 0);
@@ -325,6 +326,23 @@ enum batch_result batch_join(struct batch_area *b, int shard, int slot, int max,
     }
 }
 
+void batch_handoff(struct batch_area *b, struct batch_take *take)
+{
+    struct batch_shard *sh = &b->shard[take->shard];
+    struct batch_entry *wake = NULL;
+    int32_t pid = (int32_t)getpid();
+
+    if (take->handed)
+        return;
+    sh_lock(b, sh, &wake);
+    if (sh->leader == pid)
+        sh->leader = 0;
+    if (wake == NULL)
+        wake = elect_locked(b, sh);
+    take->handed = 1;
+    sh_unlock(sh, wake);
+}
+
 void batch_finish(struct batch_area *b, struct batch_take *take)
 {
     struct batch_shard *sh = &b->shard[take->shard];
@@ -351,10 +369,12 @@ void batch_finish(struct batch_area *b, struct batch_take *take)
         if (atomic_compare_exchange_strong(&e->state, &taken, BATCH_DONE))
             woken[nw++] = e;
     }
-    if (sh->leader == pid)
-        sh->leader = 0;
-    if (wake == NULL)
-        wake = elect_locked(b, sh);
+    if (!take->handed) {
+        if (sh->leader == pid)
+            sh->leader = 0;
+        if (wake == NULL)
+            wake = elect_locked(b, sh);
+    }
     sh_unlock(sh, wake);
     /* Woken after the lock is let go: a follower that runs at once must
      * not find it held. A wake of an entry reused since is only spurious. */

@@ -79,8 +79,10 @@ struct batch_entry {
  *       held across a Redis call or a sleep.
  * MUST: leader != 0 while a worker leads a call of this shard: it was the
  *       first to find leader == 0 or was handed the lead. While it leads, new
- *       seizes queue behind it; when it finishes, it hands the lead to the
- *       oldest QUEUED entry, or sets leader = 0 when none waits.
+ *       seizes queue behind it; once Redis has run its call (batch_handoff())
+ *       or when it finishes, it hands the lead to the oldest QUEUED entry, or
+ *       sets leader = 0 when none waits: one call of a shard unanswered by
+ *       Redis at a time per node.
  * MUST: an entry taken into a call (TAKEN) is never sent again by another
  *       leader, and never answered NOT_SENT after its leader sent the call:
  *       a worker that loses its leader (dead, or past its own deadline)
@@ -118,6 +120,7 @@ struct batch_take {
     int shard;
     int n;
     int self;                    /* index of the leader's own seize in item[] */
+    int handed;                  /* the lead was handed on (batch_handoff()) */
     int32_t entry[BATCH_MAX];
     uint64_t ticket[BATCH_MAX];
     struct batch_item item[BATCH_MAX];
@@ -146,8 +149,15 @@ enum batch_result batch_join(struct batch_area *b, int shard, int slot, int max,
                              struct batch_item *mine, int64_t deadline_ms,
                              struct batch_take *take);
 
+/* Hands the shard's lead on before the answers are written, once Redis has
+ * run the call: the next call may go out while this leader still waits for
+ * its replicas (the WAIT), and runs after this one in Redis, so arrival
+ * order holds. Optional; batch_finish() MUST still be called. */
+void batch_handoff(struct batch_area *b, struct batch_take *take);
+
 /* Writes each taken entry's answer (take->item[i].outcome and the rest) into
- * its entry and wakes its worker, then hands the shard's lead on. The
+ * its entry and wakes its worker, then hands the shard's lead on (unless
+ * batch_handoff() did). The
  * leader's own answer stays in take->item[take->self]. */
 void batch_finish(struct batch_area *b, struct batch_take *take);
 

@@ -22,6 +22,7 @@ struct shared {
     _Atomic int ncalls;
     _Atomic int calls[16][64];
     _Atomic int callsize[16];
+    _Atomic int handoff;         /* leaders hand the lead on before they are held */
     _Atomic int allow;           /* calls 0..allow-1 may finish; the others are held */
 };
 
@@ -54,6 +55,8 @@ static void lead(struct batch_take *t)
     }
     if (k < 16)
         s->callsize[k] = t->n;
+    if (atomic_load(&s->handoff))
+        batch_handoff(&s->b, t);
     while (k >= atomic_load(&s->allow))
         usleep(1000);
     batch_finish(&s->b, t);
@@ -228,6 +231,29 @@ START_TEST(deadlines_tell_queued_from_taken)
 }
 END_TEST
 
+/* A leader that handed the lead on (its call answered, its WAIT pending):
+ * the next seize leads a call of its own at once. */
+START_TEST(handoff_lets_the_next_call_go)
+{
+    s->allow = 0;
+    s->handoff = 1;
+    pid_t a = worker(0, 100, 32, 5000);
+    wait_state(0, BATCH_TAKEN);
+    for (int i = 0; i < 5000 && s->b.shard[1].leader != 0; i++)
+        usleep(1000);
+    ck_assert_int_eq(s->b.shard[1].leader, 0);
+    pid_t b = worker(1, 101, 32, 5000);
+    for (int i = 0; i < 5000 && s->result[1] == -1; i++)
+        usleep(1000);
+    ck_assert_int_eq(s->result[1], BATCH_LEADER); /* while a's call is still held */
+    s->allow = 1000;
+    reap(a);
+    reap(b);
+    ck_assert_int_eq(s->ncalls, 2);
+    ck_assert_int_eq(s->b.shard[1].leader, 0);
+}
+END_TEST
+
 /* A process killed while it holds a shard's lock does not wedge the shard. */
 START_TEST(dead_lock_owner_is_repaired)
 {
@@ -295,6 +321,7 @@ int main(void)
     tcase_add_test(tc, killed_leader_taken_followers_are_unknown);
     tcase_add_test(tc, deadlines_tell_queued_from_taken);
     tcase_add_test(tc, dead_lock_owner_is_repaired);
+    tcase_add_test(tc, handoff_lets_the_next_call_go);
     tcase_add_test(tc, storm_answers_everyone);
     suite_add_tcase(su, tc);
     return cs_run_suite(su, 0);
