@@ -210,6 +210,27 @@ size_t metrics_render(const struct shm_node *node, char *buf, size_t cap)
     counter(&o, "couponseize_seize_resends_total",
             "Seize scripts sent once more on a fresh connection after a lost reply.",
             LOAD(m->seize_resends));
+    const struct batch_metrics *bm = &node->batch.m;
+    emit(&o, "# HELP couponseize_batch_size Seizes of one script call led by a worker "
+             "(group commit; 1: it went alone).\n# TYPE couponseize_batch_size histogram\n");
+    cum = 0;
+    for (int b = 0; b < BATCH_SIZE_BUCKETS; b++) {
+        cum += LOAD(bm->size[b]);
+        emit(&o, "couponseize_batch_size_bucket{le=\"%d\"} %llu\n", 1 << b,
+             (unsigned long long)cum);
+    }
+    emit(&o, "couponseize_batch_size_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
+    emit(&o, "couponseize_batch_size_sum %llu\ncouponseize_batch_size_count %llu\n",
+         (unsigned long long)LOAD(bm->size_sum), (unsigned long long)LOAD(bm->calls));
+    counter(&o, "couponseize_batch_unsent_total",
+            "Seizes whose deadline came while they waited for a call: nothing was sent.",
+            LOAD(bm->unsent));
+    counter(&o, "couponseize_batch_unknown_total",
+            "Seizes taken into a call whose answer never reached them (leader dead or late).",
+            LOAD(bm->unknown));
+    counter(&o, "couponseize_batch_leader_deaths_total",
+            "Leaders of a call found dead by the seizes waiting on them.",
+            LOAD(bm->leader_deaths));
     int fault = atomic_load((_Atomic int *)&node->redis_fault);
     emit(&o, "# HELP couponseize_redis_fault Why the last seize call failed (1 on the "
              "fault named; all 0 after a success).\n# TYPE couponseize_redis_fault gauge\n");

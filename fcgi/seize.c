@@ -1,4 +1,5 @@
-/* seize.c - POST /market/consumer/coupon/seize: one EVALSHA per seize. */
+/* seize.c - POST /market/consumer/coupon/seize: one EVALSHA per seize, or a
+ * place in the shard's next batch call (seize_batch.c). */
 #include "conf.h"
 #include "cs.h"
 #include "keys.h"
@@ -6,6 +7,7 @@
 #include "meta.h"
 #include "params.h"
 #include "route.h"
+#include "seize_batch.h"
 #include "shm.h"
 #include "worker.h"
 
@@ -410,6 +412,22 @@ static void seize_grant(struct worker *w, struct req *r, struct seize_call *sc,
     req_reply(r, code, NULL, NULL, 0);
 }
 
+/* The two ways a batched seize may be answered by this file (seize_batch.h). */
+static void seize_alone(struct worker *w, struct req *r, struct activity *a, int64_t uid,
+                        void *sc)
+{
+    seize_grant(w, r, sc, a, uid);
+}
+
+static void seize_unreached_op(struct worker *w, struct req *r, struct activity *a, int64_t uid,
+                               void *sc)
+{
+    (void)sc;
+    seize_unreached(w, r, a->id, uid, 1);
+}
+
+static const struct seize_batch_ops seize_ops = {seize_alone, seize_unreached_op};
+
 void seize_handle(struct worker *w, struct req *r)
 {
     const struct cs_conf *c = w->conf;
@@ -497,6 +515,6 @@ void seize_handle(struct worker *w, struct req *r)
      * budget (seize_deadline()): the script and its resend, redirections,
      * reloads, map refreshes, the settling and the WAIT all end by it. */
     rconn_set_deadline(w->rc, sc.deadline_ms);
-    seize_grant(w, r, &sc, &a, who.user_id);
+    seize_batched(w, r, &a, who.user_id, sc.deadline_ms, &seize_ops, &sc);
     rconn_set_deadline(w->rc, 0);
 }

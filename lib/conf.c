@@ -80,6 +80,7 @@ static const struct conf_key conf_keys[] = {
     I("limits.node_rps", limits_node_rps, 0, 100000000, 0),
     I("limits.burst", limits_burst, 0, 100000000, 0),
     I("limits.soldout_recheck_ms", limits_soldout_recheck_ms, 0, 3600000, 1000),
+    I("limits.batch_max", limits_batch_max, 1, 256, 1),
 
     I("cache.size", cache_size, 16, 10000000, 4096),
     I("cache.expire_ms", cache_expire_ms, 10, 86400000, 60000),

@@ -69,6 +69,7 @@ struct cs_conf {
     int limits_node_rps;
     int limits_burst;
     int limits_soldout_recheck_ms;
+    int limits_batch_max;      /* seizes of one shard sent in one script call; 1: one each */
 
     /* cache */
     int cache_size;

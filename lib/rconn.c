@@ -523,8 +523,9 @@ redisReply *rconn_evalsha_at(struct rconn *rc, const struct rscript *cs, int nke
     /* The SHA is a cache of what the server computed; it is filled lazily. */
     struct rscript *s = (struct rscript *)cs;
     const char *key = nkeys > 0 ? argv[0] : NULL;
-    const char *av[16];
-    size_t avl[16];
+    /* Room for a batch call (seize_batch.c): 3 + 256 keys + 3 per seize. */
+    const char *av[RCONN_EVAL_ARGS + 3];
+    size_t avl[RCONN_EVAL_ARGS + 3];
     char nk[12];
 
     rc->maybe_sent = 0;

@@ -190,8 +190,11 @@ int rscript_load_file(struct rscript *s, const char *path, char *err, size_t err
 void rscript_from_text(struct rscript *s, const char *text);
 void rscript_free(struct rscript *s);
 
-/* EVALSHA s with nkeys keys then args (all in argv); on NOSCRIPT loads the
- * script with SCRIPT LOAD and retries once. Returns the reply or NULL as
+/* The most keys + args an EVALSHA takes (argc of rconn_evalsha()). */
+#define RCONN_EVAL_ARGS 1040
+
+/* EVALSHA s with nkeys keys then args (all in argv, at most RCONN_EVAL_ARGS);
+ * on NOSCRIPT loads the script with SCRIPT LOAD and retries once. Returns the reply or NULL as
  * rconn_command(); after NULL, rc->maybe_sent tells whether the EVALSHA
  * was written (so Redis may have run it) or never left this process. */
 redisReply *rconn_evalsha(struct rconn *rc, const struct rscript *s, int nkeys, int argc,

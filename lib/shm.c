@@ -12,8 +12,11 @@
 #include <unistd.h>
 
 #define SHM_MAGIC 0x4353484d4e4f4445ULL /* "CSHMNODE" */
-#define SHM_VERSION 10
+#define SHM_VERSION 11
 #define SHM_PROBES 16
+
+_Static_assert(BATCH_ENTRIES == SHM_MAX_WORKERS, "one queue entry per worker slot");
+_Static_assert(BATCH_SHARDS == KEYS_SHARDS, "one queue per shard");
 
 const int64_t shm_lat_bounds_us[SHM_LAT_BUCKETS] = {
     250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 1000000, INT64_MAX,
@@ -71,6 +74,13 @@ struct shm_node *shm_node_open(const char *name, int fresh, char *err, size_t er
         node->version = SHM_VERSION;
         node->size = (uint32_t)size;
         atomic_store(&node->created_ms, cs_now_ms());
+        if (batch_init(&node->batch) != CS_OK) {
+            snprintf(err, errlen, "pthread_mutex_init() of the seize queues failed: %s",
+                     strerror(errno));
+            munmap(node, size);
+            shm_unlink(name);
+            return NULL;
+        }
         __atomic_store_n(&node->magic, SHM_MAGIC, __ATOMIC_RELEASE);
     } else {
         for (int i = 0; i < 1000 && __atomic_load_n(&node->magic, __ATOMIC_ACQUIRE) != SHM_MAGIC; i++)

@@ -1,9 +1,11 @@
 /* shm.h - the node shared-memory segment every worker maps: sold-out and
  * voided flags, the Redis breaker, the node token bucket and metrics.
  *
- * Everything in it is updated with lock-free atomics: a worker killed in the
- * middle of an update never leaves a lock held, and a half-written flag is
- * only a hint (the Lua script re-checks every decision). */
+ * Everything in it but the group commit's queues is updated with lock-free
+ * atomics: a worker killed in the middle of an update never leaves a lock
+ * held, and a half-written flag is only a hint (the Lua script re-checks
+ * every decision). The queues (batch.h) use robust mutexes that the next
+ * locker repairs. */
 #ifndef CS_SHM_H
 #define CS_SHM_H
 
@@ -11,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "batch.h"
 #include "keys.h"
 #include "rcluster.h"
 
@@ -198,6 +201,10 @@ struct shm_node {
     _Atomic int32_t worker_pid[SHM_MAX_WORKERS];
 
     struct shm_reserves rsv;
+
+    /* Group commit of seizes (lib/batch.c): per shard, the seizes waiting
+     * for the call in flight. Its locks are the segment's only locks. */
+    struct batch_area batch;
 };
 
 /* Latency bucket upper bounds in microseconds (the last is +Inf). */

@@ -504,6 +504,41 @@ PY
     check_eq "$1: every holder was told SEIZED or UNKNOWN_OUTCOME" 0 "$BAD_HOLDERS"
 }
 
+# seize_judge_all NAME ACTIVITY LOG: as seize_judge, for a load whose users
+# each seize once (every user of LOG is new) and whose workers may be killed:
+# told SEIZED => holds a coupon; holds one => was told SEIZED or
+# UNKNOWN_OUTCOME, or got no answer at all (a 5xx without a code, a dropped
+# connection); nobody told ALREADY_SEIZED; nobody holds two. Sets SEIZED
+# UNKNOWN UNAVAILABLE NOANSWER N.
+seize_judge_all() {
+    local rows
+    rows=$(mysql_q "SELECT user_id FROM coupon WHERE activity_id = $2")
+    read -r SEIZED UNKNOWN UNAVAILABLE NOANSWER ALREADY BAD_SEIZED BAD_HOLDERS N \
+        < <(python3 - "$3" <<PY
+import sys
+rows = set(int(x) for x in """$rows""".split())
+told = {}
+with open(sys.argv[1]) as f:
+    f.readline()
+    for line in f:
+        ms, status, code, user, us = line.split()
+        told[int(user)] = code
+none = lambda c: c.startswith("HTTP_5") or c == "CONNECTION_ERROR"
+count = lambda c: sum(1 for v in told.values() if v == c)
+bad_seized = sum(1 for u, c in told.items() if c == "SEIZED" and u not in rows)
+bad_holders = sum(1 for u in rows if u in told and not (told[u] in ("SEIZED", "UNKNOWN_OUTCOME") or none(told[u])))
+print(count("SEIZED"), count("UNKNOWN_OUTCOME"), count("UNAVAILABLE"),
+      sum(1 for v in told.values() if none(v)), count("ALREADY_SEIZED"), bad_seized, bad_holders, len(told))
+PY
+)
+    diag "$1: $N users: $SEIZED SEIZED, $UNKNOWN UNKNOWN_OUTCOME, $UNAVAILABLE UNAVAILABLE," \
+        "$NOANSWER without an answer"
+    check_eq "$1: every user told SEIZED holds a coupon in MySQL" 0 "$BAD_SEIZED"
+    check_eq "$1: every holder was told SEIZED or UNKNOWN_OUTCOME (or got no answer)" 0 "$BAD_HOLDERS"
+    check_eq "$1: no first-time user told ALREADY_SEIZED" 0 "$ALREADY"
+    check_eq "$1: nobody holds two" "" \
+        "$(mysql_q "SELECT user_id FROM coupon WHERE activity_id = $2 GROUP BY user_id HAVING COUNT(*) > 1")"
+}
 # code_count JSON CODE: how many answers of a seize_load summary had CODE.
 code_count() {
     local v

@@ -1,0 +1,342 @@
+/* seize_batch.c - the seize handler's side of group commit: the one call a
+ * leader makes for the seizes it took (lua/seize_batch.lua), and each
+ * seize's answer from what its leader wrote (DESIGN.md "Group commit"). */
+#include "seize_batch.h"
+#include "batch.h"
+#include "conf.h"
+#include "cs.h"
+#include "http.h"
+#include "keys.h"
+#include "log.h"
+#include "meta.h"
+#include "shm.h"
+
+#include <inttypes.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char seize_batch_lua[] =
+#include "seize_batch_lua.h"
+    ;
+
+/* The keys and arguments of one batch call: per process (a worker leads at
+ * most one call at a time), too big for the stack. */
+struct sb_call {
+    char k_stock[KEYS_MAX], k_queue[KEYS_MAX], k_window[KEYS_MAX], k_fence[KEYS_MAX];
+    char k_list[BATCH_MAX][KEYS_MAX];
+    char num[BATCH_MAX][3][24];
+    const char *argv[3 + BATCH_MAX * 4];
+    size_t argl[3 + BATCH_MAX * 4];
+    int nkeys, argc;
+    struct rconn_site site;
+};
+
+_Static_assert(3 + BATCH_MAX * 4 <= RCONN_EVAL_ARGS, "a full batch fits one EVALSHA");
+
+static struct sb_call call;
+static struct batch_take take;
+static struct rscript script; /* loaded once per process; rconn reloads it on NOSCRIPT */
+
+/* Keys: the shard's stock, queue and window, then each activity's seize
+ * list once; arguments: (activityId, userId, index of its list) per seize. */
+static void sb_build(struct sb_call *c, const struct batch_take *t)
+{
+    int64_t aid[BATCH_MAX];
+    int which[BATCH_MAX], nlists = 0;
+
+    c->argl[0] = keys_stock(c->k_stock, t->shard);
+    c->argl[1] = keys_queue(c->k_queue, t->shard);
+    c->argl[2] = keys_window(c->k_window, t->shard);
+    c->argv[0] = c->k_stock;
+    c->argv[1] = c->k_queue;
+    c->argv[2] = c->k_window;
+    for (int i = 0; i < t->n; i++) {
+        int j = 0;
+        while (j < nlists && aid[j] != t->item[i].activity_id)
+            j++;
+        if (j == nlists) {
+            aid[nlists] = t->item[i].activity_id;
+            c->argl[3 + nlists] = keys_seize_list(c->k_list[nlists], aid[nlists]);
+            c->argv[3 + nlists] = c->k_list[nlists];
+            nlists++;
+        }
+        which[i] = j;
+    }
+    c->nkeys = 3 + nlists;
+    c->argc = c->nkeys;
+    for (int i = 0; i < t->n; i++) {
+        char (*s)[24] = c->num[i];
+        size_t l0 = (size_t)snprintf(s[0], 24, "%" PRId64, t->item[i].activity_id);
+        size_t l1 = (size_t)snprintf(s[1], 24, "%" PRId64, t->item[i].user_id);
+        size_t l2 = (size_t)snprintf(s[2], 24, "%d", 4 + which[i]);
+        c->argv[c->argc] = s[0], c->argl[c->argc++] = l0;
+        c->argv[c->argc] = s[1], c->argl[c->argc++] = l1;
+        c->argv[c->argc] = s[2], c->argl[c->argc++] = l2;
+    }
+}
+
+static void sb_all(struct batch_take *t, enum batch_outcome outcome)
+{
+    for (int i = 0; i < t->n; i++)
+        t->item[i].outcome = outcome;
+}
+
+/* One send of the call that waits at most wait_ms for its answer. */
+static redisReply *sb_send(struct worker *w, struct sb_call *c, int wait_ms)
+{
+    rconn_set_timeout_range(w->rc, wait_ms - wait_ms / 10, wait_ms);
+    redisReply *rep = rconn_evalsha_at(w->rc, &script, c->nkeys, c->argc, c->argv, c->argl,
+                                      &c->site);
+    rconn_set_timeout(w->rc, 0);
+    return rep;
+}
+
+static void sb_count_failure(struct worker *w)
+{
+    if (w->rc->err == RCONN_ERR_TIMEOUT)
+        atomic_fetch_add(&w->shm->m.redis_timeouts, 1);
+    else
+        atomic_fetch_add(&w->shm->m.redis_errors, 1);
+}
+
+/*
+ * Sends the batch as seize_eval() sends one seize: within the leader's
+ * deadline, with room kept for one resend on a fresh connection when the
+ * answer is lost. Returns the reply (an array, the caller frees it) or NULL
+ * after marking every entry NOT_SENT (Redis certainly did not run it) or
+ * UNKNOWN (it may have), the breaker told. *resent: sent twice.
+ */
+static redisReply *sb_eval(struct worker *w, struct batch_take *t, int64_t deadline_ms,
+                           int *resent)
+{
+    int64_t left = deadline_ms - cs_mono_ms();
+    if (left < 10) {
+        rconn_set_err(w->rc, RCONN_ERR_DEADLINE, "seize batch", "no time left in the budget");
+        sb_all(t, BATCH_OUT_NOT_SENT);
+        return NULL;
+    }
+    int64_t keep = w->conf->redis_command_timeout_ms;
+    if (keep > left / 4)
+        keep = left / 4;
+    redisReply *rep = sb_send(w, &call, (int)(left - keep));
+    if (rep == NULL && w->rc->maybe_sent) {
+        /* The script is idempotent per user: the same call once more tells
+         * each user the truth. */
+        sb_count_failure(w);
+        left = deadline_ms - cs_mono_ms();
+        if (left < 5) {
+            worker_seize_done(w, t->shard, RCONN_FAULT_DOWN);
+            sb_all(t, BATCH_OUT_UNKNOWN);
+            return NULL;
+        }
+        atomic_fetch_add_explicit(&w->shm->m.seize_resends, 1, memory_order_relaxed);
+        log_debug("seize batch of %d on shard %d: %s; sending it once more", t->n, t->shard,
+                  w->rc->errstr);
+        *resent = 1;
+        rep = sb_send(w, &call, (int)left);
+        if (rep == NULL || rep->type != REDIS_REPLY_ARRAY) {
+            worker_seize_done(w, t->shard, rep != NULL ? rconn_reply_fault(rep) : RCONN_FAULT_DOWN);
+            if (rep != NULL)
+                freeReplyObject(rep);
+            sb_all(t, BATCH_OUT_UNKNOWN);
+            return NULL;
+        }
+    }
+    if (rep == NULL) {
+        worker_seize_done(w, t->shard, RCONN_FAULT_DOWN);
+        sb_all(t, BATCH_OUT_NOT_SENT);
+        return NULL;
+    }
+    if (rep->type != REDIS_REPLY_ARRAY) {
+        /* An error reply before the script ran (OOM, READONLY, BUSY...): it
+         * writes nothing before its last read, so it changed nothing. */
+        enum rconn_fault fault = rconn_reply_fault(rep);
+        log_error("EVALSHA seize_batch.lua on shard %d: %s", t->shard,
+                  rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
+        freeReplyObject(rep);
+        worker_seize_done(w, t->shard, fault == RCONN_FAULT_NONE ? RCONN_FAULT_ERROR : fault);
+        sb_all(t, BATCH_OUT_NOT_SENT);
+        return NULL;
+    }
+    return rep;
+}
+
+/* The durability rule once for the whole batch (seize_replicated() for
+ * one): CS_OK when the grants are held by enough copies. */
+static int sb_replicated(struct worker *w, struct batch_take *t, int fence)
+{
+    const struct cs_conf *c = w->conf;
+    if (c->redis_wait_replicas <= 0)
+        return CS_OK;
+    int copies = rconn_copies(w->rc, &call.site, c->redis_wait_replicas);
+    if (c->redis_cluster)
+        worker_note_copies(w, t->shard, copies);
+    if (fence)
+        keys_fence(call.k_fence, t->shard);
+    return rconn_wait_at(w->rc, &call.site, fence ? call.k_fence : NULL, copies,
+                         c->redis_wait_timeout_ms);
+}
+
+/* The leader's call: answers every entry of t (outcome, code, res). */
+static void sb_lead(struct worker *w, struct batch_take *t, int64_t deadline_ms)
+{
+    int resent = 0, grants = 0;
+    int64_t sent_at = cs_mono_ms();
+
+    if (script.src == NULL)
+        rscript_from_text(&script, seize_batch_lua);
+    sb_build(&call, t);
+    redisReply *rep = sb_eval(w, t, deadline_ms, &resent);
+    if (rep == NULL)
+        return;
+    int ok = rep->elements == (size_t)(1 + 2 * t->n);
+    for (size_t i = 0; ok && i < rep->elements; i++)
+        ok = rep->element[i]->type == REDIS_REPLY_INTEGER;
+    if (!ok) {
+        log_error("EVALSHA seize_batch.lua on shard %d: %zu elements for %d seizes", t->shard,
+                  rep->elements, t->n);
+        freeReplyObject(rep);
+        worker_seize_done(w, t->shard, RCONN_FAULT_ERROR);
+        sb_all(t, BATCH_OUT_UNKNOWN); /* it ran: what it did is not known */
+        return;
+    }
+    long long now_ms = rep->element[0]->integer, age_ms = cs_mono_ms() - sent_at;
+    for (int i = 0; i < t->n; i++) {
+        struct batch_item *it = &t->item[i];
+        long long res = rep->element[1 + 2 * i]->integer;
+        long long seized_ms = rep->element[2 + 2 * i]->integer;
+        it->outcome = BATCH_OUT_ANSWERED;
+        it->res = res;
+        it->remaining = res >= 0 ? res : -1;
+        it->code = http_seize_outcome(res);
+        /* After a resend, -1 may be this very call's grant whose answer
+         * was lost: a grant no older than the first send is (50 ms of
+         * slack for the clock reads), as seize_settle_resent() judges. */
+        if (resent && res == -1)
+            it->code = now_ms - seized_ms > age_ms + 50 ? CODE_ALREADY_SEIZED : CODE_SEIZED;
+        if (it->code == CODE_SEIZED)
+            grants++;
+    }
+    freeReplyObject(rep);
+    if (grants == 0) {
+        worker_seize_done(w, t->shard, RCONN_FAULT_NONE);
+        return;
+    }
+    atomic_fetch_add_explicit(&w->shm->m.seized_shard[t->shard], (uint64_t)grants,
+                              memory_order_relaxed);
+    /* The script has run: the next call need not wait for this one's WAIT. */
+    if (w->conf->redis_wait_replicas > 0)
+        batch_handoff(&w->shm->batch, t);
+    if (sb_replicated(w, t, resent) != CS_OK) {
+        log_warn("seize batch of %d on shard %d: %d granted, not confirmed: %s", t->n, t->shard,
+                 grants, w->rc->errstr);
+        worker_seize_done(w, t->shard, RCONN_FAULT_ERROR);
+        for (int i = 0; i < t->n; i++)
+            if (t->item[i].code == CODE_SEIZED)
+                t->item[i].outcome = BATCH_OUT_UNKNOWN;
+        return;
+    }
+    worker_seize_done(w, t->shard, RCONN_FAULT_NONE);
+}
+
+/* Answers r from what the leader wrote, as seize_grant() answers its own
+ * script's reply (the breaker and the WAIT were the leader's). */
+static void sb_answer(struct worker *w, struct req *r, struct activity *a, int64_t uid,
+                      const struct batch_item *it, const struct seize_batch_ops *ops, void *arg)
+{
+    const struct cs_conf *c = w->conf;
+    char extra[96];
+    int stale;
+
+    if (it->outcome == BATCH_OUT_NOT_SENT) {
+        ops->unreached(w, r, a, uid, arg);
+        return;
+    }
+    if (it->outcome != BATCH_OUT_ANSWERED) {
+        req_reply(r, CODE_UNKNOWN_OUTCOME, NULL, NULL, worker_retry_after(w));
+        return;
+    }
+    if (it->res == -3) {
+        /* Stock or window missing: nothing changed, so the seize goes
+         * alone, whose path writes a missing window and asks again. */
+        ops->alone(w, r, a, uid, arg);
+        return;
+    }
+    if (it->res == -6) {
+        req_reply(r, CODE_SOLD_OUT, "sold out for now; coupons held in node reserves may return",
+                  "\"final\":false", 1);
+        return;
+    }
+    enum cs_code code = (enum cs_code)it->code;
+    if ((code == CODE_SOLD_OUT || (code == CODE_SEIZED && it->res == 0 && c->fallback_reserve == 0))
+        && c->limits_soldout_recheck_ms > 0)
+        shm_flag_set(w->shm->soldout, a->id, cs_mono_ms() + c->limits_soldout_recheck_ms);
+    if (code == CODE_SEIZED) {
+        if (it->remaining >= 0)
+            snprintf(extra, sizeof(extra), "\"activityId\":%" PRId64 ",\"remaining\":%" PRId64,
+                     a->id, it->remaining);
+        else
+            snprintf(extra, sizeof(extra), "\"activityId\":%" PRId64 ",\"remaining\":null", a->id);
+        req_reply(r, CODE_SEIZED, NULL, extra, 0);
+        return;
+    }
+    if (code == CODE_NO_SUCH_ACTIVITY) {
+        meta_forget(w->meta, a->id);
+        if (meta_lookup(w, a->id, a, &stale) == META_VOIDED)
+            code = CODE_VOIDED;
+    }
+    req_reply(r, code, NULL, NULL, 0);
+}
+
+/* A seize that waited for the call ahead of it (or for its own call) its
+ * whole budget was left unanswered by Redis as surely as one that waited on
+ * its own EVALSHA: the breaker hears of it as of that one, or a stalled
+ * Redis would take one failure per call, not per seize, to open it. A
+ * seize that gave up early (its leader died) says nothing of Redis. */
+static void sb_unanswered(struct worker *w, int shard, int64_t deadline_ms)
+{
+    if (cs_mono_ms() < deadline_ms)
+        return;
+    rconn_set_err(w->rc, RCONN_ERR_TIMEOUT, "seize batch",
+                  "no answer within the budget behind the call in flight");
+    worker_seize_done(w, shard, RCONN_FAULT_DOWN);
+}
+
+void seize_batched(struct worker *w, struct req *r, struct activity *a, int64_t uid,
+                   int64_t deadline_ms, const struct seize_batch_ops *ops, void *arg)
+{
+    struct batch_area *b = &w->shm->batch;
+    struct batch_item mine = {.activity_id = a->id, .user_id = uid};
+    int max = w->conf->limits_batch_max;
+
+    if (max <= 1 || w->slot < 0 || w->slot >= BATCH_ENTRIES || !atomic_load(&b->ready)) {
+        ops->alone(w, r, a, uid, arg);
+        return;
+    }
+    switch (batch_join(b, keys_shard(a->id), w->slot, max, &mine, deadline_ms, &take)) {
+    case BATCH_LEADER:
+        if (take.n == 1) {
+            /* Nobody waits: today's call, while the seizes that come
+             * meanwhile queue behind it for the next one. */
+            ops->alone(w, r, a, uid, arg);
+            batch_finish(b, &take);
+            return;
+        }
+        sb_lead(w, &take, deadline_ms);
+        batch_finish(b, &take);
+        sb_answer(w, r, a, uid, &take.item[take.self], ops, arg);
+        return;
+    case BATCH_ANSWERED:
+        sb_answer(w, r, a, uid, &mine, ops, arg);
+        return;
+    case BATCH_UNSENT:
+        sb_unanswered(w, keys_shard(a->id), deadline_ms);
+        ops->unreached(w, r, a, uid, arg);
+        return;
+    case BATCH_UNKNOWN:
+        sb_unanswered(w, keys_shard(a->id), deadline_ms);
+        req_reply(r, CODE_UNKNOWN_OUTCOME, NULL, NULL, worker_retry_after(w));
+        return;
+    }
+}

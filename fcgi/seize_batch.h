@@ -1,0 +1,30 @@
+/* seize_batch.h - a seize through the node's group commit (lib/batch.c). */
+#ifndef CS_SEIZE_BATCH_H
+#define CS_SEIZE_BATCH_H
+
+#include <stdint.h>
+
+#include "activity.h"
+#include "worker.h"
+
+/* The seize handler's own ways of answering one seize, each answering r. */
+struct seize_batch_ops {
+    /* Today's path: one EVALSHA of seize.lua for this seize alone. */
+    void (*alone)(struct worker *w, struct req *r, struct activity *a, int64_t uid, void *arg);
+    /* The seize never reached Redis: the node's reserve, else UNAVAILABLE. */
+    void (*unreached)(struct worker *w, struct req *r, struct activity *a, int64_t uid,
+                      void *arg);
+};
+
+/*
+ * Answers the seize of activity a by user uid, due by deadline_ms
+ * (monotonic; the caller has set it on w->rc too): with limits.batch_max > 1
+ * through the shard's queue, alone (ops->alone) when no other seize of the
+ * shard waits or batching is off. Eligibility, the sold-out hint, the rate
+ * limit and the breaker MUST have been judged before: every seize that gets
+ * here goes to Redis or to ops->unreached.
+ */
+void seize_batched(struct worker *w, struct req *r, struct activity *a, int64_t uid,
+                   int64_t deadline_ms, const struct seize_batch_ops *ops, void *arg);
+
+#endif

@@ -1,0 +1,383 @@
+/* batch.c - group commit of seizes: leader election, the per-shard queue in
+ * node shared memory and the futex wake-ups of followers (see batch.h). */
+#include "batch.h"
+#include "cs.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+/* How often a waiting seize checks that its leader still lives: the longest
+ * a kill -9 of a leader holds its followers before one of them takes over. */
+#define BATCH_CHECK_MS 20
+
+int batch_init(struct batch_area *b)
+{
+    pthread_mutexattr_t at;
+    int err = pthread_mutexattr_init(&at);
+
+    if (err == 0)
+        err = pthread_mutexattr_setpshared(&at, PTHREAD_PROCESS_SHARED);
+    /* Robust: a worker killed while it holds a shard's lock must not wedge
+     * the shard; the next locker gets EOWNERDEAD and repairs it. */
+    if (err == 0)
+        err = pthread_mutexattr_setrobust(&at, PTHREAD_MUTEX_ROBUST);
+    for (int i = 0; err == 0 && i < BATCH_SHARDS; i++)
+        err = pthread_mutex_init(&b->shard[i].lock, &at);
+    pthread_mutexattr_destroy(&at);
+    if (err != 0) {
+        errno = err;
+        return CS_ERR;
+    }
+    atomic_store(&b->ready, 1);
+    return CS_OK;
+}
+
+/* Shared (not FUTEX_PRIVATE_FLAG): the sleeper and the waker are different
+ * processes mapping the same segment. */
+static void futex_wait(_Atomic uint32_t *word, uint32_t seen, int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT, seen, &ts, NULL, 0);
+}
+
+static void futex_wake(_Atomic uint32_t *word)
+{
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+static int pid_gone(int32_t pid)
+{
+    return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH;
+}
+
+static int sh_index(const struct batch_area *b, const struct batch_shard *sh)
+{
+    return (int)(sh - b->shard);
+}
+
+/*
+ * Gives the lead of a shard nobody leads to its oldest QUEUED entry (state
+ * LEAD, woken to take the next batch). Returns the entry to wake after the
+ * lock is released, or NULL.
+ * MUST be called with sh->lock held.
+ */
+static struct batch_entry *elect_locked(struct batch_area *b, struct batch_shard *sh)
+{
+    struct batch_entry *best = NULL;
+    int shard = sh_index(b, sh), hi = atomic_load(&b->hi);
+
+    if (sh->leader != 0)
+        return NULL;
+    for (int i = 0; i < hi; i++) {
+        struct batch_entry *e = &b->entry[i];
+        if (atomic_load_explicit(&e->state, memory_order_acquire) == BATCH_QUEUED
+            && atomic_load(&e->shard) == shard
+            && (best == NULL || atomic_load(&e->ticket) < atomic_load(&best->ticket)))
+            best = e;
+    }
+    if (best == NULL)
+        return NULL;
+    sh->leader = atomic_load(&best->pid);
+    atomic_store_explicit(&best->state, BATCH_LEAD, memory_order_release);
+    return best;
+}
+
+/*
+ * The leader `dead` of sh is gone: clears it, drops the entries of that
+ * process still waiting (it answers nobody now) and elects the next one.
+ * Returns the entry to wake, as elect_locked().
+ * MUST be called with sh->lock held.
+ */
+static struct batch_entry *bury_locked(struct batch_area *b, struct batch_shard *sh,
+                                       int32_t dead)
+{
+    int shard = sh_index(b, sh), hi = atomic_load(&b->hi);
+
+    if (sh->leader != dead)
+        return NULL;
+    sh->leader = 0;
+    atomic_fetch_add_explicit(&b->m.leader_deaths, 1, memory_order_relaxed);
+    for (int i = 0; i < hi; i++) {
+        struct batch_entry *e = &b->entry[i];
+        uint32_t s = atomic_load(&e->state);
+        if ((s == BATCH_QUEUED || s == BATCH_LEAD) && atomic_load(&e->shard) == shard
+            && atomic_load(&e->pid) == dead)
+            atomic_store(&e->state, BATCH_IDLE);
+    }
+    return elect_locked(b, sh);
+}
+
+/* Locks sh. After its last owner died holding it (EOWNERDEAD), every step
+ * under the lock having left the queue consistent, only the lead can be
+ * stale: a dead leader is buried. *wake: an entry to wake once unlocked. */
+static void sh_lock(struct batch_area *b, struct batch_shard *sh, struct batch_entry **wake)
+{
+    int err = pthread_mutex_lock(&sh->lock);
+    if (err == EOWNERDEAD) {
+        pthread_mutex_consistent(&sh->lock);
+        struct batch_entry *w = NULL;
+        if (sh->leader != 0 && pid_gone(sh->leader))
+            w = bury_locked(b, sh, sh->leader);
+        else if (sh->leader == 0)
+            w = elect_locked(b, sh); /* it died handing the lead on */
+        if (wake != NULL)
+            *wake = w;
+    }
+}
+
+static void sh_unlock(struct batch_shard *sh, struct batch_entry *wake)
+{
+    pthread_mutex_unlock(&sh->lock);
+    if (wake != NULL)
+        futex_wake(&wake->state);
+}
+
+struct cand {
+    uint64_t ticket;
+    int32_t entry;
+};
+
+static int cand_cmp(const void *x, const void *y)
+{
+    const struct cand *a = x, *b = y;
+    return a->ticket < b->ticket ? -1 : a->ticket > b->ticket;
+}
+
+/*
+ * Takes the leader's own entry `self` and the oldest other QUEUED entries of
+ * sh, max in all, in ticket order, into take (state TAKEN, led by pid).
+ * MUST be called with sh->lock held, by the worker sh->leader names.
+ */
+static void take_locked(struct batch_area *b, struct batch_shard *sh, int self, int max,
+                        int32_t pid, struct batch_take *take)
+{
+    static _Thread_local struct cand c[BATCH_ENTRIES];
+    int shard = sh_index(b, sh), hi = atomic_load(&b->hi), n = 0, bucket = 0;
+
+    for (int i = 0; i < hi; i++) {
+        struct batch_entry *e = &b->entry[i];
+        if ((i == self || (atomic_load_explicit(&e->state, memory_order_acquire) == BATCH_QUEUED
+                           && atomic_load(&e->shard) == shard)))
+            c[n++] = (struct cand){atomic_load(&e->ticket), i};
+    }
+    qsort(c, (size_t)n, sizeof(c[0]), cand_cmp);
+    take->shard = shard;
+    take->n = 0;
+    take->self = -1;
+    take->handed = 0;
+    for (int i = 0; i < n && take->n < max; i++) {
+        /* Its own seize always rides: the others fill what is left. */
+        int left = max - take->n - (take->self < 0 ? 1 : 0);
+        if (c[i].entry != self && left <= 0)
+            continue;
+        struct batch_entry *e = &b->entry[c[i].entry];
+        int k = take->n++;
+        if (c[i].entry == self)
+            take->self = k;
+        take->entry[k] = c[i].entry;
+        take->ticket[k] = c[i].ticket;
+        take->item[k] = e->item;
+        atomic_store(&e->leader, pid);
+        atomic_store_explicit(&e->state, BATCH_TAKEN, memory_order_release);
+    }
+    while (bucket < BATCH_SIZE_BUCKETS - 1 && take->n > (1 << bucket))
+        bucket++;
+    atomic_fetch_add_explicit(&b->m.size[bucket], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&b->m.size_sum, (uint64_t)take->n, memory_order_relaxed);
+    atomic_fetch_add_explicit(&b->m.calls, 1, memory_order_relaxed);
+}
+
+/* A waiting entry's deadline came (or its leader died while it was TAKEN,
+ * gone_leader set): takes it out. An answer that came in the meantime wins. */
+static enum batch_result give_up(struct batch_area *b, struct batch_shard *sh,
+                                 struct batch_entry *e, struct batch_item *mine,
+                                 int32_t gone_leader)
+{
+    struct batch_entry *wake = NULL;
+    enum batch_result res;
+
+    sh_lock(b, sh, &wake);
+    uint32_t s = atomic_load_explicit(&e->state, memory_order_acquire);
+    if (gone_leader != 0 && wake == NULL)
+        wake = bury_locked(b, sh, gone_leader);
+    switch (s) {
+    case BATCH_DONE:
+        *mine = e->item;
+        res = BATCH_ANSWERED;
+        break;
+    case BATCH_TAKEN:
+        /* In a call that may have been sent: never "not sent". */
+        atomic_fetch_add_explicit(&b->m.unknown, 1, memory_order_relaxed);
+        res = BATCH_UNKNOWN;
+        break;
+    case BATCH_LEAD:
+        /* Handed the lead with no time left to use it: the next one leads. */
+        sh->leader = 0;
+        atomic_store(&e->state, BATCH_IDLE);
+        if (wake == NULL)
+            wake = elect_locked(b, sh);
+        /* fall through */
+    default:
+        atomic_fetch_add_explicit(&b->m.unsent, 1, memory_order_relaxed);
+        res = BATCH_UNSENT;
+        break;
+    }
+    atomic_store(&e->state, BATCH_IDLE);
+    sh_unlock(sh, wake);
+    return res;
+}
+
+static void hi_at_least(struct batch_area *b, int n)
+{
+    int32_t cur = atomic_load(&b->hi);
+    while (cur < n && !atomic_compare_exchange_weak(&b->hi, &cur, n))
+        ;
+}
+
+enum batch_result batch_join(struct batch_area *b, int shard, int slot, int max,
+                             struct batch_item *mine, int64_t deadline_ms,
+                             struct batch_take *take)
+{
+    struct batch_shard *sh = &b->shard[shard];
+    struct batch_entry *e = &b->entry[slot], *wake = NULL;
+    int32_t pid = (int32_t)getpid();
+
+    if (max > BATCH_MAX)
+        max = BATCH_MAX;
+    hi_at_least(b, slot + 1);
+    sh_lock(b, sh, &wake);
+    /* A leader that is this very process is a lead left behind (its
+     * request ended without batch_finish()); it is stale. */
+    if (sh->leader == pid)
+        sh->leader = 0;
+    mine->outcome = BATCH_OUT_NONE;
+    e->item = *mine;
+    atomic_store(&e->pid, pid);
+    atomic_store(&e->shard, shard);
+    /* The shard in the low bits: tickets are unique across shards. */
+    atomic_store(&e->ticket, ++sh->next_ticket * BATCH_SHARDS + (uint64_t)shard);
+    atomic_store(&e->leader, 0);
+    atomic_store_explicit(&e->state, BATCH_QUEUED, memory_order_release);
+    if (sh->leader == 0) {
+        /* No call in flight: it goes out now, with whatever waits. */
+        sh->leader = pid;
+        take_locked(b, sh, slot, max, pid, take);
+        sh_unlock(sh, wake);
+        return BATCH_LEADER;
+    }
+    sh_unlock(sh, wake);
+
+    for (;;) {
+        uint32_t s = atomic_load_explicit(&e->state, memory_order_acquire);
+        if (s == BATCH_DONE) {
+            *mine = e->item;
+            atomic_store(&e->state, BATCH_IDLE);
+            return BATCH_ANSWERED;
+        }
+        if (s == BATCH_LEAD) {
+            wake = NULL;
+            sh_lock(b, sh, &wake);
+            /* Re-read under the lock: a repair may have changed the lead. */
+            if (atomic_load(&e->state) == BATCH_LEAD) {
+                if (sh->leader == 0)
+                    sh->leader = pid;
+                if (sh->leader == pid) {
+                    take_locked(b, sh, slot, max, pid, take);
+                    sh_unlock(sh, wake);
+                    return BATCH_LEADER;
+                }
+                atomic_store(&e->state, BATCH_QUEUED); /* someone else leads */
+            }
+            sh_unlock(sh, wake);
+            continue;
+        }
+        if (s != BATCH_QUEUED && s != BATCH_TAKEN) /* dropped by a repair */
+            return give_up(b, sh, e, mine, 0);
+        int64_t left = deadline_ms - cs_mono_ms();
+        if (left <= 0)
+            return give_up(b, sh, e, mine, 0);
+        futex_wait(&e->state, s, left < BATCH_CHECK_MS ? (int)left : BATCH_CHECK_MS);
+        if (atomic_load(&e->state) != s)
+            continue;
+        /* Asleep a whole slice: does whoever this waits on still live? */
+        if (s == BATCH_TAKEN) {
+            int32_t l = atomic_load(&e->leader);
+            if (pid_gone(l))
+                return give_up(b, sh, e, mine, l);
+        } else {
+            /* Or nobody leads while it waits (a worker died between giving
+             * the lead up and handing it on): the oldest waiting takes it. */
+            int32_t l = __atomic_load_n(&sh->leader, __ATOMIC_RELAXED);
+            if (l == 0 || pid_gone(l)) {
+                wake = NULL;
+                sh_lock(b, sh, &wake);
+                if (wake == NULL)
+                    wake = l != 0 ? bury_locked(b, sh, l) : elect_locked(b, sh);
+                sh_unlock(sh, wake);
+            }
+        }
+    }
+}
+
+void batch_handoff(struct batch_area *b, struct batch_take *take)
+{
+    struct batch_shard *sh = &b->shard[take->shard];
+    struct batch_entry *wake = NULL;
+    int32_t pid = (int32_t)getpid();
+
+    if (take->handed)
+        return;
+    sh_lock(b, sh, &wake);
+    if (sh->leader == pid)
+        sh->leader = 0;
+    if (wake == NULL)
+        wake = elect_locked(b, sh);
+    take->handed = 1;
+    sh_unlock(sh, wake);
+}
+
+void batch_finish(struct batch_area *b, struct batch_take *take)
+{
+    struct batch_shard *sh = &b->shard[take->shard];
+    struct batch_entry *wake = NULL;
+    int32_t pid = (int32_t)getpid();
+    int nw = 0;
+    static _Thread_local struct batch_entry *woken[BATCH_MAX];
+
+    sh_lock(b, sh, &wake);
+    for (int i = 0; i < take->n; i++) {
+        struct batch_entry *e = &b->entry[take->entry[i]];
+        uint32_t taken = BATCH_TAKEN;
+        if (i == take->self) {
+            atomic_store(&e->state, BATCH_IDLE);
+            continue;
+        }
+        if (atomic_load(&e->ticket) != take->ticket[i] || atomic_load(&e->state) != BATCH_TAKEN)
+            continue; /* its worker gave up: it may be on another seize now */
+        /* The answer only: what was asked is its worker's to write. */
+        e->item.outcome = take->item[i].outcome;
+        e->item.code = take->item[i].code;
+        e->item.res = take->item[i].res;
+        e->item.remaining = take->item[i].remaining;
+        if (atomic_compare_exchange_strong(&e->state, &taken, BATCH_DONE))
+            woken[nw++] = e;
+    }
+    if (!take->handed) {
+        if (sh->leader == pid)
+            sh->leader = 0;
+        if (wake == NULL)
+            wake = elect_locked(b, sh);
+    }
+    sh_unlock(sh, wake);
+    /* Woken after the lock is let go: a follower that runs at once must
+     * not find it held. A wake of an entry reused since is only spurious. */
+    for (int i = 0; i < nw; i++)
+        futex_wake(&woken[i]->state);
+}

@@ -1,0 +1,164 @@
+/* batch.h - group commit of seizes through node shared memory: per shard, a
+ * queue of waiting seizes, the election of the one worker that sends them
+ * together, and the waking of the others (DESIGN.md "Group commit of seizes").
+ *
+ * The module knows nothing of Redis: the leader gets the entries it took,
+ * sends them however its caller does, writes an answer into each and hands
+ * them back with batch_finish(). */
+#ifndef CS_BATCH_H
+#define CS_BATCH_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define BATCH_ENTRIES 1024       /* one per worker registry slot (SHM_MAX_WORKERS) */
+#define BATCH_MAX 256            /* the upper bound of limits.batch_max */
+#define BATCH_SHARDS 10          /* KEYS_SHARDS */
+#define BATCH_SIZE_BUCKETS 9     /* batch size histogram: le 1, 2, 4, ... 256 */
+
+/* How a seize of a batch went, written by its leader. */
+enum batch_outcome {
+    BATCH_OUT_NONE = 0,          /* not answered (yet) */
+    BATCH_OUT_ANSWERED,          /* res holds the script's answer, code its outcome */
+    BATCH_OUT_NOT_SENT,          /* the call never reached Redis (not sent, or refused) */
+    BATCH_OUT_UNKNOWN,           /* sent; no settled answer (or a grant not confirmed) */
+};
+
+/* One seize: what it asks, and (from the leader) how it was answered. */
+struct batch_item {
+    int64_t activity_id;
+    int64_t user_id;
+    int32_t outcome;             /* enum batch_outcome */
+    int32_t code;                /* enum cs_code, with BATCH_OUT_ANSWERED */
+    int64_t res;                 /* the script's answer, seize.lua's codes */
+    int64_t remaining;           /* stock after a grant; -1 unknown */
+};
+
+/* States of an entry, the word its worker sleeps on (a futex). */
+enum batch_state {
+    BATCH_IDLE = 0,              /* in no queue */
+    BATCH_QUEUED,                /* waiting for a leader to take it */
+    BATCH_TAKEN,                 /* in a call its leader is making */
+    BATCH_DONE,                  /* answered: item holds the answer */
+    BATCH_LEAD,                  /* handed the lead: its worker takes the next batch */
+};
+
+/*
+ * One worker's seize, at the index of its registry slot. Each worker has at
+ * most one seize at a time, so it has at most one entry in any queue.
+ *
+ * MUST: state, shard, ticket and leader change only under the lock of the
+ *       shard the entry waits on (entry.shard), except that its own worker
+ *       moves it from IDLE/DONE to QUEUED (under the new shard's lock) and
+ *       from DONE to IDLE (no lock: nobody else touches a DONE entry).
+ * MUST: item, pid, shard and ticket are written before state becomes
+ *       QUEUED (a release store), and item's answer before it becomes DONE,
+ *       so a reader that sees the state (acquire) sees them.
+ * MUST: the state word is changed before the futex wake, and a sleeper
+ *       passes the value it read to FUTEX_WAIT: a change in between fails
+ *       the wait (EAGAIN) instead of being lost.
+ * MUST NOT: a leader writes an answer into an entry whose ticket is not the
+ *       one it took: its worker has given up and may be on its next seize.
+ */
+struct batch_entry {
+    _Atomic uint32_t state;      /* enum batch_state; the futex word */
+    _Atomic int32_t pid;         /* the worker that queued it */
+    _Atomic int32_t leader;      /* TAKEN: the pid of the leader making the call */
+    _Atomic int32_t shard;
+    _Atomic uint64_t ticket;     /* arrival order within the shard, unique */
+    struct batch_item item;
+};
+
+/*
+ * One shard's queue: the entries QUEUED on it, oldest ticket first, and the
+ * one call in flight.
+ *
+ * MUST: lock (robust, process-shared) is held to read or change leader,
+ *       next_ticket and the state of any entry of this shard. It is never
+ *       held across a Redis call or a sleep.
+ * MUST: leader != 0 while a worker leads a call of this shard: it was the
+ *       first to find leader == 0 or was handed the lead. While it leads, new
+ *       seizes queue behind it; once Redis has run its call (batch_handoff())
+ *       or when it finishes, it hands the lead to the oldest QUEUED entry, or
+ *       sets leader = 0 when none waits: one call of a shard unanswered by
+ *       Redis at a time per node.
+ * MUST: an entry taken into a call (TAKEN) is never sent again by another
+ *       leader, and never answered NOT_SENT after its leader sent the call:
+ *       a worker that loses its leader (dead, or past its own deadline)
+ *       answers UNKNOWN_OUTCOME. An entry still QUEUED was sent by nobody.
+ * MUST NOT: a leader that died is waited for: its pid is checked (kill 0) by
+ *       the waiting entries, and a dead owner of the lock is repaired
+ *       (EOWNERDEAD: every step under the lock leaves the queue consistent).
+ */
+struct batch_shard {
+    pthread_mutex_t lock;
+    int32_t leader;              /* pid of the worker leading a call; 0 none */
+    uint64_t next_ticket;
+};
+
+struct batch_metrics {
+    _Atomic uint64_t size[BATCH_SIZE_BUCKETS];  /* calls led, by entries (non-cumulative) */
+    _Atomic uint64_t size_sum;
+    _Atomic uint64_t calls;
+    _Atomic uint64_t unsent;     /* seizes that gave up queued (their deadline, nothing sent) */
+    _Atomic uint64_t unknown;    /* seizes that lost their call's answer (leader dead or late) */
+    _Atomic uint64_t leader_deaths;  /* leaders found dead by the seizes waiting on them */
+};
+
+struct batch_area {
+    _Atomic uint32_t ready;      /* the locks are initialized */
+    _Atomic int32_t hi;          /* entries [0, hi) have been used */
+    struct batch_shard shard[BATCH_SHARDS];
+    struct batch_entry entry[BATCH_ENTRIES];
+    struct batch_metrics m;
+};
+
+/* What batch_join() gives a leader: the entries it took, oldest first, and
+ * which of them is its own. */
+struct batch_take {
+    int shard;
+    int n;
+    int self;                    /* index of the leader's own seize in item[] */
+    int handed;                  /* the lead was handed on (batch_handoff()) */
+    int32_t entry[BATCH_MAX];
+    uint64_t ticket[BATCH_MAX];
+    struct batch_item item[BATCH_MAX];
+};
+
+enum batch_result {
+    BATCH_LEADER,                /* lead: send take->item[0..n), then batch_finish() */
+    BATCH_ANSWERED,              /* *mine holds the answer a leader wrote */
+    BATCH_UNSENT,                /* gave up while queued: nothing was sent */
+    BATCH_UNKNOWN,               /* its call was sent (or may have been); no answer came */
+};
+
+/* Initializes the locks of a zeroed area (the segment's creator, once).
+ * CS_OK, or CS_ERR with errno when the system has no robust shared mutexes. */
+int batch_init(struct batch_area *b);
+
+/*
+ * Queues *mine on shard for the worker of registry slot `slot` and waits until
+ * it leads a call, is answered, or deadline_ms (monotonic) comes. max (>= 1)
+ * caps the entries a leader takes. BATCH_LEADER: take holds the entries this
+ * worker took (its own at take->self); it MUST call batch_finish() once it
+ * has answered each of them, even when the call failed. Otherwise *mine
+ * holds the answer (BATCH_ANSWERED) or the outcome says why none came.
+ */
+enum batch_result batch_join(struct batch_area *b, int shard, int slot, int max,
+                             struct batch_item *mine, int64_t deadline_ms,
+                             struct batch_take *take);
+
+/* Hands the shard's lead on before the answers are written, once Redis has
+ * run the call: the next call may go out while this leader still waits for
+ * its replicas (the WAIT), and runs after this one in Redis, so arrival
+ * order holds. Optional; batch_finish() MUST still be called. */
+void batch_handoff(struct batch_area *b, struct batch_take *take);
+
+/* Writes each taken entry's answer (take->item[i].outcome and the rest) into
+ * its entry and wakes its worker, then hands the shard's lead on (unless
+ * batch_handoff() did). The
+ * leader's own answer stays in take->item[take->self]. */
+void batch_finish(struct batch_area *b, struct batch_take *take);
+
+#endif

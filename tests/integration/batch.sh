@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# batch.sh - group commit of seizes (limits.batch_max, DESIGN.md "Group commit
+# of seizes") on a real stack, 16 workers, 64 connections on one hot sale:
+# (a) the batch script itself answers in the order given; (b) a burst on a
+# sale of 300: every user judged against MySQL (told SEIZED => one row,
+# nobody two, nothing oversold), seizes really rode together, and first come
+# first served holds by send time; (c) Redis stopped (SIGSTOP) past the
+# budget, twice; (d) the leader of the call in flight killed with kill -9
+# while Redis is stopped, four times; (e) replies lost on the way (a proxy
+# that cuts 1 in 15 of Redis' answers). Every answer is judged per user:
+# told SEIZED => holds one; holds one => was told SEIZED or UNKNOWN_OUTCOME
+# (or got no answer at all: its worker was killed).
+# shellcheck source=tests/lib.sh
+. "${top_srcdir:-$(dirname "$0")/../..}/tests/lib.sh"
+
+[[ -x $LOADGEN ]] || skip_all "tests/bench/loadgen is not built (make check builds it)"
+command -v python3 >/dev/null || skip_all "python3 is not installed"
+export COUPON_WORKERS=16
+export COUPON_CONF_OVERRIDES="limits.batch_max=32
+fallback.reserve=0
+${COUPON_CONF_OVERRIDES:-}"
+cs_stack_up
+PORT=${COUPON_URL##*:}
+ADMIN=$(mint_jwt 1 admin)
+
+answered() { [[ -f $2 ]] && (($(wc -l <"$2") > $1 + 1)); }
+# under_load NAME ACTIVITY ACTION: 64 connections of fresh users on ACTIVITY
+# (stock 1,000,000); ACTION runs once 300 answers are in; then the load stops,
+# coupon-sync drains, judge, and stock + rows = total.
+under_load() {
+    local name=$1 id=$2 log=$COUPON_DIR/$1.log
+    mk_activity "$id" 1000000 -60 3600
+    http POST /market/admin/coupon/preheat '' "$ADMIN"
+    "$LOADGEN" -p "$PORT" -s "$COUPON_JWT_SECRET" -a "$id" -c 64 -D 60 -n 100000000 \
+        -b $((id * 1000000)) -L "$log" -j >"$COUPON_DIR/$name.json" &
+    local lpid=$!
+    cs_defer stop_bg "$lpid"
+    wait_for 30 answered 300 "$log" || not_ok "$name: the load got going"
+    eval "$3"
+    kill -TERM "$lpid"
+    wait "$lpid"
+    wait_for 60 drained $((id % 10)) || not_ok "$name: coupon-sync drained the queue"
+    seize_judge_all "$name" "$id" "$log"
+    check_eq "$name: Redis stock + MySQL rows = total" 1000000 "$(($(stock_of "$id") + $(rows_of "$id")))"
+}
+
+# --- (a) the script: one code per seize, in the order given ----------------------------
+rcli HSET 'COUPON:RESOURCE:STOCK:{1}' 901 2 >/dev/null
+rcli HSET 'COUPON:ACTIVITY:WINDOW:{1}' 901 "0,99999999999999" >/dev/null
+rcli HSET 'COUPON:SEIZE:LIST:901_{1}' 7 123 >/dev/null
+out=$(rcli EVAL "$(cat "$top_srcdir/lua/seize_batch.lua")" 4 'COUPON:RESOURCE:STOCK:{1}' \
+    'QUEUE:COUPON:SEIZE:SYNC:{1}' 'COUPON:ACTIVITY:WINDOW:{1}' 'COUPON:SEIZE:LIST:901_{1}' \
+    901 5 4 901 7 4 901 6 4 901 5 4 901 8 4 911 9 4 | tail -n +2 | tr '\n' ' ')
+# user 5: granted (1 left); 7: held one before (its grant time 123); 6: the
+# last; 5 again: already (this call); 8: sold out; 9 of an unknown activity: -3.
+check_match "script: first come, first served inside one call" \
+    '^1 0 -1 123 0 0 -1 [0-9]+ -2 0 -3 0 $' "$out"
+check_eq "script: two granted, the stock at 0" 0 "$(rcli HGET 'COUPON:RESOURCE:STOCK:{1}' 901)"
+check_eq "script: the grants are queued for MySQL" 2 "$(rcli HLEN 'QUEUE:COUPON:SEIZE:SYNC:{1}')"
+rcli DEL 'QUEUE:COUPON:SEIZE:SYNC:{1}' 'COUPON:SEIZE:LIST:901_{1}' >/dev/null
+rcli HDEL 'COUPON:RESOURCE:STOCK:{1}' 901 >/dev/null
+
+# --- (b) a burst on a sale of 300 -----------------------------------------------------
+mk_activity 2301 300 -60 3600
+http POST /market/admin/coupon/preheat '' "$ADMIN"
+calls0=$(metric couponseize_batch_size_count) sum0=$(metric couponseize_batch_size_sum)
+# Users who see the sale first: every worker has its metadata cached.
+seize_load 2301 16 16 2301900000 >/dev/null
+log=$COUPON_DIR/burst.log
+"$LOADGEN" -p "$PORT" -s "$COUPON_JWT_SECRET" -a 2301 -c 64 -n 3000 -b 2301000000 -L "$log" -j \
+    >"$COUPON_DIR/burst.json"
+wait_for 60 drained 1 || not_ok "burst: coupon-sync drained the queue"
+seize_judge_all burst 2301 "$log"
+check_eq "burst: nothing oversold: 300 rows" 300 "$(rows_of 2301)"
+check_eq "burst: the stock is 0" 0 "$(stock_of 2301)"
+check_eq "burst: as many told SEIZED (or UNKNOWN_OUTCOME) as rows, less the first users'" \
+    "$(mysql_q "SELECT COUNT(*) FROM coupon WHERE activity_id = 2301 AND user_id < 2301900000")" \
+    $((SEIZED + UNKNOWN))
+calls=$(($(metric couponseize_batch_size_count) - calls0)) sum=$(($(metric couponseize_batch_size_sum) - sum0))
+diag "burst: $sum seizes in $calls calls"
+check "burst: seizes rode together ($sum seizes in $calls calls)" test "$sum" -gt "$calls"
+# First come, first served by send time: nobody sent after another user had
+# already been told SOLD_OUT was granted.
+late=$(python3 - "$log" <<'PY'
+import sys
+sent_sold, seized = [], []
+with open(sys.argv[1]) as f:
+    f.readline()
+    for line in f:
+        ms, status, code, user, us = line.split()
+        t, sent = float(ms), float(ms) - int(us) / 1000.0
+        if code == "SOLD_OUT":
+            sent_sold.append(t)
+        elif code == "SEIZED":
+            seized.append(sent)
+first_sold_answer = min(sent_sold) if sent_sold else float("inf")
+print(sum(1 for s in seized if s > first_sold_answer))
+PY
+)
+check_eq "burst: first come, first served: nobody sent after a SOLD_OUT answer was granted" 0 "$late"
+
+# --- (c) Redis stopped past the budget, twice ---------------------------------------------
+stall='for i in 1 2; do kill -STOP "$COUPON_REDIS_PID"; sleep 1.5; kill -CONT "$COUPON_REDIS_PID"; sleep 1.5; done'
+unsent0=$(metric couponseize_batch_unsent_total)
+under_load stall 2302 "$stall"
+check "stall: the stall was felt ($UNKNOWN UNKNOWN_OUTCOME, $UNAVAILABLE UNAVAILABLE)" \
+    test $((UNKNOWN + UNAVAILABLE)) -gt 0
+check "stall: seizes went on after it ($SEIZED SEIZED)" test "$SEIZED" -gt 100
+diag "stall: $(($(metric couponseize_batch_unsent_total) - unsent0)) seizes gave up queued (nothing sent)"
+
+# --- (d) the leader killed with kill -9 mid-call, four times -------------------------------
+# leaders: the workers blocked in a read of Redis (not asleep on their
+# queue entry's futex, syscall 202, nor waiting for a request, 43/288).
+leaders() {
+    local p s
+    for p in $(pgrep -P "$COUPON_FCGI_PID"); do
+        s=$(cut -d' ' -f1 "/proc/$p/syscall" 2>/dev/null) || continue
+        case $s in 0 | 7 | 45) echo "$p" ;; esac
+    done
+}
+KILLED=0
+kill_leaders='for i in 1 2 3 4; do
+    kill -STOP "$COUPON_REDIS_PID"; sleep 0.3
+    for p in $(leaders); do kill -9 "$p" && KILLED=$((KILLED + 1)); done
+    sleep 0.2; kill -CONT "$COUPON_REDIS_PID"; sleep 1
+done'
+deaths0=$(metric couponseize_batch_leader_deaths_total)
+under_load kill 2303 "$kill_leaders"
+deaths=$(($(metric couponseize_batch_leader_deaths_total) - deaths0))
+diag "kill: $KILLED leaders killed; $deaths found dead by their followers"
+check "kill: leaders were killed mid-call ($KILLED)" test "$KILLED" -ge 4
+check "kill: their followers saw them die and went on ($deaths)" test "$deaths" -ge 1
+check "kill: seizes went on after it ($SEIZED SEIZED)" test "$SEIZED" -gt 100
+
+# --- (e) replies lost: a proxy between the workers and Redis cuts 1 in 15 answers --------
+PROXY_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+python3 - "$PROXY_PORT" "$REDIS_PORT" <<'PY' >"$COUPON_DIR/proxy.log" 2>&1 &
+import random, socket, sys, threading
+lport, rport = int(sys.argv[1]), int(sys.argv[2])
+random.seed(33)
+def pipe(src, dst, cut):
+    try:
+        while True:
+            b = src.recv(65536)
+            if not b:
+                break
+            # A reply to a seize (a script answer: an array or an integer)
+            # is dropped and the connection cut, as a network that fails
+            # after Redis ran the command.
+            if cut and b[:1] in (b"*", b":") and random.random() < 1 / 15:
+                break
+            dst.sendall(b)
+    except OSError:
+        pass
+    for s in (src, dst):
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+def serve(c):
+    r = socket.create_connection(("127.0.0.1", rport))
+    threading.Thread(target=pipe, args=(c, r, False), daemon=True).start()
+    pipe(r, c, True)
+l = socket.socket()
+l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("127.0.0.1", lport))
+l.listen(128)
+while True:
+    c, _ = l.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+PY
+PROXY_PID=$!
+cs_defer stop_bg "$PROXY_PID"
+wait_for 10 bash -c "exec 3<>/dev/tcp/127.0.0.1/$PROXY_PORT" 2>/dev/null || not_ok "lost: the proxy listens"
+sed -i "/^redis = {/,/^}/ s/^\(\s*port = \)[0-9]*;/\1$PROXY_PORT;/" "$COUPON_CONF"
+stack restart-fcgi >/dev/null 2>&1
+cs_reload_env
+resends0=$(metric couponseize_seize_resends_total)
+under_load lost 2304 'sleep 4'
+resends=$(($(metric couponseize_seize_resends_total) - resends0))
+check "lost: replies were lost and the calls resent ($resends)" test "$resends" -gt 0
+check "lost: seizes went on ($SEIZED SEIZED)" test "$SEIZED" -gt 100
+
+finish

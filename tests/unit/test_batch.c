@@ -1,0 +1,328 @@
+/* test_batch.c - the group commit queue (lib/batch.c) on a segment of the
+ * test's own, with real processes: election, arrival order, the cap, a
+ * leader killed with kill -9 while queued or taken, deadlines, a dead lock owner. */
+#include <check.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "batch.h"
+#include "cs.h"
+#include "runner.h"
+
+/* What the children report: per child slot, how its join ended and its
+ * answer; per call led, the users it carried in order. */
+struct shared {
+    struct batch_area b;
+    _Atomic int result[64];
+    _Atomic int64_t res[64];
+    _Atomic int ncalls;
+    _Atomic int calls[16][64];
+    _Atomic int callsize[16];
+    _Atomic int handoff;         /* leaders hand the lead on before they are held */
+    _Atomic int allow;           /* calls 0..allow-1 may finish; the others are held */
+};
+
+static struct shared *s;
+
+static void setup(void)
+{
+    s = mmap(NULL, sizeof(*s), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    ck_assert(s != MAP_FAILED);
+    ck_assert_int_eq(batch_init(&s->b), CS_OK);
+    for (int i = 0; i < 64; i++)
+        s->result[i] = -1;
+    s->allow = 1000;
+}
+
+static void teardown(void)
+{
+    munmap(s, sizeof(*s));
+}
+
+/* A leader answers each seize with res = user * 10, once its call may finish. */
+static void lead(struct batch_take *t)
+{
+    int k = atomic_fetch_add(&s->ncalls, 1);
+    for (int i = 0; i < t->n; i++) {
+        if (k < 16)
+            s->calls[k][i] = (int)t->item[i].user_id;
+        t->item[i].outcome = BATCH_OUT_ANSWERED;
+        t->item[i].res = t->item[i].user_id * 10;
+    }
+    if (k < 16)
+        s->callsize[k] = t->n;
+    if (atomic_load(&s->handoff))
+        batch_handoff(&s->b, t);
+    while (k >= atomic_load(&s->allow))
+        usleep(1000);
+    batch_finish(&s->b, t);
+}
+
+/* A worker of registry slot `slot` seizing as user `user`: records how it
+ * ended in result[slot] (and res[slot]) and exits. */
+static pid_t worker(int slot, int user, int max, int budget_ms)
+{
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    static struct batch_take t;
+    struct batch_item mine = {.activity_id = 11, .user_id = user};
+    enum batch_result r = batch_join(&s->b, 1, slot, max, &mine, cs_mono_ms() + budget_ms, &t);
+    if (r == BATCH_LEADER) {
+        s->res[slot] = t.item[t.self].user_id * 10;
+        s->result[slot] = r;
+        lead(&t);
+    } else {
+        s->res[slot] = mine.res;
+        s->result[slot] = r;
+    }
+    _exit(0);
+}
+
+static void wait_state(int slot, uint32_t state)
+{
+    for (int i = 0; i < 5000 && atomic_load(&s->b.entry[slot].state) != state; i++)
+        usleep(1000);
+    ck_assert_uint_eq(atomic_load(&s->b.entry[slot].state), state);
+}
+
+static void reap(pid_t pid)
+{
+    int st;
+    ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+}
+
+START_TEST(alone_leads_at_once)
+{
+    static struct batch_take t;
+    struct batch_item mine = {.activity_id = 11, .user_id = 7};
+    ck_assert_int_eq(batch_join(&s->b, 1, 0, 32, &mine, cs_mono_ms() + 1000, &t), BATCH_LEADER);
+    ck_assert_int_eq(t.n, 1);
+    ck_assert_int_eq(t.self, 0);
+    ck_assert_int_eq(s->b.shard[1].leader, getpid());
+    batch_finish(&s->b, &t);
+    ck_assert_int_eq(s->b.shard[1].leader, 0);
+    ck_assert_uint_eq(atomic_load(&s->b.entry[0].state), BATCH_IDLE);
+    /* Again: the lead is free once given back. */
+    ck_assert_int_eq(batch_join(&s->b, 1, 0, 32, &mine, cs_mono_ms() + 1000, &t), BATCH_LEADER);
+    batch_finish(&s->b, &t);
+    ck_assert_uint_eq(atomic_load(&s->b.m.calls), 2);
+}
+END_TEST
+
+/* Seizes that queue behind a call ride the next one together, oldest first,
+ * at most max in one; each gets its own answer. */
+START_TEST(followers_ride_in_arrival_order_up_to_max)
+{
+    pid_t p[8];
+    s->allow = 0;
+    p[0] = worker(0, 100, 3, 5000);
+    wait_state(0, BATCH_TAKEN);            /* leads a call of one, held */
+    for (int i = 1; i < 6; i++) {
+        p[i] = worker(i, 100 + i, 3, 5000);
+        wait_state(i, BATCH_QUEUED);       /* one after the other: arrival order known */
+    }
+    s->allow = 1000;
+    for (int i = 0; i < 6; i++)
+        reap(p[i]);
+    ck_assert_int_eq(s->ncalls, 3);
+    ck_assert_int_eq(s->callsize[0], 1);
+    ck_assert_int_eq(s->callsize[1], 3);
+    ck_assert_int_eq(s->callsize[2], 2);
+    int want[3][3] = {{100}, {101, 102, 103}, {104, 105}};
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < s->callsize[k]; i++)
+            ck_assert_int_eq(s->calls[k][i], want[k][i]);
+    for (int i = 0; i < 6; i++) {
+        ck_assert_int_ne(s->result[i], -1);
+        ck_assert_int_eq(s->res[i], (100 + i) * 10);
+    }
+    ck_assert_int_eq(s->result[1], BATCH_LEADER);  /* the oldest waiting was handed the lead */
+    ck_assert_int_eq(s->result[2], BATCH_ANSWERED);
+    ck_assert_int_eq(s->result[4], BATCH_LEADER);
+    ck_assert_int_eq(s->b.shard[1].leader, 0);
+}
+END_TEST
+
+/* A leader killed while others only queue behind it: the oldest of them
+ * takes over long before its deadline, and nothing is lost. */
+START_TEST(killed_leader_queued_followers_take_over)
+{
+    s->allow = 0;
+    pid_t a = worker(0, 100, 32, 5000);
+    wait_state(0, BATCH_TAKEN);
+    pid_t b = worker(1, 101, 32, 5000), c;
+    wait_state(1, BATCH_QUEUED);
+    c = worker(2, 102, 32, 5000);
+    wait_state(2, BATCH_QUEUED);
+    int64_t t0 = cs_mono_ms();
+    kill(a, SIGKILL);
+    reap(a);
+    s->allow = 1000;
+    reap(b);
+    reap(c);
+    ck_assert_int_lt(cs_mono_ms() - t0, 1000);
+    ck_assert_int_eq(s->result[1], BATCH_LEADER);
+    ck_assert_int_eq(s->result[2], BATCH_ANSWERED);
+    ck_assert_int_eq(s->res[2], 1020);
+    ck_assert_uint_ge(atomic_load(&s->b.m.leader_deaths), 1);
+}
+END_TEST
+
+/* A leader killed with seizes taken into its call: they answer UNKNOWN at
+ * once (never UNSENT: the call may have gone), and one that queued behind
+ * it leads the next call. */
+START_TEST(killed_leader_taken_followers_are_unknown)
+{
+    s->allow = 0;
+    pid_t a = worker(0, 100, 32, 5000);
+    wait_state(0, BATCH_TAKEN);
+    pid_t b = worker(1, 101, 32, 5000);
+    wait_state(1, BATCH_QUEUED);
+    pid_t c = worker(2, 102, 32, 5000);
+    wait_state(2, BATCH_QUEUED);
+    kill(a, SIGKILL);                       /* b leads, takes c, is held */
+    reap(a);
+    wait_state(2, BATCH_TAKEN);
+    pid_t d = worker(3, 103, 32, 5000);
+    wait_state(3, BATCH_QUEUED);
+    int64_t t0 = cs_mono_ms();
+    kill(b, SIGKILL);
+    reap(b);
+    s->allow = 1000;
+    reap(c);
+    reap(d);
+    ck_assert_int_lt(cs_mono_ms() - t0, 1000);
+    ck_assert_int_eq(s->result[2], BATCH_UNKNOWN);
+    ck_assert_int_eq(s->result[3], BATCH_LEADER);
+    ck_assert_uint_ge(atomic_load(&s->b.m.unknown), 1);
+}
+END_TEST
+
+/* A deadline while queued: nothing was sent (UNSENT); while taken into a
+ * call that does not end: UNKNOWN. */
+START_TEST(deadlines_tell_queued_from_taken)
+{
+    s->allow = 0;
+    pid_t a = worker(0, 100, 32, 5000);
+    wait_state(0, BATCH_TAKEN);
+    pid_t b = worker(1, 101, 32, 150);
+    reap(b);
+    ck_assert_int_eq(s->result[1], BATCH_UNSENT);
+    ck_assert_uint_eq(atomic_load(&s->b.m.unsent), 1);
+    /* Now one taken into a held call. */
+    pid_t c = worker(2, 102, 32, 5000);
+    wait_state(2, BATCH_QUEUED);
+    pid_t d = worker(3, 103, 32, 600);
+    wait_state(3, BATCH_QUEUED);
+    s->allow = 1;                            /* a finishes; c leads, takes d, is held */
+    reap(a);
+    wait_state(3, BATCH_TAKEN);
+    reap(d);
+    ck_assert_int_eq(s->result[3], BATCH_UNKNOWN);
+    s->allow = 1000;
+    reap(c);
+    ck_assert_int_eq(s->result[2], BATCH_LEADER);
+    ck_assert_int_eq(s->b.shard[1].leader, 0);
+}
+END_TEST
+
+/* A leader that handed the lead on (its call answered, its WAIT pending):
+ * the next seize leads a call of its own at once. */
+START_TEST(handoff_lets_the_next_call_go)
+{
+    s->allow = 0;
+    s->handoff = 1;
+    pid_t a = worker(0, 100, 32, 5000);
+    wait_state(0, BATCH_TAKEN);
+    for (int i = 0; i < 5000 && s->b.shard[1].leader != 0; i++)
+        usleep(1000);
+    ck_assert_int_eq(s->b.shard[1].leader, 0);
+    pid_t b = worker(1, 101, 32, 5000);
+    for (int i = 0; i < 5000 && s->result[1] == -1; i++)
+        usleep(1000);
+    ck_assert_int_eq(s->result[1], BATCH_LEADER); /* while a's call is still held */
+    s->allow = 1000;
+    reap(a);
+    reap(b);
+    ck_assert_int_eq(s->ncalls, 2);
+    ck_assert_int_eq(s->b.shard[1].leader, 0);
+}
+END_TEST
+
+/* A process killed while it holds a shard's lock does not wedge the shard. */
+START_TEST(dead_lock_owner_is_repaired)
+{
+    pid_t p = fork();
+    if (p == 0) {
+        pthread_mutex_lock(&s->b.shard[1].lock);
+        s->b.shard[1].leader = getpid();
+        _exit(0);
+    }
+    reap(p);
+    static struct batch_take t;
+    struct batch_item mine = {.activity_id = 11, .user_id = 7};
+    ck_assert_int_eq(batch_join(&s->b, 1, 0, 32, &mine, cs_mono_ms() + 1000, &t), BATCH_LEADER);
+    batch_finish(&s->b, &t);
+    ck_assert_int_eq(s->b.shard[1].leader, 0);
+}
+END_TEST
+
+/* Many processes and rounds: every seize answered once, with its own answer. */
+START_TEST(storm_answers_everyone)
+{
+    pid_t p[24];
+    for (int i = 0; i < 24; i++) {
+        p[i] = fork();
+        if (p[i] == 0) {
+            static struct batch_take t;
+            for (int round = 0; round < 200; round++) {
+                struct batch_item mine = {.activity_id = 11, .user_id = i * 1000 + round};
+                enum batch_result r = batch_join(&s->b, 1, i, 8, &mine, cs_mono_ms() + 5000, &t);
+                if (r == BATCH_LEADER) {
+                    for (int k = 0; k < t.n; k++) {
+                        t.item[k].outcome = BATCH_OUT_ANSWERED;
+                        t.item[k].res = t.item[k].user_id * 10;
+                    }
+                    int64_t want = t.item[t.self].user_id * 10;
+                    batch_finish(&s->b, &t);
+                    if (want != mine.user_id * 10)
+                        _exit(2);
+                } else if (r != BATCH_ANSWERED || mine.res != mine.user_id * 10) {
+                    _exit(3);
+                }
+            }
+            _exit(0);
+        }
+    }
+    for (int i = 0; i < 24; i++) {
+        int st;
+        ck_assert_int_eq(waitpid(p[i], &st, 0), p[i]);
+        ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker %d: status %d", i, st);
+    }
+    ck_assert_uint_eq(atomic_load(&s->b.m.size_sum), 24 * 200);
+    ck_assert_int_eq(s->b.shard[1].leader, 0);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *su = suite_create("batch");
+    TCase *tc = tcase_create("core");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 30);
+    tcase_add_test(tc, alone_leads_at_once);
+    tcase_add_test(tc, followers_ride_in_arrival_order_up_to_max);
+    tcase_add_test(tc, killed_leader_queued_followers_take_over);
+    tcase_add_test(tc, killed_leader_taken_followers_are_unknown);
+    tcase_add_test(tc, deadlines_tell_queued_from_taken);
+    tcase_add_test(tc, dead_lock_owner_is_repaired);
+    tcase_add_test(tc, handoff_lets_the_next_call_go);
+    tcase_add_test(tc, storm_answers_everyone);
+    suite_add_tcase(su, tc);
+    return cs_run_suite(su, 0);
+}
