@@ -468,15 +468,16 @@ load_argv() {
         -n "$total" -b "$base" -j "$@")
 }
 
-# seize_judge NAME ACTIVITY LOG [FIRST_USER]: checks the answers in LOG (a
-# loadgen -L log: one line per answer) against the coupon rows of ACTIVITY
-# (of users FIRST_USER and up, when given), per user: told SEIZED => holds a
+# seize_judge NAME ACTIVITY LOG [FIRST_USER [END_USER]]: checks the answers in
+# LOG (a loadgen -L log: one line per answer) against the coupon rows of
+# ACTIVITY (of users FIRST_USER up to, not including, END_USER), per user: told SEIZED => holds a
 # coupon; holds one => was told SEIZED or UNKNOWN_OUTCOME. Sets the counts
 # SEIZED UNKNOWN UNAVAILABLE SOLD (SOLD_OUT), the latencies P99_MS and MAX_MS,
 # N (answers) and BAD_SEIZED / BAD_HOLDERS.
 seize_judge() {
     local rows
-    rows=$(mysql_q "SELECT user_id FROM coupon WHERE activity_id = $2 AND user_id >= ${4:-0}")
+    rows=$(mysql_q "SELECT user_id FROM coupon WHERE activity_id = $2 AND user_id >= ${4:-0}
+        AND user_id < ${5:-18446744073709551615}")
     read -r SEIZED UNKNOWN UNAVAILABLE SOLD P99_MS MAX_MS BAD_SEIZED BAD_HOLDERS N < <(python3 - "$3" <<PY
 import sys
 rows = set(int(x) for x in """$rows""".split())

@@ -177,7 +177,8 @@ check_eq "(e) every epoch of the sale is closed" 0 \
     "$(mysql_q "SELECT COUNT(*) FROM reserve_epoch WHERE activity_id = 4003 AND state = 1")"
 check "(e) coupon-sync drained the queue" wait_for 60 drained 3
 check_eq "(e) 300 coupons in MySQL, no more" 300 "$(rows_of 4003)"
-seize_judge "(e) first round" 4003 "$COUPON_DIR/soldout.log" 4003000000
+seize_judge "(e) first round" 4003 "$COUPON_DIR/soldout.log" 4003000000 4003100000
+seize_judge "(e) second round" 4003 "$COUPON_DIR/soldout2.log" 4003100000
 http POST /market/consumer/coupon/seize '{"id":4003}' "$(mint_jwt 4003999999)"
 check_eq "(e) the last SOLD_OUT is final" "409 SOLD_OUT " \
     "$HTTP_CODE $(json_get "$HTTP_BODY" code) $(json_get "$HTTP_BODY" final)"
