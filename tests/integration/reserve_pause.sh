@@ -2,7 +2,7 @@
 # reserve_pause.sh - a slow Redis is waited out with reserves on (DESIGN.md
 # "Selling through a slow or missing Redis", rule 4, and the budget): under
 # a load of 32 connections (fallback.reserve = 200, budget_ms = 1000),
-# Redis write pauses of 300, 700 and 900 ms (CLIENT PAUSE ... WRITE), three
+# Redis write pauses of 300, 700 and 900 ms (CLIENT PAUSE ... WRITE), ten
 # of each, all shorter than the budget: no seize is answered UNAVAILABLE,
 # none is granted from the reserve (every one reached Redis), no breaker
 # opens, every answer comes within the budget, and every user told SEIZED
@@ -30,14 +30,20 @@ check "the node set a reserve of $K aside and opened it" wait_for 20 reserves_op
 log=$COUPON_DIR/pause.log
 spent0=$(metric couponseize_reserve_spent_total)
 opened0=$(metric couponseize_breaker_opened_total)
-"$LOADGEN" -p "$PORT" -s "$COUPON_JWT_SECRET" -a $A -c 32 -D 60 -n 100000000 \
+"$LOADGEN" -p "$PORT" -s "$COUPON_JWT_SECRET" -a $A -c 32 -D 300 -n 100000000 \
     -b $((A * 1000000)) -L "$log" -j >"$COUPON_DIR/pause.json" &
 lpid=$!
 cs_defer stop_bg "$lpid"
 wait_for 30 answered 200 "$log" || not_ok "the load got going"
-for ms in 300 700 900 300 700 900 300 700 900; do
-    rcli CLIENT PAUSE "$ms" WRITE >/dev/null
-    sleep "$(printf '%d.%03d' $(((ms + 1200) / 1000)) $(((ms + 1200) % 1000)))"
+# Each pause ends by the clock; the next one comes once the load has been
+# answered again (50 answers after the pause), so a slow machine gets no
+# pauses back to back.
+for round in 1 2 3 4 5 6 7 8 9 10; do
+    for ms in 300 700 900; do
+        rcli CLIENT PAUSE "$ms" WRITE >/dev/null
+        wait_past_ms $(($(date +%s%3N) + ms))
+        wait_answers "$log" 50 || not_ok "round $round: the load is answered after a $ms ms pause"
+    done
 done
 kill -TERM "$lpid"
 wait "$lpid"
