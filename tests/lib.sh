@@ -398,6 +398,17 @@ wait_for() {
     done
 }
 
+# server_max_ms FROM_MS TO_MS [URI]: the longest time nginx held a request
+# for URI (default the seize route) that ended between FROM_MS and TO_MS
+# (epoch ms), in ms, from the stack's access log (COUPON_ACCESS_LOG=1). The
+# budget is the server's promise, from when the web server got the request:
+# a client's own delays on a loaded machine are not in it.
+server_max_ms() {
+    awk -v from="$1" -v to="$2" -v uri="${3:-/market/consumer/coupon/seize}" '
+        { t = $1 * 1000; if (t >= from && t <= to && $4 == uri && $3 * 1000 > m) m = $3 * 1000 }
+        END { printf "%d\n", m }' "$COUPON_DIR/nginx/access.log"
+}
+
 # answers LOG: how many answers a loadgen run has logged (-L LOG) so far.
 answers() { local n; n=$(grep -vc '^#' "$1" 2>/dev/null) || true; echo "${n:-0}"; }
 
