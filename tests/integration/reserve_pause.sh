@@ -58,8 +58,11 @@ check "the pauses were felt (max $MAX_MS ms >= 800 ms)" test "$MAX_MS" -ge 800
 # client's view is shown beside it.
 smax=$(server_max_ms "$t0" "$t1")
 diag "the slowest answer took $smax ms in nginx, $MAX_MS ms at the client"
-check "every answer within the budget + 100 ms as nginx timed it (max $smax ms)" \
-    test "$smax" -le $((BUDGET + 100))
+# Plus the margin (a seize that waited for a worker nearly its whole budget
+# still gets one short try) and 50 ms per unit of CS_TIME_SCALE, as budget.sh.
+SLACK=$((100 + 50 * CS_TIME_SCALE))
+check "every answer within the budget + $SLACK ms as nginx timed it (max $smax ms)" \
+    test "$smax" -le $((BUDGET + SLACK))
 check_eq "nothing was granted from the reserve" "$spent0" "$(metric couponseize_reserve_spent_total)"
 check_eq "no breaker opened" "$opened0" "$(metric couponseize_breaker_opened_total)"
 diag "answers: $(awk 'NR > 1 { n[$3]++ } END { for (c in n) printf "%s=%d ", c, n[c] }' "$log")"
