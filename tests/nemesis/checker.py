@@ -132,12 +132,30 @@ def check(history, stores):
     return anomalies, stats(history)
 
 
-def stats(history):
+def stats(history, sale=102):
+    """The answer mix, and the longest stretch in which the sale that never
+    sells out granted nothing (between two SEIZED answers), with the faults
+    that were active across it."""
     seizes = [h for h in history if h.get("type") == "seize"]
     mix = {}
     for h in seizes:
         mix[h["code"]] = mix.get(h["code"], 0) + 1
-    return {"seizes": len(seizes), "mix": mix}
+    out = {"seizes": len(seizes), "mix": mix}
+    times = sorted(h["t1"] for h in seizes if h["sale"] == sale and h["code"] in GRANTS)
+    if len(times) >= 2:
+        gap, a, b = max((times[i + 1] - times[i], times[i], times[i + 1])
+                        for i in range(len(times) - 1))
+        active = {}
+        for h in history:
+            if h.get("type") == "nemesis":
+                active.setdefault(h["idx"], [h["f"] + " " + h["target"], None, None])
+                active[h["idx"]][1 if h["phase"] == "start" else 2] = h["t0"]
+        # A fault with a duration spans [start, stop]; a kill of a worker or
+        # a keeper is an instant.
+        during = sorted(f for f, t0, t1 in active.values()
+                        if t0 is not None and t0 <= b and (t1 if t1 is not None else t0) >= a)
+        out["longest_no_sale"] = {"sale": sale, "ms": gap, "from": a, "to": b, "faults": during}
+    return out
 
 
 # --- reading the stores ---------------------------------------------------------
