@@ -96,6 +96,8 @@ class Nemesis:
     def stackcmd(self, cmd, *more, extra_env=None):
         rc = self.sh([self.stack, cmd, self.dir] + list(more), extra_env=extra_env)
         self.reload()
+        if rc != 0:
+            raise RuntimeError("tests/stack %s failed (%d)" % (cmd, rc))
         return rc
 
     def pid_of(self, svc):
@@ -254,7 +256,15 @@ class Nemesis:
     def heal(self):
         """Ends every fault: SIGCONT to all we stopped, no partition left,
         every Redis unpaused, every service of the stack running, no node
-        under libfaketime. Safe to call more than once."""
+        under libfaketime. Safe to call more than once; returns the errors
+        met on the way (each step is tried whatever the others did)."""
+        errors = []
+
+        def attempt(fn, *args):
+            try:
+                fn(*args)
+            except Exception as e:  # noqa: BLE001 - heal goes on
+                errors.append(str(e))
         for pid in list(self.stopped):
             self.signal(pid, signal.SIGCONT)
         if self.nft("list", "table", "inet", self.table) == 0:
@@ -262,15 +272,16 @@ class Nemesis:
         for idx in sorted(self.active, reverse=True):
             ev = self.active[idx]
             if not ev["kind"].startswith("part-"):
-                self.stop(ev, idx)
+                attempt(self.stop, ev, idx)
         self.active.clear()
         for hp in self.redis:
             host, port = hp.rsplit(":", 1)
             self.sh(["timeout", "3", "redis-cli", "-h", host, "-p", port, "CLIENT", "UNPAUSE"])
         for n in sorted(self.skewed):
-            self.stackcmd("restart-" + self.fcgi_svc(n))
+            attempt(self.stackcmd, "restart-" + self.fcgi_svc(n))
         self.skewed.clear()
-        self.restart_dead()
+        attempt(self.restart_dead)
+        return errors
 
     def restart_dead(self):
         names = ["redis%d" % n for n in range(1, 7)] + ["mysql", "sync"] + \
