@@ -9,6 +9,7 @@
 #      once its keeper has renewed its lease;
 #  (b) 300 s ahead, on a sale open for two more minutes: SEIZED, never ENDED;
 #  (c) node 1, with a true clock, still refuses a sale that has not started.
+# It also checks that each node connects to Redis from its own address.
 # shellcheck source=tests/lib.sh
 . "${top_srcdir:-$(dirname "$0")/../..}/tests/lib.sh"
 
@@ -20,6 +21,12 @@ ${COUPON_CONF_OVERRIDES:-}"
 cs_stack_up --nodes 2
 read -r URL1 URL2 <<<"$COUPON_URLS"
 ADMIN=$(mint_jwt 1 admin)
+
+# Each node reaches Redis from its own address (redis.source_addr), which is
+# what lets the nemesis cut one node off by address.
+clients=$(rcli CLIENT LIST)
+check_match "node 1 connects to Redis from 127.0.2.1" "addr=127\.0\.2\.1:" "$clients"
+check_match "node 2 connects to Redis from 127.0.2.2" "addr=127\.0\.2\.2:" "$clients"
 
 mk_activity 5000 100000 -60 3600
 mk_activity 5001 100000 -60 120
