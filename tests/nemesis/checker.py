@@ -36,6 +36,9 @@ def check(history, stores):
     by_pair = {}
     for h in seizes:
         by_pair.setdefault((h["user"], h["sale"]), []).append(h)
+    by_sale = {}
+    for h in seizes:
+        by_sale.setdefault(h["sale"], []).append(h)
     status = {}
     answered = set()
     for h in history:
@@ -87,6 +90,16 @@ def check(history, stores):
                             "MySQL holds %d" % (a["node"], a["seized"],
                                                 " (pending)" if a.get("pending") else "", n))
         # --- per sale ------------------------------------------------------
+        # A final SOLD_OUT (stock 0, no reserve open) is final: nobody who
+        # asks after it was answered is granted one.
+        finals = [o["t1"] for o in by_sale.get(sale, []) if o["code"] == "SOLD_OUT"
+                  and o.get("final", True)]
+        if finals:
+            after = [o for o in by_sale.get(sale, []) if o["code"] in GRANTS and o["t0"] > min(finals)]
+            if after:
+                bad("sold-after-sold-out", sale, after[0]["user"], "%d SEIZED answers to seizes sent "
+                    "after a final SOLD_OUT was answered (at %d; first: node %d, sent %d)"
+                    % (len(after), min(finals), after[0]["node"], after[0]["t0"]))
         if len(rows) > total:
             bad("oversell", sale, None, "%d coupons of a total of %d" % (len(rows), total))
         if s["role"] != "revoked":

@@ -3,6 +3,7 @@
 The history is JSON lines, one per operation, written as answers arrive:
   {"type": "seize", "user": U, "sale": A, "node": N, "t0": ms, "t1": ms,
    "http": 200, "code": "SEIZED", "thread": T}
+  (a SOLD_OUT that says it is not final, reserves being open, has "final": false)
   {"type": "admin", "op": "revoke" | "move-window" | "preheat", "sale": A, ...}
   {"type": "status", "user": U, "sale": A, "node": N, "seized": bool, ...}
 t0 is when the request was sent, t1 when its answer (or its failure) came,
@@ -168,10 +169,13 @@ class Load:
                     recent.pop(0)
             node = rng.randint(1, len(self.urls))
             t0 = now_ms()
-            st, code, _ = h.request(node, "POST", "/market/consumer/coupon/seize", {"id": sale},
+            st, code, j = h.request(node, "POST", "/market/consumer/coupon/seize", {"id": sale},
                                     self.token(user))
-            self.history.add({"type": "seize", "user": user, "sale": sale, "node": node,
-                              "t0": t0, "t1": now_ms(), "http": st, "code": code, "thread": i})
+            rec = {"type": "seize", "user": user, "sale": sale, "node": node,
+                   "t0": t0, "t1": now_ms(), "http": st, "code": code, "thread": i}
+            if code == "SOLD_OUT" and j is not None and j.get("final") is False:
+                rec["final"] = False
+            self.history.add(rec)
             time.sleep(rng.uniform(*self.think) / 1000.0)
 
 

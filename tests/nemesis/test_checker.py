@@ -128,6 +128,19 @@ class TestChecker(unittest.TestCase):
         st = stores(s104=sale(role="window", start_ms=1000, end_ms=30000, rows=[(1, 1, 50005)]))
         self.assertEqual(kinds(h, st), ["sold-outside-window", "sold-outside-window"])
 
+    def test_granted_after_a_final_sold_out(self):
+        h = [seize(1, "SEIZED", sale=101, t0=100, t1=110), seize(2, "SOLD_OUT", sale=101, t0=200, t1=210),
+             seize(3, "SEIZED", sale=101, t0=300, t1=310)]
+        st = stores(s101=sale(role="sellout", total=2, stock=0, rows=[(1, 1, 105), (3, 1, 305)]))
+        self.assertEqual(kinds(h, st), ["sold-after-sold-out"])
+
+    def test_granted_after_a_sold_out_for_now(self):
+        so = seize(2, "SOLD_OUT", sale=101, t0=200, t1=210)
+        so["final"] = False
+        h = [seize(1, "SEIZED", sale=101, t0=100, t1=110), so, seize(3, "SEIZED", sale=101, t0=300, t1=310)]
+        st = stores(s101=sale(role="sellout", total=2, stock=0, rows=[(1, 1, 105), (3, 1, 305)]))
+        self.assertEqual(kinds(h, st), [])
+
     def test_not_drained(self):
         st = stores(s102=sale())
         st["drained"] = False
