@@ -43,7 +43,8 @@ seize_on() {
 # skewed_sale OFFSET ID REFUSAL: node 2 restarted OFFSET seconds off; once a
 # new user there is SEIZED (its keeper renewed its lease), 20 more are too.
 skewed_sale() {
-    local off=$1 id=$2 refusal=$3 u=$((id * 1000)) got="" i codes=""
+    local off=$1 id=$2 refusal=$3 got="" i codes=""
+    local u=$((id * 1000))
     COUPON_FCGI_FAKETIME=$off stack restart-fcgi2
     local deadline=$((SECONDS + 20))
     while ((SECONDS < deadline)); do

@@ -10,7 +10,6 @@ import os
 import random
 import signal
 import subprocess
-import time
 
 STOP_ENV = {"COUPON_STACK_STOP_TIMEOUT": "5"}
 
