@@ -117,11 +117,18 @@ class TestChecker(unittest.TestCase):
         st = stores(s103=sale(role="revoked", status=4, stock=-1, rows=[(1, 1, 4002)]))
         self.assertEqual(kinds(h, st), ["revoked-unvoided"])
 
-    def test_unknown_on_a_revoked_sale_settles_by_mysql(self):
+    def test_unknown_on_a_revoked_sale_settles_by_status(self):
+        rev = {"type": "admin", "op": "revoke", "sale": 103, "t0": 5000, "t1": 5010, "http": 200}
+        h = [rev, seize(1, "UNKNOWN_OUTCOME", sale=103), status(1, True, sale=103)]
+        st = stores(s103=sale(role="revoked", status=4, stock=-1, rows=[(1, 4, 1005)]))
+        self.assertEqual(kinds(h, st), [])
+
+    def test_status_without_mine_does_not_settle(self):
+        # Seed 59: a revoked sale's status said nothing of the user.
         rev = {"type": "admin", "op": "revoke", "sale": 103, "t0": 5000, "t1": 5010, "http": 200}
         h = [rev, seize(1, "UNKNOWN_OUTCOME", sale=103), status(1, None, sale=103)]
         st = stores(s103=sale(role="revoked", status=4, stock=-1, rows=[(1, 4, 1005)]))
-        self.assertEqual(kinds(h, st), [])
+        self.assertEqual(kinds(h, st), ["unsettled"])
 
     def test_sold_outside_window(self):
         h = [seize(1, "SEIZED", sale=104, t0=50000, t1=50010)]
