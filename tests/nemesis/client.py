@@ -179,12 +179,15 @@ class Load:
             time.sleep(rng.uniform(*self.think) / 1000.0)
 
 
-def admin(h, history, secret, op, sale, method, path, body, tries=8):
-    """An admin call until it answers 2xx (at most tries times), each
-    attempt recorded; returns the last (status, code, body)."""
+def admin(h, history, secret, op, sale, method, path, body, tries=8, stop=None):
+    """An admin call until it answers 2xx (at most tries times, and not
+    once the event stop is set), each attempt recorded; returns the last
+    (status, code, body)."""
     tok = mint_jwt(secret, 1, "admin")
     res = (None, "NOT_TRIED", None)
     for attempt in range(tries):
+        if stop is not None and stop.is_set():
+            break
         node = 1 + attempt % len(h.hosts)
         t0 = now_ms()
         res = h.request(node, method, path, body, tok)
