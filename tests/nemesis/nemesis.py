@@ -10,6 +10,7 @@ import os
 import random
 import signal
 import subprocess
+import threading
 
 STOP_ENV = {"COUPON_STACK_STOP_TIMEOUT": "5"}
 
@@ -71,6 +72,7 @@ class Nemesis:
         self.active = {}           # id(ev) -> ev for faults started, not stopped
         self.skewed = set()        # nodes running under libfaketime
         self.counts = {}
+        self.lock = threading.Lock()  # the schedule runs one thread per target
         self.reload()
 
     def reload(self):
@@ -161,7 +163,8 @@ class Nemesis:
     # --- faults ----------------------------------------------------------
     def start(self, ev, idx):
         kind, target = ev["kind"], ev["target"]
-        self.counts[kind] = self.counts.get(kind, 0) + 1
+        with self.lock:
+            self.counts[kind] = self.counts.get(kind, 0) + 1
         node = int(target[4:]) if target.startswith("node") else 0
         rng = random.Random("%s:%s" % (idx, ev["at"]))
         if kind == "kill-redis":
@@ -247,7 +250,7 @@ class Nemesis:
             self.stackcmd("restart-" + self.fcgi_svc(node))
 
     def skew_env(self, node):
-        for ev in self.active.values():
+        for ev in list(self.active.values()):
             if ev["kind"] == "skew" and ev["target"] == "node%d" % node:
                 return {"COUPON_FCGI_FAKETIME": "%+d" % ev["offset_s"]}
         return None
