@@ -78,8 +78,10 @@ def sales(secs):
         101: {"role": "sellout", "total": 40},
         102: {"role": "plenty", "total": 1000000},
         103: {"role": "revoked", "total": 400},
-        104: {"role": "window", "total": 600, "start_s": 2.0, "end_s": round(secs * 0.5, 1),
-              "new_end_s": round(secs * 0.75, 1)},
+        # Offsets from the setup, which comes about 2.5 s before the load: the
+        # end is moved (at 30 % of the run) before it has come.
+        104: {"role": "window", "total": 600, "start_s": 4.0, "end_s": round(secs * 0.5 + 3, 1),
+              "new_end_s": round(secs * 0.75 + 3, 1)},
     }
 
 
