@@ -157,6 +157,27 @@ static void keeper_aside_script(struct keeper *k, int i)
              n, l->unconfirmed ? " (not yet confirmed by replicas)" : "");
 }
 
+/* Redis' clock now (TIME on the node of shard 0's keys, plus half the round
+ * trip) in *now_ms; CS_ERR when Redis did not answer. */
+static int keeper_redis_now(struct keeper *k, int64_t *now_ms)
+{
+    char key[KEYS_MAX];
+    keys_stock(key, 0);
+    int64_t sent = cs_mono_ms();
+    redisReply *r = rconn_command(k->rc, key, "TIME");
+    int64_t rtt = cs_mono_ms() - sent;
+    int rc = CS_ERR;
+    if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 2
+        && r->element[0]->type == REDIS_REPLY_STRING && r->element[1]->type == REDIS_REPLY_STRING) {
+        *now_ms = strtoll(r->element[0]->str, NULL, 10) * 1000
+                  + strtoll(r->element[1]->str, NULL, 10) / 1000 + rtt / 2;
+        rc = CS_OK;
+    }
+    if (r != NULL)
+        freeReplyObject(r);
+    return rc;
+}
+
 void keeper_aside_pass(struct keeper *k)
 {
     int64_t now_ms = cs_now_ms(), mono = cs_mono_ms();
@@ -170,6 +191,11 @@ void keeper_aside_pass(struct keeper *k)
         return;
     k->aside_next_ms = mono + KEEPER_ASIDE_MS;
     keeper_aside_read_list(k);
+    /* Which sales are open is Redis' clock's to say (the script judges by
+     * it too): a node whose own clock is off must still set aside for an
+     * open sale, and with it renew the lease its workers judge windows by.
+     * This host's clock only when Redis does not answer. */
+    (void)keeper_redis_now(k, &now_ms);
     if (atomic_load(&k->rv->ngrants) >= SHM_RGRANTS / 4)
         return;
     /* A few sales a pass, round the list: with thousands on sale a pass
@@ -180,7 +206,7 @@ void keeper_aside_pass(struct keeper *k)
         if (k->aside_next >= k->nacts)
             k->aside_next = 0;
         const struct kact *act = &k->acts[k->aside_next++];
-        /* Open by this clock, with room before the end; the script judges by Redis'. */
+        /* Open by that clock, with room before the end; the script judges by Redis'. */
         if (now_ms < act->start_ms || now_ms >= act->end_ms - 2 * k->margin_ms
             || reserve_slot_of(k->rv, act->id) >= 0 || keeper_pending_of(k, act->id) > 0)
             continue;

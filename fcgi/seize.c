@@ -18,14 +18,28 @@
 #include <string.h>
 
 /* The window check on cached metadata; CODE_OK when a seize may be tried. */
-static enum cs_code seize_window(const struct activity *a, int64_t now_ms)
+/*
+ * The fast path's window check (the script, by Redis' clock, is the
+ * authority): CODE_OK, or the refusal. Redis' clock as the keeper's last
+ * lease renewal on the activity's shard bounds it judges where there is one,
+ * and only a window missed by the whole bound is refused, so a node whose
+ * own clock is off never turns users away from an open sale. Without a
+ * renewal (reserves off, none open, lease over) this host's clock, now_ms.
+ */
+static enum cs_code seize_window(const struct worker *w, const struct activity *a,
+                                 int64_t now_ms)
 {
-    switch (activity_status_at(a, now_ms)) {
-    case ACT_NOT_STARTED: return CODE_NOT_STARTED;
-    case ACT_ENDED: return CODE_ENDED;
-    case ACT_VOIDED: return CODE_VOIDED;
-    default: return CODE_OK;
-    }
+    int64_t lo = now_ms, hi = now_ms;
+    if (a->status == ACT_VOIDED)
+        return CODE_VOIDED;
+    if (w->conf->fallback_reserve > 0)
+        (void)reserve_lease(&w->shm->rsv, keys_shard(a->id), w->conf->fallback_lease_ms,
+                            cs_mono_ms(), &lo, &hi);
+    if (hi < a->start_ms)
+        return CODE_NOT_STARTED;
+    if (lo >= a->end_ms)
+        return CODE_ENDED;
+    return CODE_OK;
 }
 
 /*
@@ -494,7 +508,7 @@ void seize_handle(struct worker *w, struct req *r)
         return;
     }
     /* A fast path only: the script judges the window by Redis' clock. */
-    enum cs_code window = seize_window(&a, now);
+    enum cs_code window = seize_window(w, &a, now);
     if (window != CODE_OK) {
         req_reply(r, window, NULL, NULL, 0);
         return;

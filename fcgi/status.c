@@ -106,6 +106,21 @@ static int status_mine(struct worker *w, int64_t aid, int64_t uid, cJSON *mine, 
     return ok ? CS_OK : CS_ERR;
 }
 
+/* Adds "mine" for user uid (none when uid is 0) to root: read live or not
+ * at all (null), never an old copy. */
+static void status_add_mine(struct worker *w, cJSON *root, int64_t aid, int64_t uid, int stale)
+{
+    if (uid <= 0)
+        return;
+    cJSON *mine = cJSON_CreateObject();
+    if (status_mine(w, aid, uid, mine, stale) == CS_OK) {
+        cJSON_AddItemToObject(root, "mine", mine);
+    } else {
+        cJSON_Delete(mine);
+        cJSON_AddNullToObject(root, "mine");
+    }
+}
+
 /* {"code":"OK","msg":"ok"}, to which the answer's members are added. */
 static cJSON *status_root(void)
 {
@@ -170,6 +185,9 @@ static void status_one(struct worker *w, struct req *r, int64_t id, int64_t uid)
         cJSON_AddStringToObject(obj, "idStr", idtxt);
         cJSON_AddStringToObject(obj, "status", "VOIDED");
         cJSON_AddNumberToObject(obj, "remaining", 0);
+        /* A user told UNKNOWN_OUTCOME before the revoke learns here whether
+         * the seize took (a repeated seize only answers VOIDED). */
+        status_add_mine(w, root, id, uid, stale);
         status_send(r, root);
         return;
     case META_FOUND:
@@ -179,16 +197,7 @@ static void status_one(struct worker *w, struct req *r, int64_t id, int64_t uid)
     status_stock(w, &a, 1, &remaining, &stale);
     root = status_root();
     cJSON_AddItemToObject(root, "activity", status_activity_json(&a, now, remaining));
-    if (uid > 0) {
-        cJSON *mine = cJSON_CreateObject();
-        /* mine is read live or not at all (null): it is never an old copy. */
-        if (status_mine(w, id, uid, mine, stale) == CS_OK) {
-            cJSON_AddItemToObject(root, "mine", mine);
-        } else {
-            cJSON_Delete(mine);
-            cJSON_AddNullToObject(root, "mine");
-        }
-    }
+    status_add_mine(w, root, id, uid, stale);
     cJSON_AddBoolToObject(root, "stale", stale);
     status_send(r, root);
 }

@@ -47,6 +47,7 @@ static const struct conf_key conf_keys[] = {
     S("redis.host", redis_host, 1, "127.0.0.1", NULL),
     I("redis.port", redis_port, 0, 65535, 6379),
     S("redis.password", redis_password, 0, "", NULL),
+    S("redis.source_addr", redis_source_addr, 0, "", NULL),
     I("redis.connect_timeout_ms", redis_connect_timeout_ms, 1, 60000, 200),
     I("redis.command_timeout_ms", redis_command_timeout_ms, 1, 60000, 200),
     I("redis.breaker_failures", redis_breaker_failures, 1, 1000000, 5),

@@ -32,6 +32,7 @@ struct cs_conf {
     char *redis_host;
     int redis_port;
     char *redis_password;
+    char *redis_source_addr;       /* local address outgoing connections bind, or "" */
     int redis_connect_timeout_ms;
     int redis_command_timeout_ms;
     int redis_breaker_failures;

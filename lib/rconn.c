@@ -6,10 +6,13 @@
 #include "log.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #define RCONN_BACKOFF_MIN_MS 50
 #define RCONN_BACKOFF_MAX_MS 2000
@@ -27,6 +30,7 @@ void rconn_opts_from_conf(struct rconn_opts *o, const struct cs_conf *conf,
     o->host = conf->redis_host;
     o->port = conf->redis_port;
     o->password = conf->redis_password;
+    o->source_addr = conf->redis_source_addr;
     o->connect_timeout_ms = conf->redis_connect_timeout_ms;
     o->command_timeout_ms = command_timeout_ms;
     o->cluster = conf->redis_cluster;
@@ -39,6 +43,7 @@ struct rconn *rconn_new(const struct rconn_opts *opts)
     rc->opts = *opts;
     rc->opts.host = xstrdup(opts->host ? opts->host : "127.0.0.1");
     rc->opts.password = xstrdup(opts->password ? opts->password : "");
+    rc->opts.source_addr = xstrdup(opts->source_addr ? opts->source_addr : "");
     rc->opts.nodes = xstrdup(opts->nodes ? opts->nodes : "");
     if (rc->opts.cluster)
         rc->cl = rcluster_new(rc);
@@ -54,6 +59,7 @@ void rconn_free(struct rconn *rc)
     free((char *)rc->opts.nodes);
     free((char *)rc->opts.host);
     free((char *)rc->opts.password);
+    free((char *)rc->opts.source_addr);
     free(rc);
 }
 
@@ -138,9 +144,53 @@ void rconn_apply_timeout(struct rconn *rc, redisContext *c)
     rc->tmo_ms = ms;
 }
 
+/* A blocking context connected from source_addr within timeout_ms, or one
+ * with err set, or NULL when out of memory. hiredis 0.14 binds a source
+ * address only on a non-blocking connect, so this waits for the connect
+ * itself and then turns the socket blocking as redisConnect would leave it. */
+static redisContext *connect_bound(const char *host, int port, const char *source_addr,
+                                   int timeout_ms)
+{
+    redisContext *c = redisConnectBindNonBlock(host, port, source_addr);
+    if (c == NULL || c->err)
+        return c;
+    struct pollfd pfd = {.fd = c->fd, .events = POLLOUT};
+    int n;
+    do
+        n = poll(&pfd, 1, timeout_ms);
+    while (n < 0 && errno == EINTR);
+    int soerr = 0;
+    socklen_t len = sizeof(soerr);
+    if (n == 0)
+        soerr = ETIMEDOUT;
+    else if (n < 0)
+        soerr = errno;
+    else if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &soerr, &len) != 0)
+        soerr = errno;
+    if (soerr == 0) {
+        int fl = fcntl(c->fd, F_GETFL);
+        if (fl < 0 || fcntl(c->fd, F_SETFL, fl & ~O_NONBLOCK) < 0)
+            soerr = errno;
+    }
+    if (soerr != 0) {
+        c->err = REDIS_ERR_IO;
+        snprintf(c->errstr, sizeof(c->errstr), "connect from %s: %s", source_addr,
+                 strerror(soerr));
+        return c;
+    }
+    c->flags |= REDIS_BLOCK;
+    return c;
+}
+
 redisContext *rconn_open(struct rconn *rc, const char *host, int port)
 {
-    redisContext *c = redisConnectWithTimeout(host, port, ms_to_tv(rc->opts.connect_timeout_ms));
+    redisContext *c;
+    /* A node with its own address leaves from it, so a firewall rule can
+     * tell its connections from those of the other nodes on the host. */
+    if (rc->opts.source_addr[0] != '\0')
+        c = connect_bound(host, port, rc->opts.source_addr, rc->opts.connect_timeout_ms);
+    else
+        c = redisConnectWithTimeout(host, port, ms_to_tv(rc->opts.connect_timeout_ms));
     if (c == NULL) {
         rconn_set_err(rc, RCONN_ERR_CONNECT, "redisConnect()", "cannot allocate context");
         return NULL;

@@ -16,6 +16,7 @@ struct rconn_opts {
     const char *host;
     int port;
     const char *password;      /* empty or NULL: no AUTH */
+    const char *source_addr;   /* empty or NULL: the kernel picks the local address */
     int connect_timeout_ms;
     int command_timeout_ms;
     int no_backoff;            /* reconnect on every call (the caller has a breaker) */

@@ -1,0 +1,231 @@
+"""checker.py - judges a nemesis run from its history and the stores alone.
+
+check(history, stores) -> (anomalies, stats). history: the client's records
+(see client.py). stores: what Redis and MySQL hold after heal and drain, as
+read_stores() reads it:
+  {"lease_ms": 3000, "drained": true,
+   "sales": {"101": {"role": "sellout", "total": 40, "start_ms": .., "end_ms": ..,
+                      "status": 2, "stock": 0, "held": 0,
+                      "seize_list": [users], "rows": [[user, status, seized_ms], ..]}}}
+Each anomaly is {"kind": ..., "sale": A, "user": U (when about one), "msg": ...}.
+"""
+import json
+import subprocess
+
+# Answers that leave the outcome open (see client.py), and answers that
+# promise nothing was granted.
+INDETERMINATE = {"UNKNOWN_OUTCOME", "TIMEOUT", "RESET"}
+GRANTS = {"SEIZED"}
+SLACK_MS = 1000
+
+
+def _open(code):
+    return code in INDETERMINATE or code.startswith("HTTP_")
+
+
+def check(history, stores):
+    anomalies = []
+
+    def bad(kind, sale, user, msg):
+        a = {"kind": kind, "sale": sale, "msg": msg}
+        if user is not None:
+            a["user"] = user
+        anomalies.append(a)
+
+    seizes = [h for h in history if h.get("type") == "seize"]
+    by_pair = {}
+    for h in seizes:
+        by_pair.setdefault((h["user"], h["sale"]), []).append(h)
+    by_sale = {}
+    for h in seizes:
+        by_sale.setdefault(h["sale"], []).append(h)
+    status = {}
+    for h in history:
+        if h.get("type") == "status" and h.get("seized") is not None and not h.get("stale"):
+            status.setdefault((h["user"], h["sale"]), []).append(h)
+
+    if not stores.get("drained", True):
+        bad("not-drained", None, None, "queues or journals still held entries after the drain "
+            "deadline: %s" % stores.get("drain_note", ""))
+
+    lease = stores.get("lease_ms", 10000)
+    for sid, s in sorted(stores["sales"].items()):
+        sale = int(sid)
+        rows = s["rows"]
+        held = {}
+        for user, st, at in rows:
+            held.setdefault(user, []).append((st, at))
+        total = s["total"]
+        # --- per user ------------------------------------------------------
+        users = set(held) | {u for (u, a) in by_pair if a == sale}
+        for user in sorted(users):
+            ops = by_pair.get((user, sale), [])
+            n = len(held.get(user, []))
+            codes = [o["code"] for o in ops]
+            if n > 1:
+                bad("double", sale, user, "holds %d coupons of sale %d" % (n, sale))
+            granted = [o for o in ops if o["code"] in GRANTS]
+            if granted and n == 0:
+                bad("lost", sale, user, "told SEIZED (node %d, sent %d) and holds no coupon"
+                    % (granted[0]["node"], granted[0]["t0"]))
+            elif "ALREADY_SEIZED" in codes and n == 0:
+                bad("lost", sale, user, "told ALREADY_SEIZED and holds no coupon")
+            if n >= 1 and not granted and not any(_open(c) for c in codes):
+                bad("false-negative", sale, user, "holds a coupon but was only told %s"
+                    % ",".join(sorted(set(codes))) if codes else "holds a coupon it never asked for")
+            if any(_open(c) for c in codes):
+                answers = status.get((user, sale), [])
+                if not answers:
+                    bad("unsettled", sale, user, "outcome open (%s) and status?id never answered"
+                        % ",".join(sorted(set(c for c in codes if _open(c)))))
+                for a in answers:
+                    if bool(a["seized"]) != (n >= 1) or a.get("pending"):
+                        bad("unsettled", sale, user, "status?id on node %d says seized=%s%s, "
+                            "MySQL holds %d" % (a["node"], a["seized"],
+                                                " (pending)" if a.get("pending") else "", n))
+        # --- per sale ------------------------------------------------------
+        # A final SOLD_OUT (stock 0, no reserve open) is final: nobody who
+        # asks after it was answered is granted one.
+        finals = [o["t1"] for o in by_sale.get(sale, []) if o["code"] == "SOLD_OUT"
+                  and o.get("final", True)]
+        if finals:
+            after = [o for o in by_sale.get(sale, []) if o["code"] in GRANTS and o["t0"] > min(finals)]
+            if after:
+                bad("sold-after-sold-out", sale, after[0]["user"], "%d SEIZED answers to seizes sent "
+                    "after a final SOLD_OUT was answered (at %d; first: node %d, sent %d)"
+                    % (len(after), min(finals), after[0]["node"], after[0]["t0"]))
+        if len(rows) > total:
+            bad("oversell", sale, None, "%d coupons of a total of %d" % (len(rows), total))
+        if s["role"] != "revoked":
+            stock = s["stock"] if s["stock"] is not None else 0
+            if stock + s["held"] + len(rows) != total:
+                bad("unbalanced", sale, None, "stock %d + reserves %d + coupons %d != total %d"
+                    % (stock, s["held"], len(rows), total))
+        listed = set(s.get("seize_list") or [])
+        if s.get("seize_list") is not None and listed != set(held):
+            bad("stores-disagree", sale, None, "seize list has %d users, MySQL %d (only in the "
+                "list: %s; only in MySQL: %s)" % (len(listed), len(held),
+                                                  sorted(listed - set(held))[:5],
+                                                  sorted(set(held) - listed)[:5]))
+        if s["role"] == "revoked":
+            acks = [h["t1"] for h in history if h.get("type") == "admin" and h.get("op") == "revoke"
+                    and h.get("sale") == sale and h.get("http") == 200]
+            if acks:
+                cut = acks[0] + lease + SLACK_MS
+                late = [o for o in seizes if o["sale"] == sale and o["code"] in GRANTS and o["t0"] > cut]
+                if late:
+                    bad("sold-after-revoke", sale, late[0]["user"], "%d SEIZED answers sent more than "
+                        "the lease after the revoke was answered (first: node %d at %d, revoke %d)"
+                        % (len(late), late[0]["node"], late[0]["t0"], acks[0]))
+                late = [r for r in rows if r[2] > cut]
+                if late:
+                    bad("sold-after-revoke", sale, late[0][0], "%d coupons seized after the revoke "
+                        "(first at %d, revoke %d)" % (len(late), late[0][2], acks[0]))
+                live = [r for r in rows if r[1] != 4]
+                if live:
+                    bad("revoked-unvoided", sale, live[0][0], "%d coupons of the revoked sale are "
+                        "not voided" % len(live))
+        if s.get("start_ms") and s.get("end_ms") and s["role"] == "window":
+            lo, hi = s["start_ms"] - SLACK_MS, s["end_ms"] + SLACK_MS
+            out = [o for o in seizes if o["sale"] == sale and o["code"] in GRANTS
+                   and (o["t0"] > hi or o["t1"] < lo)]
+            if out:
+                bad("sold-outside-window", sale, out[0]["user"], "%d SEIZED answers outside the "
+                    "window [%d, %d] (first sent %d)" % (len(out), s["start_ms"], s["end_ms"], out[0]["t0"]))
+            out = [r for r in rows if not lo <= r[2] <= hi]
+            if out:
+                bad("sold-outside-window", sale, out[0][0], "%d coupons seized outside the window "
+                    "[%d, %d] (first at %d)" % (len(out), s["start_ms"], s["end_ms"], out[0][2]))
+    return anomalies, stats(history)
+
+
+def stats(history, sale=102):
+    """The answer mix, and the longest stretch in which the sale that never
+    sells out granted nothing (between two SEIZED answers), with the faults
+    that were active across it."""
+    seizes = [h for h in history if h.get("type") == "seize"]
+    mix = {}
+    for h in seizes:
+        mix[h["code"]] = mix.get(h["code"], 0) + 1
+    out = {"seizes": len(seizes), "mix": mix}
+    times = sorted(h["t1"] for h in seizes if h["sale"] == sale and h["code"] in GRANTS)
+    if len(times) >= 2:
+        gap, a, b = max((times[i + 1] - times[i], times[i], times[i + 1])
+                        for i in range(len(times) - 1))
+        active = {}
+        for h in history:
+            if h.get("type") == "nemesis":
+                active.setdefault(h["idx"], [h["f"] + " " + h["target"], None, None])
+                active[h["idx"]][1 if h["phase"] == "start" else 2] = h["t0"]
+        # A fault with a duration spans [start, stop]; a kill of a worker or
+        # a keeper is an instant.
+        during = sorted(f for f, t0, t1 in active.values()
+                        if t0 is not None and t0 <= b and (t1 if t1 is not None else t0) >= a)
+        out["longest_no_sale"] = {"sale": sale, "ms": gap, "from": a, "to": b, "faults": during}
+    return out
+
+
+# --- reading the stores ---------------------------------------------------------
+
+def _run(args, inp=None):
+    r = subprocess.run(args, input=inp, capture_output=True, text=True, timeout=30)
+    if r.returncode != 0:
+        raise RuntimeError("%s failed: %s" % (args[0], r.stderr.strip()))
+    return r.stdout
+
+
+def mysql(env, sql):
+    out = _run(["mariadb", "--no-defaults", "--host=localhost", "--socket=" + env["MYSQL_SOCKET"],
+                "-u" + env["MYSQL_USER"], "-p" + env["MYSQL_PASSWORD"], "-N", "-B",
+                env["MYSQL_DATABASE"], "-e", sql])
+    return [line.split("\t") for line in out.splitlines() if line]
+
+
+def redis(env, *args):
+    hp = env["REDIS_NODES"].replace("\\", "").split(",")[0]
+    host, port = hp.rsplit(":", 1)
+    return _run(["redis-cli", "-c", "-h", host, "-p", port] + [str(a) for a in args])
+
+
+BALANCE_LUA = ("return {redis.call('HGET', KEYS[1], ARGV[1]) or '', "
+               "redis.call('HGET', KEYS[2], ARGV[1] .. ':held') or '0'}")
+
+
+def read_stores(env, roles, lease_ms):
+    """The stores after the drain: for each sale of roles (id -> role) its
+    MySQL activity and coupons and its Redis stock, reserves and seize list."""
+    out = {"lease_ms": lease_ms, "sales": {}}
+    for sale, role in sorted(roles.items()):
+        i = sale % 10
+        a = mysql(env, "SELECT total_num, status, UNIX_TIMESTAMP(distribute_start_time) * 1000, "
+                  "UNIX_TIMESTAMP(distribute_end_time) * 1000 FROM activity WHERE id = %d" % sale)[0]
+        rows = mysql(env, "SELECT user_id, status, ROUND(UNIX_TIMESTAMP(seized_at) * 1000) FROM coupon "
+                     "WHERE activity_id = %d ORDER BY seized_at" % sale)
+        st, held = redis(env, "EVAL", BALANCE_LUA, 2, "COUPON:RESOURCE:STOCK:{%d}" % i,
+                         "COUPON:RESERVE:{%d}" % i, sale).split("\n")[:2]
+        listed = redis(env, "HKEYS", "COUPON:SEIZE:LIST:%d_{%d}" % (sale, i)).split()
+        out["sales"][str(sale)] = {
+            "role": role, "total": int(a[0]), "status": int(a[1]),
+            "start_ms": int(float(a[2])), "end_ms": int(float(a[3])),
+            "stock": int(st) if st.strip() else None, "held": int(held or 0),
+            "seize_list": [int(u) for u in listed],
+            "rows": [[int(u), int(s), int(float(t))] for u, s, t in rows],
+        }
+    return out
+
+
+def load_history(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+if __name__ == "__main__":
+    import sys
+    hist = load_history(sys.argv[1])
+    with open(sys.argv[2]) as f:
+        st = json.load(f)
+    an, s = check(hist, st)
+    for a in an:
+        print(json.dumps(a))
+    print("%s: %d anomalies, %d seizes" % ("INVALID" if an else "VALID", len(an), s["seizes"]))
+    sys.exit(1 if an else 0)

@@ -1,0 +1,92 @@
+"""generator.py - the seeded schedule of a nemesis run: faults and admin events.
+
+A schedule is a pure function of (seed, secs, nodes): the same seed gives the
+same faults at the same offsets, the same targets and the same admin events,
+so an anomaly's seed replays its schedule. Each event is a dict:
+  {"at": seconds from the start, "kind": ..., "target": ..., "dur": seconds, ...}
+Faults that use the same target never overlap (a process is killed or stopped
+by one fault at a time); faults of different targets overlap freely.
+"""
+import random
+
+# kind -> (weight, target kind, duration range in s or None for instantaneous)
+KINDS = {
+    "kill-redis": (3, "redis", (1.0, 5.0)),      # kill -9, restart after dur
+    "stop-redis": (2, "redis", (0.5, 4.0)),      # SIGSTOP, SIGCONT after dur
+    "pause-redis": (2, "redis", (0.5, 3.0)),     # CLIENT PAUSE dur WRITE
+    "kill-worker": (2, "node", None),            # kill -9 one worker (the supervisor restarts it)
+    "kill-keeper": (2, "node", None),            # kill -9 the reserve keeper
+    "kill-node": (2, "node", (1.0, 5.0)),        # kill -9 supervisor, workers, keeper; restart
+    "stop-node": (1, "node", (0.5, 3.0)),        # SIGSTOP a whole coupon-fcgi
+    "kill-sync": (1, "sync", (1.0, 4.0)),
+    "stop-sync": (1, "sync", (0.5, 3.0)),
+    "kill-mysql": (1, "mysql", (1.0, 4.0)),
+    "stop-mysql": (1, "mysql", (0.5, 3.0)),
+    "part-node-redis": (3, "node", (1.0, 6.0)),  # node n from every Redis node
+    "part-master": (2, "redis", (2.5, 6.0)),     # one Redis node from everyone else
+    "part-sync-mysql": (1, "sync", (1.0, 4.0)),  # coupon-sync from MariaDB
+    "skew": (1, "node", (3.0, 8.0)),             # restart node n with its wall clock moved
+}
+
+REDIS_NODES = 6
+
+
+def _targets(tkind, nodes):
+    if tkind == "redis":
+        return ["redis%d" % n for n in range(1, REDIS_NODES + 1)]
+    if tkind == "node":
+        return ["node%d" % n for n in range(1, nodes + 1)]
+    return [tkind]
+
+
+def schedule(seed, secs, nodes=2, kinds=None):
+    """The events of one run, sorted by "at": faults, then the admin events
+    "move-window" (at 30 % of the run) and "revoke" (at 45 %)."""
+    rng = random.Random("nemesis:%d" % seed)
+    names = sorted(kinds if kinds else KINDS)
+    weights = [KINDS[k][0] for k in names]
+    busy = {}  # target -> time it is free again
+    events = []
+    t = rng.uniform(1.0, 2.5)
+    # Faults start until a little before the end; the run heals at secs.
+    while t < secs - 1.5:
+        kind = rng.choices(names, weights)[0]
+        _, tkind, durs = KINDS[kind]
+        targets = _targets(tkind, nodes)
+        target = rng.choice(targets)
+        dur = 0.0 if durs is None else round(rng.uniform(*durs), 2)
+        dur = min(dur, max(0.0, secs - t))
+        # Process faults on one target exclude each other; partitions of
+        # one node from Redis and a kill of that node may overlap.
+        key = target if not kind.startswith("part-") else kind + ":" + target
+        if busy.get(key, 0.0) <= t:
+            ev = {"at": round(t, 2), "kind": kind, "target": target, "dur": dur}
+            if kind == "skew":
+                ev["offset_s"] = rng.choice([-1, 1]) * rng.randint(5, 120)
+            busy[key] = t + dur + 0.3
+            events.append(ev)
+        t += rng.expovariate(1.0 / 1.6)
+    events.append({"at": round(secs * 0.30, 2), "kind": "move-window", "target": "admin", "dur": 0.0})
+    events.append({"at": round(secs * 0.45, 2), "kind": "revoke", "target": "admin", "dur": 0.0})
+    events.sort(key=lambda e: (e["at"], e["kind"]))
+    return events
+
+
+def sales(secs):
+    """The sales of a run: id -> what it is. Ids fall on four shards."""
+    return {
+        101: {"role": "sellout", "total": 40},
+        102: {"role": "plenty", "total": 1000000},
+        103: {"role": "revoked", "total": 400},
+        # Offsets from the setup, which comes about 2.5 s before the load: the
+        # end is moved (at 30 % of the run) before it has come.
+        104: {"role": "window", "total": 600, "start_s": 4.0, "end_s": round(secs * 0.5 + 3, 1),
+              "new_end_s": round(secs * 0.75 + 3, 1)},
+    }
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+    for e in schedule(int(sys.argv[1]), float(sys.argv[2]) if len(sys.argv) > 2 else 30):
+        print(json.dumps(e))

@@ -1,0 +1,301 @@
+"""nemesis.py - faults on a two-node stack: start one, stop one, heal all.
+
+The stack is the one tests/stack made in DIR (its DIR/env and DIR/run/*.pid).
+Processes are killed and stopped by the pids the stack recorded; restarts go
+through tests/stack. Partitions are nftables rules in a table of this run's
+own (inet cs_nemesis_PID), one base chain per fault, and heal() deletes the
+table: the caller runs heal() on every exit path.
+"""
+import os
+import random
+import signal
+import subprocess
+import threading
+
+STOP_ENV = {"COUPON_STACK_STOP_TIMEOUT": "5"}
+
+
+def read_env(path):
+    """DIR/env (lines "export K=V" with shell quoting) as a dict."""
+    import shlex
+    env = {}
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line.startswith("export "):
+                continue
+            k, _, v = line[7:].partition("=")
+            env[k] = " ".join(shlex.split(v)) if v else ""
+    return env
+
+
+def proc_children(pid):
+    """Pids whose parent is pid."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                s = f.read()
+        except OSError:
+            continue
+        rest = s.rsplit(")", 1)[1].split()
+        if rest[0] not in ("Z", "X") and int(rest[1]) == pid:
+            out.append(int(d))
+    return sorted(out)
+
+
+def socket_inodes(pid):
+    inodes = set()
+    try:
+        for fd in os.listdir("/proc/%d/fd" % pid):
+            try:
+                link = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+            except OSError:
+                continue
+            if link.startswith("socket:"):
+                inodes.add(link)
+    except OSError:
+        pass
+    return inodes
+
+
+class Nemesis:
+    def __init__(self, stack, dirpath, log, nodes=2):
+        self.stack = stack
+        self.dir = dirpath
+        self.log = log
+        self.nodes = nodes
+        self.table = "cs_nemesis_%d" % os.getpid()
+        self.stopped = set()       # pids we SIGSTOPped and owe a SIGCONT
+        self.active = {}           # id(ev) -> ev for faults started, not stopped
+        self.skewed = set()        # nodes running under libfaketime
+        self.counts = {}
+        self.lock = threading.Lock()  # the schedule runs one thread per target
+        self.reload()
+
+    def reload(self):
+        self.env = read_env(os.path.join(self.dir, "env"))
+        self.redis = self.env.get("REDIS_NODES", "").replace("\\", "").split(",")
+
+    # --- helpers ---------------------------------------------------------
+    def sh(self, args, extra_env=None, timeout=90):
+        env = dict(os.environ)
+        env.update(STOP_ENV)
+        if extra_env:
+            env.update(extra_env)
+        with open(self.log, "a") as lf:
+            lf.write("$ %s\n" % " ".join(args))
+            lf.flush()
+            try:
+                return subprocess.run(args, stdout=lf, stderr=lf, env=env, timeout=timeout).returncode
+            except subprocess.TimeoutExpired:
+                lf.write("(timed out)\n")
+                return 124
+
+    def stackcmd(self, cmd, *more, extra_env=None):
+        rc = self.sh([self.stack, cmd, self.dir] + list(more), extra_env=extra_env)
+        self.reload()
+        if rc != 0:
+            raise RuntimeError("tests/stack %s failed (%d)" % (cmd, rc))
+        return rc
+
+    def pid_of(self, svc):
+        try:
+            with open(os.path.join(self.dir, "run", svc + ".pid")) as f:
+                return int(f.read().strip())
+        except (OSError, ValueError):
+            return None
+
+    def signal(self, pid, sig):
+        if pid is None:
+            return False
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            return False
+        if sig == signal.SIGSTOP:
+            self.stopped.add(pid)
+        elif sig in (signal.SIGCONT, signal.SIGKILL):
+            self.stopped.discard(pid)
+        return True
+
+    def family(self, pid):
+        return proc_children(pid) if pid else []
+
+    @staticmethod
+    def fcgi_svc(node):
+        return "fcgi" if node == 1 else "fcgi%d" % node
+
+    def keeper_of(self, sup):
+        """The child of supervisor sup that does not hold its listening socket."""
+        mine = socket_inodes(sup)
+        kids = self.family(sup)
+        best = None
+        for k in kids:
+            shared = len(socket_inodes(k) & mine)
+            if best is None or shared < best[0]:
+                best = (shared, k)
+        return best[1] if best else None
+
+    def redis_addr(self, target):
+        hp = self.redis[int(target[5:]) - 1]
+        return hp.rsplit(":", 1)
+
+    def nft(self, *args):
+        return self.sh(["nft"] + list(args), timeout=10)
+
+    def cut(self, name, pairs):
+        """A base chain NAME dropping every packet between the address sets
+        of each (A, B) pair, both ways; extra match words may follow."""
+        if self.nft("list", "table", "inet", self.table) != 0:
+            self.nft("add", "table", "inet", self.table)
+        self.nft("add", "chain", "inet", self.table, name,
+                 "{ type filter hook input priority -10; policy accept; }")
+        for a, b, extra in pairs:
+            self.nft("add", "rule", "inet", self.table, name, "ip", "saddr", "{ %s }" % a,
+                     "ip", "daddr", "{ %s }" % b, *extra, "drop")
+
+    def uncut(self, name):
+        self.nft("delete", "chain", "inet", self.table, name)
+
+    # --- faults ----------------------------------------------------------
+    def start(self, ev, idx):
+        kind, target = ev["kind"], ev["target"]
+        with self.lock:
+            self.counts[kind] = self.counts.get(kind, 0) + 1
+        node = int(target[4:]) if target.startswith("node") else 0
+        rng = random.Random("%s:%s" % (idx, ev["at"]))
+        if kind == "kill-redis":
+            self.stackcmd("stop-" + target, "--kill")
+        elif kind in ("stop-redis", "stop-sync", "stop-mysql"):
+            svc = {"stop-sync": "sync", "stop-mysql": "mysql"}.get(kind, target)
+            self.signal(self.pid_of(svc), signal.SIGSTOP)
+        elif kind == "pause-redis":
+            host, port = self.redis_addr(target)
+            self.sh(["timeout", "3", "redis-cli", "-h", host, "-p", port, "CLIENT", "PAUSE",
+                     str(int(ev["dur"] * 1000)), "WRITE"])
+        elif kind == "kill-worker":
+            sup = self.pid_of(self.fcgi_svc(node))
+            keeper = self.keeper_of(sup)
+            workers = [p for p in self.family(sup) if p != keeper]
+            if workers:
+                self.signal(rng.choice(workers), signal.SIGKILL)
+        elif kind == "kill-keeper":
+            self.signal(self.keeper_of(self.pid_of(self.fcgi_svc(node))), signal.SIGKILL)
+        elif kind == "kill-node":
+            # Frozen first: a supervisor that outlived its children for a
+            # moment would restart them, and children that outlived it would
+            # stop gracefully on its death (PDEATHSIG): a crash is neither.
+            sup = self.pid_of(self.fcgi_svc(node))
+            if sup:
+                self.signal(sup, signal.SIGSTOP)
+                for k in self.family(sup):
+                    self.signal(k, signal.SIGKILL)
+                self.signal(sup, signal.SIGKILL)
+        elif kind == "stop-node":
+            sup = self.pid_of(self.fcgi_svc(node))
+            for p in [sup] + self.family(sup):
+                self.signal(p, signal.SIGSTOP)
+        elif kind == "kill-sync":
+            self.stackcmd("stop-sync", "--kill")
+        elif kind == "kill-mysql":
+            self.stackcmd("stop-mysql", "--kill")
+        elif kind == "part-node-redis":
+            addrs = ",".join(hp.rsplit(":", 1)[0] for hp in self.redis)
+            self.cut("f%d" % idx, [("127.0.2.%d" % node, addrs, []), (addrs, "127.0.2.%d" % node, [])])
+        elif kind == "part-master":
+            host, _ = self.redis_addr(target)
+            rest = [hp.rsplit(":", 1)[0] for hp in self.redis if not hp.startswith(host + ":")]
+            rest += ["127.0.2.%d" % n for n in range(1, self.nodes + 1)] + ["127.0.0.1"]
+            rest = ",".join(rest)
+            self.cut("f%d" % idx, [(host, rest, []), (rest, host, [])])
+        elif kind == "part-sync-mysql":
+            port = self.env["MYSQL_PORT"]
+            self.cut("f%d" % idx, [("127.0.0.1", "127.0.0.1", ["tcp", "dport", port]),
+                                   ("127.0.0.1", "127.0.0.1", ["tcp", "sport", port])])
+        elif kind == "skew":
+            off = ev["offset_s"]
+            self.stackcmd("restart-" + self.fcgi_svc(node),
+                          extra_env={"COUPON_FCGI_FAKETIME": "%+d" % off})
+            self.skewed.add(node)
+        self.active[idx] = ev
+
+    def stop(self, ev, idx):
+        if idx not in self.active:
+            return
+        del self.active[idx]
+        kind, target = ev["kind"], ev["target"]
+        node = int(target[4:]) if target.startswith("node") else 0
+        if kind == "kill-redis":
+            self.stackcmd("start-" + target)
+        elif kind in ("stop-redis", "stop-sync", "stop-mysql"):
+            svc = {"stop-sync": "sync", "stop-mysql": "mysql"}.get(kind, target)
+            self.signal(self.pid_of(svc), signal.SIGCONT)
+        elif kind == "kill-node":
+            self.stackcmd("start-" + self.fcgi_svc(node), extra_env=self.skew_env(node))
+        elif kind == "stop-node":
+            sup = self.pid_of(self.fcgi_svc(node))
+            for p in [sup] + self.family(sup):
+                self.signal(p, signal.SIGCONT)
+        elif kind == "kill-sync":
+            self.stackcmd("start-sync")
+        elif kind == "kill-mysql":
+            self.stackcmd("start-mysql")
+        elif kind.startswith("part-"):
+            self.uncut("f%d" % idx)
+        elif kind == "skew":
+            self.skewed.discard(node)
+            self.stackcmd("restart-" + self.fcgi_svc(node))
+
+    def skew_env(self, node):
+        for ev in list(self.active.values()):
+            if ev["kind"] == "skew" and ev["target"] == "node%d" % node:
+                return {"COUPON_FCGI_FAKETIME": "%+d" % ev["offset_s"]}
+        return None
+
+    def heal(self):
+        """Ends every fault: SIGCONT to all we stopped, no partition left,
+        every Redis unpaused, every service of the stack running, no node
+        under libfaketime. Safe to call more than once; returns the errors
+        met on the way (each step is tried whatever the others did)."""
+        errors = []
+
+        def attempt(fn, *args):
+            try:
+                fn(*args)
+            except Exception as e:  # noqa: BLE001 - heal goes on
+                errors.append(str(e))
+        for pid in list(self.stopped):
+            self.signal(pid, signal.SIGCONT)
+        if self.nft("list", "table", "inet", self.table) == 0:
+            self.nft("delete", "table", "inet", self.table)
+        for idx in sorted(self.active, reverse=True):
+            ev = self.active[idx]
+            if not ev["kind"].startswith("part-"):
+                attempt(self.stop, ev, idx)
+        self.active.clear()
+        for hp in self.redis:
+            host, port = hp.rsplit(":", 1)
+            self.sh(["timeout", "3", "redis-cli", "-h", host, "-p", port, "CLIENT", "UNPAUSE"])
+        for n in sorted(self.skewed):
+            attempt(self.stackcmd, "restart-" + self.fcgi_svc(n))
+        self.skewed.clear()
+        attempt(self.restart_dead)
+        return errors
+
+    def restart_dead(self):
+        names = ["redis%d" % n for n in range(1, 7)] + ["mysql", "sync"] + \
+            [self.fcgi_svc(n) for n in range(1, self.nodes + 1)]
+        for svc in names:
+            pid = self.pid_of(svc)
+            alive = False
+            if pid:
+                try:
+                    with open("/proc/%d/stat" % pid) as f:
+                        alive = f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+                except OSError:
+                    alive = False
+            if not alive:
+                self.stackcmd("start-" + svc)

@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""test_checker.py - the nemesis checker on small hand-written histories."""
+import os
+import sys
+import unittest
+
+sys.dont_write_bytecode = True  # the source tree may be read-only (distcheck)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import checker  # noqa: E402
+
+
+def seize(user, code, sale=102, node=1, t0=1000, t1=1010):
+    return {"type": "seize", "user": user, "sale": sale, "node": node, "t0": t0, "t1": t1,
+            "http": 200, "code": code}
+
+
+def status(user, seized, sale=102, node=1, pending=False):
+    return {"type": "status", "user": user, "sale": sale, "node": node, "t0": 9000, "t1": 9001,
+            "http": 200, "code": "OK", "seized": seized, "pending": pending}
+
+
+def sale(role="plenty", total=10, rows=(), stock=None, held=0, status=2, listed=None,
+         start_ms=0, end_ms=10 ** 13):
+    rows = [list(r) for r in rows]
+    if stock is None:
+        stock = total - held - len(rows)
+    return {"role": role, "total": total, "status": status, "start_ms": start_ms,
+            "end_ms": end_ms, "stock": stock, "held": held,
+            "seize_list": sorted({r[0] for r in rows}) if listed is None else listed,
+            "rows": rows}
+
+
+def stores(**sales):
+    return {"lease_ms": 3000, "drained": True,
+            "sales": {k.lstrip("s"): v for k, v in sales.items()}}
+
+
+def kinds(history, st):
+    return sorted(a["kind"] for a in checker.check(history, st)[0])
+
+
+class TestChecker(unittest.TestCase):
+    def test_valid_history(self):
+        h = [seize(1, "SEIZED"), seize(1, "ALREADY_SEIZED", node=2), seize(2, "UNAVAILABLE"),
+             seize(3, "SOLD_OUT")]
+        self.assertEqual(kinds(h, stores(s102=sale(rows=[(1, 1, 1005)]))), [])
+
+    def test_seized_without_coupon_is_lost(self):
+        h = [seize(1, "SEIZED")]
+        self.assertIn("lost", kinds(h, stores(s102=sale(rows=[]))))
+
+    def test_two_coupons_of_one_sale(self):
+        h = [seize(1, "SEIZED"), seize(1, "SEIZED", node=2)]
+        self.assertIn("double", kinds(h, stores(s102=sale(rows=[(1, 1, 1005), (1, 1, 1006)],
+                                                          listed=[1]))))
+
+    def test_seized_on_both_nodes_holding_one_is_valid(self):
+        # An outage: both nodes grant from their reserves, one coupon stays.
+        h = [seize(1, "SEIZED", node=1), seize(1, "SEIZED", node=2)]
+        self.assertEqual(kinds(h, stores(s102=sale(rows=[(1, 1, 1005)]))), [])
+
+    def test_unavailable_only_but_holds_one(self):
+        h = [seize(1, "UNAVAILABLE"), seize(1, "ALREADY_SEIZED")]
+        self.assertEqual(kinds(h, stores(s102=sale(rows=[(1, 1, 1005)]))), ["false-negative"])
+
+    def test_unknown_settled_either_way(self):
+        h = [seize(1, "UNKNOWN_OUTCOME"), status(1, True), seize(2, "TIMEOUT"), status(2, False)]
+        self.assertEqual(kinds(h, stores(s102=sale(rows=[(1, 1, 1005)]))), [])
+
+    def test_unknown_status_disagrees_with_mysql(self):
+        h = [seize(1, "UNKNOWN_OUTCOME"), status(1, True)]
+        self.assertEqual(kinds(h, stores(s102=sale(rows=[]))), ["unsettled"])
+
+    def test_unknown_never_settled(self):
+        h = [seize(1, "UNKNOWN_OUTCOME")]
+        self.assertEqual(kinds(h, stores(s102=sale(rows=[]))), ["unsettled"])
+
+    def test_unknown_still_pending(self):
+        h = [seize(1, "UNKNOWN_OUTCOME"), status(1, True, pending=True)]
+        self.assertEqual(kinds(h, stores(s102=sale(rows=[(1, 1, 1005)]))), ["unsettled"])
+
+    def test_more_rows_than_total(self):
+        h = [seize(u, "SEIZED", sale=101) for u in (1, 2, 3)]
+        st = stores(s101=sale(role="sellout", total=2, stock=0,
+                              rows=[(1, 1, 1), (2, 1, 2), (3, 1, 3)]))
+        self.assertEqual(kinds(h, st), ["oversell", "unbalanced"])
+
+    def test_stock_raised(self):
+        st = stores(s102=sale(total=10, stock=10, rows=[(1, 1, 1005)]))
+        self.assertEqual(kinds([seize(1, "SEIZED")], st), ["unbalanced"])
+
+    def test_reserves_count_in_the_balance(self):
+        st = stores(s102=sale(total=10, stock=4, held=5, rows=[(1, 1, 1005)]))
+        self.assertEqual(kinds([seize(1, "SEIZED")], st), [])
+
+    def test_stores_disagree(self):
+        st = stores(s102=sale(rows=[(1, 1, 1005)], listed=[1, 2]))
+        self.assertEqual(kinds([seize(1, "SEIZED")], st), ["stores-disagree"])
+
+    def test_sold_after_revoke(self):
+        rev = {"type": "admin", "op": "revoke", "sale": 103, "t0": 5000, "t1": 5010, "http": 200}
+        h = [rev, seize(1, "SEIZED", sale=103, t0=4000, t1=4005),
+             seize(2, "SEIZED", sale=103, t0=20000, t1=20005)]
+        st = stores(s103=sale(role="revoked", status=4, stock=-1,
+                              rows=[(1, 4, 4002), (2, 4, 20002)]))
+        self.assertEqual(kinds(h, st), ["sold-after-revoke", "sold-after-revoke"])
+
+    def test_grant_within_the_lease_after_revoke_is_allowed(self):
+        rev = {"type": "admin", "op": "revoke", "sale": 103, "t0": 5000, "t1": 5010, "http": 200}
+        h = [rev, seize(1, "SEIZED", sale=103, t0=6000, t1=6005)]
+        st = stores(s103=sale(role="revoked", status=4, stock=-1, rows=[(1, 4, 6002)]))
+        self.assertEqual(kinds(h, st), [])
+
+    def test_revoked_coupon_left_live(self):
+        rev = {"type": "admin", "op": "revoke", "sale": 103, "t0": 5000, "t1": 5010, "http": 200}
+        h = [rev, seize(1, "SEIZED", sale=103, t0=4000, t1=4005)]
+        st = stores(s103=sale(role="revoked", status=4, stock=-1, rows=[(1, 1, 4002)]))
+        self.assertEqual(kinds(h, st), ["revoked-unvoided"])
+
+    def test_unknown_on_a_revoked_sale_settles_by_status(self):
+        rev = {"type": "admin", "op": "revoke", "sale": 103, "t0": 5000, "t1": 5010, "http": 200}
+        h = [rev, seize(1, "UNKNOWN_OUTCOME", sale=103), status(1, True, sale=103)]
+        st = stores(s103=sale(role="revoked", status=4, stock=-1, rows=[(1, 4, 1005)]))
+        self.assertEqual(kinds(h, st), [])
+
+    def test_status_without_mine_does_not_settle(self):
+        # Seed 59: a revoked sale's status said nothing of the user.
+        rev = {"type": "admin", "op": "revoke", "sale": 103, "t0": 5000, "t1": 5010, "http": 200}
+        h = [rev, seize(1, "UNKNOWN_OUTCOME", sale=103), status(1, None, sale=103)]
+        st = stores(s103=sale(role="revoked", status=4, stock=-1, rows=[(1, 4, 1005)]))
+        self.assertEqual(kinds(h, st), ["unsettled"])
+
+    def test_sold_outside_window(self):
+        h = [seize(1, "SEIZED", sale=104, t0=50000, t1=50010)]
+        st = stores(s104=sale(role="window", start_ms=1000, end_ms=30000, rows=[(1, 1, 50005)]))
+        self.assertEqual(kinds(h, st), ["sold-outside-window", "sold-outside-window"])
+
+    def test_granted_after_a_final_sold_out(self):
+        h = [seize(1, "SEIZED", sale=101, t0=100, t1=110), seize(2, "SOLD_OUT", sale=101, t0=200, t1=210),
+             seize(3, "SEIZED", sale=101, t0=300, t1=310)]
+        st = stores(s101=sale(role="sellout", total=2, stock=0, rows=[(1, 1, 105), (3, 1, 305)]))
+        self.assertEqual(kinds(h, st), ["sold-after-sold-out"])
+
+    def test_granted_after_a_sold_out_for_now(self):
+        so = seize(2, "SOLD_OUT", sale=101, t0=200, t1=210)
+        so["final"] = False
+        h = [seize(1, "SEIZED", sale=101, t0=100, t1=110), so, seize(3, "SEIZED", sale=101, t0=300, t1=310)]
+        st = stores(s101=sale(role="sellout", total=2, stock=0, rows=[(1, 1, 105), (3, 1, 305)]))
+        self.assertEqual(kinds(h, st), [])
+
+    def test_not_drained(self):
+        st = stores(s102=sale())
+        st["drained"] = False
+        self.assertEqual(kinds([], st), ["not-drained"])
+
+
+if __name__ == "__main__":
+    unittest.main()
