@@ -98,7 +98,7 @@ check "(b) node 2 dropped the epoch closed in Redis" \
 check "(b) ... and logged why" grep -q "activity $B epoch $EPB was closed in Redis" \
     "$COUPON_DIR/n2/fcgi.log"
 back() { [[ $(stock_of $B) == $((stock0 + K)) ]]; }
-check "(b) what the return kept out of stock is back in it" wait_for 10 back
+check "(b) what the return kept out of stock is back in it" wait_for 60 back
 check "(b) stock + reserves + coupons = total" balanced $B 1000
 
 finish

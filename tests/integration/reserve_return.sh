@@ -90,7 +90,7 @@ check "(a) the sale sold out" wait_for 30 sold_out
 node_up n2 lease_ms=20000
 check "(a) node 2 replayed its journal" wait_for 30 metric_is couponseize_journal_depth 0 n2
 released() { [[ $(stock_of $A) == $((K - 3)) ]]; }
-check "(a) what node 2 did not grant went back to stock" wait_for 20 released
+check "(a) what node 2 did not grant went back to stock" wait_for 60 released
 check "(a) coupon-sync drained the queue" wait_for 60 drained $((A % 10))
 bad=0
 for u in 1 2 3; do
