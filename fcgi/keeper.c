@@ -440,7 +440,7 @@ static void keeper_slots(struct keeper *k, int stopping)
         if (!k->renewed[shard])
             continue;
         int64_t lo, hi;
-        int lease = reserve_lease(k->rv, shard, k->conf->fallback_lease_ms, now, &lo, &hi)
+        int lease = reserve_lease(k->rv, shard, k->conf->fallback_lease_ms, now, &lo, &hi, NULL)
                     == CS_OK;
 
         if (l->in_doubt)

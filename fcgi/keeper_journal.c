@@ -193,6 +193,17 @@ static int keeper_dead_letter(struct keeper *k, const struct journal_rec *r, con
  * of it, for each epoch with no record left to replay in s (all done), on a
  * shard Redis answered on. Forgotten once released (or nothing was parked).
  */
+static int keeper_epoch_has_slot(const struct keeper *k, int64_t aid, uint64_t epoch)
+{
+    for (int i = 0; i < SHM_RESERVES; i++) {
+        const struct shm_rsv_slot *sl = &k->rv->slot[i];
+        if (atomic_load(&sl->state) != RSV_EMPTY && atomic_load(&sl->activity_id) == aid
+            && atomic_load(&sl->epoch) == epoch)
+            return 1;
+    }
+    return 0;
+}
+
 static void keeper_journal_release(struct keeper *k, const struct kscan *s, const int *durable,
                                    const int *failed)
 {
@@ -200,6 +211,11 @@ static void keeper_journal_release(struct keeper *k, const struct kscan *s, cons
     for (size_t i = 0; i < k->nrelease; i++) {
         struct krelease *e = &k->release[i];
         int shard = keys_shard(e->aid), left = 0;
+        /* A slot is freed only once no worker can be writing into it (the
+         * slot fenced): while the epoch still has one, a worker may be in
+         * the middle of a record of it that this scan could not see yet,
+         * and the parked token it spends must not go back to stock. */
+        left = keeper_epoch_has_slot(k, e->aid, e->epoch);
         for (size_t j = 0; j < s->n && !left; j++) {
             const struct krec *kr = &s->v[j];
             left = kr->r.activity_id == e->aid && kr->r.epoch == e->epoch

@@ -257,7 +257,7 @@ int reserve_slot_of(const struct shm_reserves *rv, int64_t id)
 }
 
 int reserve_lease(const struct shm_reserves *rv, int shard, int lease_ms, int64_t now_mono,
-                  int64_t *lo, int64_t *hi)
+                  int64_t *lo, int64_t *hi, int64_t *sent_out)
 {
     const struct shm_rsv_lease *l = &rv->lease[shard];
     int64_t sent, recv, redis_ms;
@@ -280,6 +280,8 @@ int reserve_lease(const struct shm_reserves *rv, int shard, int lease_ms, int64_
     /* Redis read its clock after the send and before the answer. */
     *lo = redis_ms + (now_mono - recv);
     *hi = redis_ms + (now_mono - sent);
+    if (sent_out != NULL)
+        *sent_out = sent;
     return CS_OK;
 }
 
@@ -426,7 +428,7 @@ enum reserve_outcome reserve_grant(struct shm_node *shm, int wslot, const char *
                                    int64_t id, int64_t uid, int meta_known)
 {
     struct shm_reserves *rv = &shm->rsv;
-    int64_t now = cs_boot_ms(), lo, hi;
+    int64_t now = cs_boot_ms(), lo, hi, sent;
 
     if (wslot < 0 || wslot >= SHM_MAX_WORKERS)
         return RESERVE_NONE;
@@ -445,9 +447,13 @@ enum reserve_outcome reserve_grant(struct shm_node *shm, int wslot, const char *
         return RESERVE_NONE;
     struct shm_rsv_slot *s = &rv->slot[i];
     if (atomic_load(&s->state) != RSV_OPEN || (!meta_known && !atomic_load(&s->open_to_all))
-        || reserve_lease(rv, keys_shard(id), lease_ms, now, &lo, &hi) != CS_OK
+        || reserve_lease(rv, keys_shard(id), lease_ms, now, &lo, &hi, &sent) != CS_OK
         || lo < atomic_load(&s->start_ms) || hi >= atomic_load(&s->end_ms) - margin_ms)
         return RESERVE_NONE;
+    /* The lease this grant was checked against ends here, whatever renewal
+     * comes later: one sent after a partition healed (and an admin's return
+     * meanwhile) says nothing of the time this grant was made in. */
+    int64_t until = sent + lease_ms;
 
     /* The busy marker goes up before the state is read again: a keeper that
      * stopped the slot either sees the marker and waits for this grant, or
@@ -512,10 +518,12 @@ enum reserve_outcome reserve_grant(struct shm_node *shm, int wslot, const char *
     atomic_compare_exchange_strong(&rv->grant[entry].state, &pending, RGRANT_GRANTED);
     atomic_fetch_add(&rv->spent, 1);
     out = RESERVE_SEIZED;
-    /* An fsync that ended after the lease: an admin may have returned the
-     * reserve meanwhile, so the grant may not be honoured (rule 16). It is
-     * on disk and replayed like any other, but the answer cannot say so. */
-    if (reserve_lease(rv, keys_shard(id), lease_ms, cs_boot_ms(), &lo, &hi) != CS_OK)
+    /* An fsync that ended after the lease checked above: an admin may have
+     * returned the reserve meanwhile, so the grant may not be honoured (rule
+     * 16). It is on disk and replayed like any other, but the answer cannot
+     * say so. The lease as it stands now would not do: renewed once the
+     * partition healed, it would cover a grant made outside any lease. */
+    if (cs_boot_ms() >= until)
         out = RESERVE_UNKNOWN;
 done:
     atomic_store(&rv->busy[wslot], 0);
@@ -550,7 +558,8 @@ const char *reserve_seize_source(const struct shm_node *shm, int redis_ok, int l
         if (atomic_load(&s->state) != RSV_OPEN
             || atomic_load(&s->next) >= atomic_load(&s->amount))
             continue;
-        if (reserve_lease(rv, keys_shard(atomic_load(&s->activity_id)), lease_ms, now, &lo, &hi)
+        if (reserve_lease(rv, keys_shard(atomic_load(&s->activity_id)), lease_ms, now, &lo, &hi,
+                          NULL)
             == CS_OK)
             return "reserve";
     }
