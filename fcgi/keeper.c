@@ -160,14 +160,26 @@ static void keeper_lease_set(struct shm_reserves *rv, int shard, int64_t sent, i
     atomic_fetch_add(&l->seq, 1);
 }
 
-/* Slot i: no new grants, and whether every grant in flight is done. */
+int keeper_epoch_busy(const struct keeper *k, int64_t aid, uint64_t epoch)
+{
+    /* busy[] is read first: the activity and epoch a worker marks are
+     * written before it, and a grant that marks this epoch after the read
+     * sees its slot stopped. */
+    for (int w = 0; w < SHM_MAX_WORKERS; w++)
+        if (atomic_load(&k->rv->busy[w]) != 0 && atomic_load(&k->rv->busy_aid[w]) == aid
+            && atomic_load(&k->rv->busy_epoch[w]) == epoch)
+            return 1;
+    return 0;
+}
+
+/* Slot i: no new grants, and whether every grant in flight of its epoch is
+ * done (a worker inside one since before a keeper restart included: it is
+ * matched by activity and epoch, not by the slot it named then). */
 int keeper_fenced(struct keeper *k, int i)
 {
-    atomic_store(&k->rv->slot[i].state, RSV_STOPPED);
-    for (int w = 0; w < SHM_MAX_WORKERS; w++)
-        if (atomic_load(&k->rv->busy[w]) == i + 1)
-            return 0;
-    return 1;
+    struct shm_rsv_slot *s = &k->rv->slot[i];
+    atomic_store(&s->state, RSV_STOPPED);
+    return !keeper_epoch_busy(k, atomic_load(&s->activity_id), atomic_load(&s->epoch));
 }
 
 void keeper_slot_free(struct keeper *k, int i)

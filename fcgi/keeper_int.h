@@ -117,6 +117,8 @@ redisReply *keeper_eval(struct keeper *k, struct rscript *s, int nkeys, struct k
 int keeper_durable(struct keeper *k, int shard, const struct rconn_site *site, int fence);
 /* Epochs this node closed itself (given back after a full replay). */
 int keeper_is_closed(const struct keeper *k, int64_t aid, uint64_t epoch);
+/* Whether a worker is inside a grant of activity aid's epoch. */
+int keeper_epoch_busy(const struct keeper *k, int64_t aid, uint64_t epoch);
 void keeper_add_closed(struct keeper *k, int64_t aid, uint64_t epoch);
 /* An epoch an admin closed: its parked tokens are released after the replay. */
 void keeper_add_release(struct keeper *k, int64_t aid, uint64_t epoch);

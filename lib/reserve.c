@@ -457,12 +457,17 @@ enum reserve_outcome reserve_grant(struct shm_node *shm, int wslot, const char *
 
     /* The busy marker goes up before the state is read again: a keeper that
      * stopped the slot either sees the marker and waits for this grant, or
-     * this grant sees the slot stopped (both sequentially consistent). */
+     * this grant sees the slot stopped (both sequentially consistent).
+     * The marker names the epoch (read before it, checked again after): a
+     * keeper fences an epoch, wherever its slot is now. */
+    uint64_t epoch = atomic_load(&s->epoch);
+    atomic_store(&rv->busy_aid[wslot], id);
+    atomic_store(&rv->busy_epoch[wslot], epoch);
     atomic_store(&rv->busy[wslot], i + 1);
     enum reserve_outcome out = RESERVE_NONE;
-    if (atomic_load(&s->state) != RSV_OPEN || atomic_load(&s->activity_id) != id)
+    if (atomic_load(&s->state) != RSV_OPEN || atomic_load(&s->activity_id) != id
+        || atomic_load(&s->epoch) != epoch)
         goto done;
-    uint64_t epoch = atomic_load(&s->epoch);
     int32_t amount = atomic_load(&s->amount);
     uint64_t seg = atomic_load(&rv->journal_seg);
     if (seg == 0 || atomic_load(&s->next) >= amount)
