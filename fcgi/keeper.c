@@ -329,7 +329,15 @@ static int keeper_renew(struct keeper *k, int shard)
         freeReplyObject(r);
     } while (next < SHM_RESERVES && n == 11);
     /* The lease is made good only now, once every slot whose reserve is gone
-     * is stopped; the first call's times, the oldest, are the ones kept. */
+     * is stopped; the first call's times, the oldest, are the ones kept.
+     * It runs from the last claim Redis answered when that is older: a node
+     * that cannot reach its claim (another master in a cluster) must stop
+     * spending once the claim may have expired and another instance taken
+     * it. An earlier send only widens the bounds on Redis' clock. */
+    if (k->claim_sent <= 0)
+        return CS_ERR;
+    if (k->claim_sent < first_sent)
+        first_sent = k->claim_sent;
     keeper_lease_set(k->rv, shard, first_sent, first_recv, first_ms);
     return CS_OK;
 }

@@ -88,6 +88,7 @@ struct keeper {
     int halt_kept;             /* DIR/halted is written for the halt in shared memory */
     char claim[192];           /* "host boot-id pid": this instance, in its incarnation's claim */
     int claimed;               /* the last claim Redis answered was granted */
+    int64_t claim_sent;        /* cs_boot_ms() when that claim was sent; 0 none */
     int64_t claim_warn_ms;
     int64_t halt_warn_ms;      /* when writing DIR/halted last failed (logged) */
 };
