@@ -389,7 +389,6 @@ static int reserve_journal_ready(struct reserve_journal *rj, const char *jdir, i
         journal_close(&rj->j);
     rj->seg = 0;
     journal_segment_path(path, sizeof(path), jdir, wslot, seg);
-    int created = stat(path, &st) != 0 && errno == ENOENT;
     for (int tries = 0;; tries++) {
         if (journal_open_path(&rj->j, path, err, sizeof(err)) != CS_OK) {
             log_error("reserve journal: %s", err);
@@ -408,11 +407,13 @@ static int reserve_journal_ready(struct reserve_journal *rj, const char *jdir, i
         }
         log_warn("reserve journal: %s was deleted between its open and its lock; opened again",
                  path);
-        created = 1;
     }
     /* A new file is durable only once its directory entry is: a power cut
-     * must not take a segment whose grants were answered SEIZED. */
-    if (created && reserve_fsync_dir(jdir) != CS_OK) {
+     * must not take a segment whose grants were answered SEIZED. Judged by
+     * the file as opened, not by a look before the open: an empty one may
+     * be another's creation whose directory was never synced (a worker of
+     * this slot killed between its create and its fsync). */
+    if ((fstat(rj->j.fd, &st) != 0 || st.st_size == 0) && reserve_fsync_dir(jdir) != CS_OK) {
         log_error("reserve journal: fsync(%s) failed: %s; no more grants from the reserve", jdir,
                   strerror(errno));
         rj->j.failed = 1; /* kept, so that no later grant uses it unsynced */

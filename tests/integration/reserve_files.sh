@@ -14,7 +14,10 @@
 #      an operator removes <journal>/halted; then it grants again;
 #  (d) the keeper killed (kill -9) while the one worker's fdatasync is held
 #      6 s inside a grant: the new keeper, done waiting, logs that epoch as
-#      fenced until the grant ends; the user, told SEIZED, holds one coupon.
+#      fenced until the grant ends; the user, told SEIZED, holds one coupon;
+#  (e) a worker killed (kill -9) between creating its segment and the fsync
+#      of the directory (held 3 s): the next worker, finding the file there
+#      and empty, fsyncs the directory before its grant's answer.
 # shellcheck source=tests/lib.sh
 . "${top_srcdir:-$(dirname "$0")/../..}/tests/lib.sh"
 
@@ -189,7 +192,39 @@ check "(d) coupon-sync drained the queue" wait_for 60 drained $((A % 10))
 check_eq "(d) nothing went to the dead letters" 0 \
     "$(metric couponseize_reserve_dead_letters_total n2)"
 
-for u in $UA $UE $UF; do
+# --- (e) a segment created by a worker killed before its directory fsync -----------
+stack stop-redis --kill
+check "(e) node 2 seizes from its reserve while Redis is down" \
+    wait_for 5 node_health_says n2 reserve
+W=$(worker_of n2)
+strace_bg "$COUPON_DIR/e1.strace" "$W" -e trace=fsync -e inject=fsync:delay_enter=3000000
+UG=$((A * 1000 + 6))
+node_http n2 POST /market/consumer/coupon/seize "{\"id\":$A}" "$(mint_jwt $UG)" &
+QPID=$!
+new_segment() { [[ -n $(find "$COUPON_DIR/n2/journal" -name 'w*-*.jnl' -empty) ]]; }
+check "(e) the worker created its segment (empty)" wait_for 5 new_segment
+kill -KILL "$W"
+wait "$QPID" || true
+stop_bg "$STRACE_PID"
+other_worker() { local p; p=$(worker_of n2); [[ -n $p && $p != "$W" ]]; }
+check "(e) the supervisor started another worker" wait_for 20 other_worker
+W=$(worker_of n2)
+strace_bg "$COUPON_DIR/e2.strace" "$W" -e trace=openat,fsync,fdatasync
+UH=$((A * 1000 + 7))
+node_http n2 POST /market/consumer/coupon/seize "{\"id\":$A}" "$(mint_jwt $UH)"
+echo "$UH $(json_get "$HTTP_BODY" code)" >"$COUPON_DIR/e.log"
+stop_bg "$STRACE_PID"
+check_eq "(e) the next worker grants into the segment found there: SEIZED" "$UH SEIZED" \
+    "$(cat "$COUPON_DIR/e.log")"
+check "(e) ... having fsync'd the journal directory, the segment empty when it opened it" \
+    dir_fsynced "$COUPON_DIR/e2.strace"
+stack start-redis
+check "(e) node 2 replayed its journal" wait_for 30 metric_is couponseize_journal_depth 0 n2
+check "(e) coupon-sync drained the queue" wait_for 60 drained $((A % 10))
+check_eq "(e) the user whose worker was killed before its record holds none" 0 \
+    "$(coupons_of $A $UG)"
+
+for u in $UA $UE $UF $UH; do
     check_eq "user $u, told SEIZED, holds exactly one coupon" 1 "$(coupons_of $A $u)"
 done
 check_eq "user $UD, told UNAVAILABLE, holds none" 0 "$(coupons_of $A $UD)"
