@@ -434,7 +434,10 @@ static int keeper_tokens_write(struct keeper *k)
         fprintf(f, "%" PRId64 " %" PRIu64 " %" PRId32 "\n", atomic_load(&s->activity_id),
                 atomic_load(&s->epoch), atomic_load(&s->next));
     }
-    int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
+    /* ferror() too: a write that failed while the loop filled the buffer
+     * leaves nothing for fflush() to report, and a short file renamed into
+     * place would let segments go whose tokens it does not hold. */
+    int bad = ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0;
     bad |= fclose(f) != 0;
     if (bad || rename(tmp, path) != 0 || keeper_fsync_dir(k->jd.path) != CS_OK) {
         log_error("reserve keeper: writing %s failed: %s; no segment is deleted", path,
