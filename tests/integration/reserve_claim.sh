@@ -107,8 +107,10 @@ http POST /market/admin/coupon/preheat '' "$ADMIN"
 check "(c) node 4 set aside its reserve" wait_for 20 field_is $C n4 $K
 check "(c) ... and opened it" wait_for 20 reserves_open_on n4
 INC4=$(cat "$COUPON_DIR/n4/journal/incarnation")
-rcli DEL "COUPON:RESERVE:CLAIM:$INC4" >/dev/null
-rcli HSET "COUPON:RESERVE:CLAIM:$INC4" x y >/dev/null
+# In one script: a claim between a DEL and an HSET would keep it a string.
+rcli EVAL "redis.call('DEL', KEYS[1]); return redis.call('HSET', KEYS[1], 'x', 'y')" 1 \
+    "COUPON:RESERVE:CLAIM:$INC4" >/dev/null
+check_eq "(c) node 4's claim key is a hash now" hash "$(rcli TYPE "COUPON:RESERVE:CLAIM:$INC4")"
 sleep 4 # past the 3 s lease, renewals answered all along
 stack stop-redis --kill
 node_http n4 GET /market/health
