@@ -160,14 +160,26 @@ static void keeper_lease_set(struct shm_reserves *rv, int shard, int64_t sent, i
     atomic_fetch_add(&l->seq, 1);
 }
 
-/* Slot i: no new grants, and whether every grant in flight is done. */
+int keeper_epoch_busy(const struct keeper *k, int64_t aid, uint64_t epoch)
+{
+    /* busy[] is read first: the activity and epoch a worker marks are
+     * written before it, and a grant that marks this epoch after the read
+     * sees its slot stopped. */
+    for (int w = 0; w < SHM_MAX_WORKERS; w++)
+        if (atomic_load(&k->rv->busy[w]) != 0 && atomic_load(&k->rv->busy_aid[w]) == aid
+            && atomic_load(&k->rv->busy_epoch[w]) == epoch)
+            return 1;
+    return 0;
+}
+
+/* Slot i: no new grants, and whether every grant in flight of its epoch is
+ * done (a worker inside one since before a keeper restart included: it is
+ * matched by activity and epoch, not by the slot it named then). */
 int keeper_fenced(struct keeper *k, int i)
 {
-    atomic_store(&k->rv->slot[i].state, RSV_STOPPED);
-    for (int w = 0; w < SHM_MAX_WORKERS; w++)
-        if (atomic_load(&k->rv->busy[w]) == i + 1)
-            return 0;
-    return 1;
+    struct shm_rsv_slot *s = &k->rv->slot[i];
+    atomic_store(&s->state, RSV_STOPPED);
+    return !keeper_epoch_busy(k, atomic_load(&s->activity_id), atomic_load(&s->epoch));
 }
 
 void keeper_slot_free(struct keeper *k, int i)
@@ -317,7 +329,15 @@ static int keeper_renew(struct keeper *k, int shard)
         freeReplyObject(r);
     } while (next < SHM_RESERVES && n == 11);
     /* The lease is made good only now, once every slot whose reserve is gone
-     * is stopped; the first call's times, the oldest, are the ones kept. */
+     * is stopped; the first call's times, the oldest, are the ones kept.
+     * It runs from the last claim Redis answered when that is older: a node
+     * that cannot reach its claim (another master in a cluster) must stop
+     * spending once the claim may have expired and another instance taken
+     * it. An earlier send only widens the bounds on Redis' clock. */
+    if (k->claim_sent <= 0)
+        return CS_ERR;
+    if (k->claim_sent < first_sent)
+        first_sent = k->claim_sent;
     keeper_lease_set(k->rv, shard, first_sent, first_recv, first_ms);
     return CS_OK;
 }
@@ -440,7 +460,7 @@ static void keeper_slots(struct keeper *k, int stopping)
         if (!k->renewed[shard])
             continue;
         int64_t lo, hi;
-        int lease = reserve_lease(k->rv, shard, k->conf->fallback_lease_ms, now, &lo, &hi)
+        int lease = reserve_lease(k->rv, shard, k->conf->fallback_lease_ms, now, &lo, &hi, NULL)
                     == CS_OK;
 
         if (l->in_doubt)

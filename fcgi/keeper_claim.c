@@ -59,8 +59,10 @@ static int keeper_claim_stale(const struct keeper *k, const char *holder)
  * (DESIGN.md rule 15): the journal directory's flock keeps a second instance
  * off this host's directory only, not off a copied image or a restored
  * backup. CS_OK when this instance holds it, or Redis did not answer (then
- * nothing is renewed either, and k->claimed keeps what it was); CS_ERR when
- * another live instance holds it: nothing of this pass may be done.
+ * k->claimed keeps what it was, and k->claim_sent too: in a cluster the
+ * claim lives on another master than a shard the renewal reaches, and a
+ * lease never outlasts the last claim answered, see keeper_renew()); CS_ERR
+ * when another live instance holds it: nothing of this pass may be done.
  */
 int keeper_claim(struct keeper *k)
 {
@@ -75,6 +77,7 @@ int keeper_claim(struct keeper *k)
         for (int i = 0; i < 7; i++)
             argl[i] = strlen(argv[i]);
         struct rconn_site at;
+        int64_t sent = cs_boot_ms();
         redisReply *r = rconn_commandv_at(k->rc, key, 7, argv, argl, &at);
         if (r == NULL || (r->type != REDIS_REPLY_INTEGER && r->type != REDIS_REPLY_STRING)) {
             if (r != NULL)
@@ -87,6 +90,7 @@ int keeper_claim(struct keeper *k)
                 log_notice("reserve keeper: incarnation %s is this instance's again (%s)",
                            k->jd.incarnation, k->claim);
             k->claimed = 1;
+            k->claim_sent = sent;
             atomic_store(&k->rv->claim_refused, 0);
             return CS_OK;
         }

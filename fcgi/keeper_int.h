@@ -88,6 +88,7 @@ struct keeper {
     int halt_kept;             /* DIR/halted is written for the halt in shared memory */
     char claim[192];           /* "host boot-id pid": this instance, in its incarnation's claim */
     int claimed;               /* the last claim Redis answered was granted */
+    int64_t claim_sent;        /* cs_boot_ms() when that claim was sent; 0 none */
     int64_t claim_warn_ms;
     int64_t halt_warn_ms;      /* when writing DIR/halted last failed (logged) */
 };
@@ -117,6 +118,8 @@ redisReply *keeper_eval(struct keeper *k, struct rscript *s, int nkeys, struct k
 int keeper_durable(struct keeper *k, int shard, const struct rconn_site *site, int fence);
 /* Epochs this node closed itself (given back after a full replay). */
 int keeper_is_closed(const struct keeper *k, int64_t aid, uint64_t epoch);
+/* Whether a worker is inside a grant of activity aid's epoch. */
+int keeper_epoch_busy(const struct keeper *k, int64_t aid, uint64_t epoch);
 void keeper_add_closed(struct keeper *k, int64_t aid, uint64_t epoch);
 /* An epoch an admin closed: its parked tokens are released after the replay. */
 void keeper_add_release(struct keeper *k, int64_t aid, uint64_t epoch);

@@ -193,6 +193,17 @@ static int keeper_dead_letter(struct keeper *k, const struct journal_rec *r, con
  * of it, for each epoch with no record left to replay in s (all done), on a
  * shard Redis answered on. Forgotten once released (or nothing was parked).
  */
+static int keeper_epoch_has_slot(const struct keeper *k, int64_t aid, uint64_t epoch)
+{
+    for (int i = 0; i < SHM_RESERVES; i++) {
+        const struct shm_rsv_slot *sl = &k->rv->slot[i];
+        if (atomic_load(&sl->state) != RSV_EMPTY && atomic_load(&sl->activity_id) == aid
+            && atomic_load(&sl->epoch) == epoch)
+            return 1;
+    }
+    return 0;
+}
+
 static void keeper_journal_release(struct keeper *k, const struct kscan *s, const int *durable,
                                    const int *failed)
 {
@@ -200,6 +211,11 @@ static void keeper_journal_release(struct keeper *k, const struct kscan *s, cons
     for (size_t i = 0; i < k->nrelease; i++) {
         struct krelease *e = &k->release[i];
         int shard = keys_shard(e->aid), left = 0;
+        /* A slot is freed only once no worker can be writing into it (the
+         * slot fenced): while the epoch still has one, a worker may be in
+         * the middle of a record of it that this scan could not see yet,
+         * and the parked token it spends must not go back to stock. */
+        left = keeper_epoch_has_slot(k, e->aid, e->epoch);
         for (size_t j = 0; j < s->n && !left; j++) {
             const struct krec *kr = &s->v[j];
             left = kr->r.activity_id == e->aid && kr->r.epoch == e->epoch
@@ -418,7 +434,10 @@ static int keeper_tokens_write(struct keeper *k)
         fprintf(f, "%" PRId64 " %" PRIu64 " %" PRId32 "\n", atomic_load(&s->activity_id),
                 atomic_load(&s->epoch), atomic_load(&s->next));
     }
-    int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
+    /* ferror() too: a write that failed while the loop filled the buffer
+     * leaves nothing for fflush() to report, and a short file renamed into
+     * place would let segments go whose tokens it does not hold. */
+    int bad = ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0;
     bad |= fclose(f) != 0;
     if (bad || rename(tmp, path) != 0 || keeper_fsync_dir(k->jd.path) != CS_OK) {
         log_error("reserve keeper: writing %s failed: %s; no segment is deleted", path,
@@ -581,6 +600,16 @@ int keeper_journal_rebuild(struct keeper *k)
             break;
         usleep(10000);
     }
+    /* Not waited for longer (the node must not stay without a keeper), but
+     * not forgotten: the marker names its activity and epoch, so every
+     * fence of that epoch fails (nothing given back, no slot freed) until
+     * the grant ends or the supervisor reaps its worker and clears it. */
+    for (int w = 0; w < SHM_MAX_WORKERS; w++)
+        if (atomic_load(&rv->busy[w]) != 0)
+            log_error("reserve keeper: worker %d is still inside a grant of activity %" PRId64
+                      " epoch %" PRIu64 " after 3 s (a stuck write?); that epoch stays fenced "
+                      "until it is done", (int)atomic_load(&k->shm->worker_pid[w]),
+                      atomic_load(&rv->busy_aid[w]), atomic_load(&rv->busy_epoch[w]));
     /* A grant still in flight after the wait took its token already: the
      * next token each slot had is kept, so it is never handed out again. */
     struct khad {

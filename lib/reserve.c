@@ -257,7 +257,7 @@ int reserve_slot_of(const struct shm_reserves *rv, int64_t id)
 }
 
 int reserve_lease(const struct shm_reserves *rv, int shard, int lease_ms, int64_t now_mono,
-                  int64_t *lo, int64_t *hi)
+                  int64_t *lo, int64_t *hi, int64_t *sent_out)
 {
     const struct shm_rsv_lease *l = &rv->lease[shard];
     int64_t sent, recv, redis_ms;
@@ -280,6 +280,8 @@ int reserve_lease(const struct shm_reserves *rv, int shard, int lease_ms, int64_
     /* Redis read its clock after the send and before the answer. */
     *lo = redis_ms + (now_mono - recv);
     *hi = redis_ms + (now_mono - sent);
+    if (sent_out != NULL)
+        *sent_out = sent;
     return CS_OK;
 }
 
@@ -387,7 +389,6 @@ static int reserve_journal_ready(struct reserve_journal *rj, const char *jdir, i
         journal_close(&rj->j);
     rj->seg = 0;
     journal_segment_path(path, sizeof(path), jdir, wslot, seg);
-    int created = stat(path, &st) != 0 && errno == ENOENT;
     for (int tries = 0;; tries++) {
         if (journal_open_path(&rj->j, path, err, sizeof(err)) != CS_OK) {
             log_error("reserve journal: %s", err);
@@ -406,11 +407,13 @@ static int reserve_journal_ready(struct reserve_journal *rj, const char *jdir, i
         }
         log_warn("reserve journal: %s was deleted between its open and its lock; opened again",
                  path);
-        created = 1;
     }
     /* A new file is durable only once its directory entry is: a power cut
-     * must not take a segment whose grants were answered SEIZED. */
-    if (created && reserve_fsync_dir(jdir) != CS_OK) {
+     * must not take a segment whose grants were answered SEIZED. Judged by
+     * the file as opened, not by a look before the open: an empty one may
+     * be another's creation whose directory was never synced (a worker of
+     * this slot killed between its create and its fsync). */
+    if ((fstat(rj->j.fd, &st) != 0 || st.st_size == 0) && reserve_fsync_dir(jdir) != CS_OK) {
         log_error("reserve journal: fsync(%s) failed: %s; no more grants from the reserve", jdir,
                   strerror(errno));
         rj->j.failed = 1; /* kept, so that no later grant uses it unsynced */
@@ -426,7 +429,7 @@ enum reserve_outcome reserve_grant(struct shm_node *shm, int wslot, const char *
                                    int64_t id, int64_t uid, int meta_known)
 {
     struct shm_reserves *rv = &shm->rsv;
-    int64_t now = cs_boot_ms(), lo, hi;
+    int64_t now = cs_boot_ms(), lo, hi, sent;
 
     if (wslot < 0 || wslot >= SHM_MAX_WORKERS)
         return RESERVE_NONE;
@@ -445,18 +448,27 @@ enum reserve_outcome reserve_grant(struct shm_node *shm, int wslot, const char *
         return RESERVE_NONE;
     struct shm_rsv_slot *s = &rv->slot[i];
     if (atomic_load(&s->state) != RSV_OPEN || (!meta_known && !atomic_load(&s->open_to_all))
-        || reserve_lease(rv, keys_shard(id), lease_ms, now, &lo, &hi) != CS_OK
+        || reserve_lease(rv, keys_shard(id), lease_ms, now, &lo, &hi, &sent) != CS_OK
         || lo < atomic_load(&s->start_ms) || hi >= atomic_load(&s->end_ms) - margin_ms)
         return RESERVE_NONE;
+    /* The lease this grant was checked against ends here, whatever renewal
+     * comes later: one sent after a partition healed (and an admin's return
+     * meanwhile) says nothing of the time this grant was made in. */
+    int64_t until = sent + lease_ms;
 
     /* The busy marker goes up before the state is read again: a keeper that
      * stopped the slot either sees the marker and waits for this grant, or
-     * this grant sees the slot stopped (both sequentially consistent). */
+     * this grant sees the slot stopped (both sequentially consistent).
+     * The marker names the epoch (read before it, checked again after): a
+     * keeper fences an epoch, wherever its slot is now. */
+    uint64_t epoch = atomic_load(&s->epoch);
+    atomic_store(&rv->busy_aid[wslot], id);
+    atomic_store(&rv->busy_epoch[wslot], epoch);
     atomic_store(&rv->busy[wslot], i + 1);
     enum reserve_outcome out = RESERVE_NONE;
-    if (atomic_load(&s->state) != RSV_OPEN || atomic_load(&s->activity_id) != id)
+    if (atomic_load(&s->state) != RSV_OPEN || atomic_load(&s->activity_id) != id
+        || atomic_load(&s->epoch) != epoch)
         goto done;
-    uint64_t epoch = atomic_load(&s->epoch);
     int32_t amount = atomic_load(&s->amount);
     uint64_t seg = atomic_load(&rv->journal_seg);
     if (seg == 0 || atomic_load(&s->next) >= amount)
@@ -512,10 +524,12 @@ enum reserve_outcome reserve_grant(struct shm_node *shm, int wslot, const char *
     atomic_compare_exchange_strong(&rv->grant[entry].state, &pending, RGRANT_GRANTED);
     atomic_fetch_add(&rv->spent, 1);
     out = RESERVE_SEIZED;
-    /* An fsync that ended after the lease: an admin may have returned the
-     * reserve meanwhile, so the grant may not be honoured (rule 16). It is
-     * on disk and replayed like any other, but the answer cannot say so. */
-    if (reserve_lease(rv, keys_shard(id), lease_ms, cs_boot_ms(), &lo, &hi) != CS_OK)
+    /* An fsync that ended after the lease checked above: an admin may have
+     * returned the reserve meanwhile, so the grant may not be honoured (rule
+     * 16). It is on disk and replayed like any other, but the answer cannot
+     * say so. The lease as it stands now would not do: renewed once the
+     * partition healed, it would cover a grant made outside any lease. */
+    if (cs_boot_ms() >= until)
         out = RESERVE_UNKNOWN;
 done:
     atomic_store(&rv->busy[wslot], 0);
@@ -550,7 +564,8 @@ const char *reserve_seize_source(const struct shm_node *shm, int redis_ok, int l
         if (atomic_load(&s->state) != RSV_OPEN
             || atomic_load(&s->next) >= atomic_load(&s->amount))
             continue;
-        if (reserve_lease(rv, keys_shard(atomic_load(&s->activity_id)), lease_ms, now, &lo, &hi)
+        if (reserve_lease(rv, keys_shard(atomic_load(&s->activity_id)), lease_ms, now, &lo, &hi,
+                          NULL)
             == CS_OK)
             return "reserve";
     }

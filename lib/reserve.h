@@ -50,10 +50,12 @@ int reserve_slot_of(const struct shm_reserves *rv, int64_t id);
  * Redis' clock on shard now, estimated from the last renewal: *lo and *hi
  * bound it (the renewal ran somewhere between its send and its answer).
  * CS_ERR when the shard has no renewal, or the last one was sent lease_ms
- * or longer ago: the lease is over.
+ * or longer ago: the lease is over. *sent (when not NULL) is the send time
+ * of the renewal judged, so that a caller can hold on to the lease it
+ * checked: it ends at *sent + lease_ms whatever renewals come later.
  */
 int reserve_lease(const struct shm_reserves *rv, int shard, int lease_ms, int64_t now_mono,
-                  int64_t *lo, int64_t *hi);
+                  int64_t *lo, int64_t *hi, int64_t *sent);
 
 /*
  * Grants user uid a coupon of activity id from this node's reserve, when

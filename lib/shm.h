@@ -87,6 +87,12 @@ struct shm_reserves {
     _Atomic int halted;          /* a journal write failed: no more grants on this node */
     _Atomic uint64_t journal_seg;    /* the segment workers append to (0: none yet) */
     _Atomic int32_t busy[SHM_MAX_WORKERS];  /* per worker slot: reserve slot + 1 while granting */
+    /* The activity and epoch of the grant busy[] marks, written before it.
+     * A keeper fences by these, not by the slot index: a restarted keeper
+     * refills its slots in another order, and a worker still inside a
+     * grant from before names a slot that now holds something else. */
+    _Atomic int64_t busy_aid[SHM_MAX_WORKERS];
+    _Atomic uint64_t busy_epoch[SHM_MAX_WORKERS];
     struct shm_rsv_lease lease[KEYS_SHARDS];
     struct shm_rsv_slot slot[SHM_RESERVES];
     _Atomic uint32_t ngrants;

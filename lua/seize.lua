@@ -7,8 +7,9 @@
 -- Returns -1 already seized, -3 no stock or window field (unknown / not
 -- preheated), -4 not started, -5 ended, -2 sold out (or revoked: the stock
 -- field is a tombstone below zero), -6 no stock now but nodes still hold
--- reserves of it (sold out for now, not for good: they may come back), else
--- the remaining stock after this seize (>= 0).
+-- reserves of it, open or parked by an admin's return (sold out for now, not
+-- for good: they may come back), else the remaining stock after this seize
+-- (>= 0).
 --
 -- The reserves' count lives in COUPON:RESERVE:{i}, the stock key's own
 -- hash slot; it is read only when the stock is gone, so the common path
@@ -44,9 +45,16 @@ end
 stock = tonumber(stock)
 if stock == nil or stock <= 0 then
   if stock == 0 then
+    -- Open reserves, or tokens an admin's return parked out of stock until
+    -- their node replays (counted in '<id>:held' after the epoch closed):
+    -- either may still come back to stock, so sold out is not final yet.
     local tag = string.match(KEYS[1], '{[^}]*}$')
-    if tag and tonumber(redis.call('HGET', 'COUPON:RESERVE:' .. tag, ARGV[1]) or '0') > 0 then
-      return -6
+    if tag then
+      local rk = 'COUPON:RESERVE:' .. tag
+      if tonumber(redis.call('HGET', rk, ARGV[1]) or '0') > 0
+          or tonumber(redis.call('HGET', rk, ARGV[1] .. ':held') or '0') > 0 then
+        return -6
+      end
     end
   end
   return -2

@@ -71,8 +71,10 @@ end
 local function sold_out(aid, a)
   if a.out == nil then
     a.out = -2
+    -- Open or parked (an admin's return, '<id>:held'): either may come back.
     if a.stock == 0 and tag
-        and tonumber(redis.call('HGET', 'COUPON:RESERVE:' .. tag, aid) or '0') > 0 then
+        and (tonumber(redis.call('HGET', 'COUPON:RESERVE:' .. tag, aid) or '0') > 0
+          or tonumber(redis.call('HGET', 'COUPON:RESERVE:' .. tag, aid .. ':held') or '0') > 0) then
       a.out = -6
     end
   end

@@ -10,7 +10,10 @@
 #      replay every user told SEIZED holds exactly one coupon, and no token
 #      was spent twice;
 #  (b) node 2 killed (kill -9) and started again on its own directory: the
-#      claim of its dead keeper (same host and boot) is taken over at once.
+#      claim of its dead keeper (same host and boot) is taken over at once;
+#  (c) node 4's claim gets no answer (its key made another type: the script
+#      fails) while its renewals do: the lease runs from the last claim
+#      answered and ends; once the claim is answered again, it spends again.
 # shellcheck source=tests/lib.sh
 . "${top_srcdir:-$(dirname "$0")/../..}/tests/lib.sh"
 
@@ -93,5 +96,36 @@ check "(b) node 2 restarted holds its incarnation again" \
     wait_for 10 metric_is couponseize_reserve_keeper_up 1 n2
 check "(b) ... and reopens its reserve" wait_for 15 reserves_open_on n2
 check_eq "(b) ... not refused" 0 "$(metric couponseize_reserve_claim_refused n2)"
+
+# --- (c) a claim with no answer does not extend the lease --------------------------------
+# The claim key made a hash: its script fails (WRONGTYPE), as a claim on an
+# unreachable master gets no answer, while the shard's renewals go on.
+C=4702
+node_up n4 lease_ms=3000
+mk_activity $C 1000 -60 3600
+http POST /market/admin/coupon/preheat '' "$ADMIN"
+check "(c) node 4 set aside its reserve" wait_for 20 field_is $C n4 $K
+check "(c) ... and opened it" wait_for 20 reserves_open_on n4
+INC4=$(cat "$COUPON_DIR/n4/journal/incarnation")
+# In one script: a claim between a DEL and an HSET would keep it a string.
+rcli EVAL "redis.call('DEL', KEYS[1]); return redis.call('HSET', KEYS[1], 'x', 'y')" 1 \
+    "COUPON:RESERVE:CLAIM:$INC4" >/dev/null
+check_eq "(c) node 4's claim key is a hash now" hash "$(rcli TYPE "COUPON:RESERVE:CLAIM:$INC4")"
+sleep 4 # past the 3 s lease, renewals answered all along
+stack stop-redis --kill
+node_http n4 GET /market/health
+check_eq "(c) the lease ran out with the last claim answered: nothing to seize from" none \
+    "$(json_get "$HTTP_BODY" seize)"
+seize_settled $C "$(mint_jwt $((C * 1000 + 1)))" n4
+check_eq "(c) ... and a seize is UNAVAILABLE" UNAVAILABLE "$SEIZE_CODE"
+stack start-redis
+rcli DEL "COUPON:RESERVE:CLAIM:$INC4" >/dev/null
+claimed4() { [[ $(rcli GET "COUPON:RESERVE:CLAIM:$INC4" 2>/dev/null) == "$(hostname) "* ]]; }
+check "(c) node 4 claims its incarnation again" wait_for 20 claimed4
+check "(c) ... its reserve open" wait_for 20 reserves_open_on n4
+sleep 1 # passes that renew the lease from the claim answered
+stack stop-redis --kill
+check "(c) ... and seizes from it while Redis is down" wait_for 5 node_health_says n4 reserve
+stack start-redis
 
 finish

@@ -11,7 +11,13 @@
 #  (c) a worker's fdatasync fails (EIO): the answer is UNKNOWN_OUTCOME and
 #      the node halts; the keeper killed (kill -9) and restarted by the
 #      supervisor, the node stays halted (no SEIZED from the reserve) until
-#      an operator removes <journal>/halted; then it grants again.
+#      an operator removes <journal>/halted; then it grants again;
+#  (d) the keeper killed (kill -9) while the one worker's fdatasync is held
+#      6 s inside a grant: the new keeper, done waiting, logs that epoch as
+#      fenced until the grant ends; the user, told SEIZED, holds one coupon;
+#  (e) a worker killed (kill -9) between creating its segment and the fsync
+#      of the directory (held 3 s): the next worker, finding the file there
+#      and empty, fsyncs the directory before its grant's answer.
 # shellcheck source=tests/lib.sh
 . "${top_srcdir:-$(dirname "$0")/../..}/tests/lib.sh"
 
@@ -159,7 +165,66 @@ stack start-redis
 check "(c) node 2 replayed its journal again" wait_for 20 metric_is couponseize_journal_depth 0 n2
 check "(c) coupon-sync drained the queue" wait_for 60 drained $((A % 10))
 
-for u in $UA $UE; do
+# --- (d) the keeper restarted under a worker stuck inside a grant --------------------
+stack stop-redis --kill
+check "(d) node 2 seizes from its reserve while Redis is down" \
+    wait_for 5 node_health_says n2 reserve
+LD=$COUPON_DIR/d.log
+UF=$((A * 1000 + 5))
+strace_bg "$COUPON_DIR/d.strace" "$W" -e trace=fdatasync -e inject=fdatasync:delay_enter=6000000
+( node_http n2 POST /market/consumer/coupon/seize "{\"id\":$A}" "$(mint_jwt $UF)"
+  echo "$UF $(json_get "$HTTP_BODY" code)" >"$LD" ) &
+QPID=$!
+sleep 1
+K2=$(keeper_of n2)
+kill -KILL "$K2"
+other_keeper() { local p; p=$(keeper_of n2); [[ -n $p && $p != "$K2" ]]; }
+check "(d) the supervisor restarted the keeper killed with -9" wait_for 20 other_keeper
+check "(d) the new keeper says the epoch of the grant in flight stays fenced" \
+    wait_for 10 grep -q "still inside a grant of activity $A epoch .* stays fenced" \
+    "$COUPON_DIR/n2/fcgi.log"
+wait "$QPID"
+stop_bg "$STRACE_PID"
+check_eq "(d) the grant, its fsync done within the lease: SEIZED" "$UF SEIZED" "$(cat "$LD")"
+stack start-redis
+check "(d) node 2 replayed its journal" wait_for 30 metric_is couponseize_journal_depth 0 n2
+check "(d) coupon-sync drained the queue" wait_for 60 drained $((A % 10))
+check_eq "(d) nothing went to the dead letters" 0 \
+    "$(metric couponseize_reserve_dead_letters_total n2)"
+
+# --- (e) a segment created by a worker killed before its directory fsync -----------
+stack stop-redis --kill
+check "(e) node 2 seizes from its reserve while Redis is down" \
+    wait_for 5 node_health_says n2 reserve
+W=$(worker_of n2)
+strace_bg "$COUPON_DIR/e1.strace" "$W" -e trace=fsync -e inject=fsync:delay_enter=3000000
+UG=$((A * 1000 + 6))
+node_http n2 POST /market/consumer/coupon/seize "{\"id\":$A}" "$(mint_jwt $UG)" &
+QPID=$!
+new_segment() { [[ -n $(find "$COUPON_DIR/n2/journal" -name 'w*-*.jnl' -empty) ]]; }
+check "(e) the worker created its segment (empty)" wait_for 5 new_segment
+kill -KILL "$W"
+wait "$QPID" || true
+stop_bg "$STRACE_PID"
+other_worker() { local p; p=$(worker_of n2); [[ -n $p && $p != "$W" ]]; }
+check "(e) the supervisor started another worker" wait_for 20 other_worker
+W=$(worker_of n2)
+strace_bg "$COUPON_DIR/e2.strace" "$W" -e trace=openat,fsync,fdatasync
+UH=$((A * 1000 + 7))
+node_http n2 POST /market/consumer/coupon/seize "{\"id\":$A}" "$(mint_jwt $UH)"
+echo "$UH $(json_get "$HTTP_BODY" code)" >"$COUPON_DIR/e.log"
+stop_bg "$STRACE_PID"
+check_eq "(e) the next worker grants into the segment found there: SEIZED" "$UH SEIZED" \
+    "$(cat "$COUPON_DIR/e.log")"
+check "(e) ... having fsync'd the journal directory, the segment empty when it opened it" \
+    dir_fsynced "$COUPON_DIR/e2.strace"
+stack start-redis
+check "(e) node 2 replayed its journal" wait_for 30 metric_is couponseize_journal_depth 0 n2
+check "(e) coupon-sync drained the queue" wait_for 60 drained $((A % 10))
+check_eq "(e) the user whose worker was killed before its record holds none" 0 \
+    "$(coupons_of $A $UG)"
+
+for u in $UA $UE $UF $UH; do
     check_eq "user $u, told SEIZED, holds exactly one coupon" 1 "$(coupons_of $A $u)"
 done
 check_eq "user $UD, told UNAVAILABLE, holds none" 0 "$(coupons_of $A $UD)"

@@ -7,7 +7,8 @@
 #      before it could replay; Redis is back. The return waits for node 2's
 #      own lease (published with its lease stamp), not the caller's; then it
 #      closes the epoch and keeps what node 2 may have granted out of stock.
-#      The sale sells out; node 2 comes back and replays: its three users
+#      The sale sells out, not for good while those tokens are parked (no
+#      final SOLD_OUT); node 2 comes back and replays: its three users
 #      hold their coupons, nothing goes to the dead letters, and what it did
 #      not grant goes back to stock;
 #  (b) a return with the journal declared lost puts everything back at once,
@@ -15,7 +16,10 @@
 #      the node's unreplayed grants are lost with it;
 #  (c) a grant whose fsync ends after the node's lease (the worker's
 #      fdatasync held 6 s by strace, lease 5 s) is answered UNKNOWN_OUTCOME,
-#      not SEIZED; it is on disk and replayed like any other.
+#      not SEIZED; it is on disk and replayed like any other;
+#  (d) the same with Redis back (the lease renewed) before the fsync ends:
+#      still UNKNOWN_OUTCOME, the grant was made under the lease checked
+#      before it, not the renewal.
 # shellcheck source=tests/lib.sh
 . "${top_srcdir:-$(dirname "$0")/../..}/tests/lib.sh"
 
@@ -86,7 +90,19 @@ check "(a) stock + reserves + coupons = total" balanced $A 300
 # The sale sells out through Redis and node 1.
 seize_load $A 8 600 $((A * 1000 + 100)) >"$COUPON_DIR/a.json"
 sold_out() { [[ $(stock_of $A) == 0 ]]; }
+# Node 1 gives its reserve back at the low-water mark, perhaps only once the
+# load is over: what it gives back is sold by more rounds.
+for r in 1 2 3; do
+    sleep 1
+    sold_out && break
+    seize_load $A 8 100 $((A * 1000 + 700 + r * 100)) >>"$COUPON_DIR/a.json"
+done
 check "(a) the sale sold out" wait_for 30 sold_out
+# Node 1's reserve went back at the low-water mark; node 2's tokens stay
+# parked until it replays: they may come back, so sold out is not final.
+http POST /market/consumer/coupon/seize "{\"id\":$A}" "$(mint_jwt $((A * 1000 + 99)))"
+check_eq "(a) with node 2's tokens parked, SOLD_OUT is not final" "409 SOLD_OUT false" \
+    "$HTTP_CODE $(json_get "$HTTP_BODY" code) $(json_get "$HTTP_BODY" final)"
 node_up n2 lease_ms=20000
 check "(a) node 2 replayed its journal" wait_for 30 metric_is couponseize_journal_depth 0 n2
 released() { [[ $(stock_of $A) == $((K - 3)) ]]; }
@@ -160,6 +176,36 @@ if command -v strace >/dev/null && [[ -n $W ]]; then
     stop_bg "$SPID"
     stack start-redis
     check "(c) node 4 replayed both grants" wait_for 20 metric_is couponseize_journal_depth 0 n4
+
+    # (d) The same slow fsync, with Redis back (the lease renewed) before it
+    # ends: the grant was made under the lease checked before it, which is
+    # over by then; the renewal does not cover it.
+    check "(d) node 4's reserve is open again" wait_for 20 reserves_open_on n4
+    stack stop-redis --kill
+    check "(d) node 4 seizes from its reserve while Redis is down" \
+        wait_for 5 node_health_says n4 reserve
+    strace -qq -o /dev/null -p "$W" -e trace=fdatasync -e inject=fdatasync:delay_enter=7000000 &
+    SPID=$!
+    cs_defer stop_bg "$SPID"
+    sleep 0.5
+    LD=$COUPON_DIR/d.log
+    : >"$LD"
+    ( node_http n4 POST /market/consumer/coupon/seize "{\"id\":$C}" "$(mint_jwt $((C * 1000 + 3)))"
+      echo "$(json_get "$HTTP_BODY" code)" >"$LD" ) &
+    QPID=$!
+    sleep 1
+    stack start-redis
+    # Node 4's one worker is held in its fsync: the keeper's renewals are
+    # judged by Redis answering, and a second of keeper passes.
+    redis_up() { [[ $(rcli PING 2>/dev/null) == PONG ]]; }
+    check "(d) Redis is back during the fsync" wait_for 5 redis_up
+    sleep 1
+    wait "$QPID"
+    stop_bg "$SPID"
+    check_eq "(d) an fsync that ended after the lease it was granted under, the lease renewed meanwhile: UNKNOWN_OUTCOME" \
+        UNKNOWN_OUTCOME "$(cat "$LD")"
+    check "(d) node 4 replayed the grant" wait_for 20 metric_is couponseize_journal_depth 0 n4
+    check_match "(d) its user holds at most one coupon" '^[01]$' "$(coupons_of $C $((C * 1000 + 3)))"
 else
     diag "(c) strace is not installed: not judged"
 fi
