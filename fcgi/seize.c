@@ -34,7 +34,7 @@ static enum cs_code seize_window(const struct worker *w, const struct activity *
         return CODE_VOIDED;
     if (w->conf->fallback_reserve > 0)
         (void)reserve_lease(&w->shm->rsv, keys_shard(a->id), w->conf->fallback_lease_ms,
-                            cs_mono_ms(), &lo, &hi);
+                            cs_boot_ms(), &lo, &hi, NULL); /* leases run on CLOCK_BOOTTIME */
     if (hi < a->start_ms)
         return CODE_NOT_STARTED;
     if (lo >= a->end_ms)
