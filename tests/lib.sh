@@ -600,6 +600,21 @@ seize_settled() {
     done
     return 0
 }
+# field_of ID NODE: what node NODE's open reserve of activity ID holds in
+# Redis (NODE: the directory node_up made, e.g. n2); field_is ID NODE N.
+field_of() {
+    rcli HGET "COUPON:RESERVE:{$(($1 % 10))}" "$1:$(cat "$COUPON_DIR/$2/journal/incarnation")"
+}
+field_is() { [[ $(field_of "$1" "$2") == "$3" ]]; }
+# seize_on NODE ID USER LOG: one settled seize straight to node NODE; appends
+# "user code" to LOG.
+seize_on() {
+    seize_settled "$2" "$(mint_jwt "$3")" "$1"
+    echo "$3 ${SEIZE_CODE:-NO_ANSWER}" >>"$4"
+}
+# coupons_of ID USER: the coupon rows of USER for activity ID.
+coupons_of() { mysql_q "SELECT COUNT(*) FROM coupon WHERE activity_id = $1 AND user_id = $2"; }
+
 # reserves_open_on [NODE]: every reserve that node NODE (none: the stack's
 # own) has in Redis is spendable on it: its keeper opened each set-aside
 # (a pass after the script), so a Redis that goes away now finds them open.

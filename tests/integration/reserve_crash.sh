@@ -28,9 +28,6 @@ REC=$((8 + $(sed -n 's/^#define JOURNAL_PAYLOAD \([0-9]*\).*/\1/p' "$top_srcdir/
 T0=$(date +%s%N)
 
 # field_of ID NODE: what node NAME's open reserve of activity ID holds in Redis.
-field_of() {
-    rcli HGET "COUPON:RESERVE:{$(($1 % 10))}" "$1:$(cat "$COUPON_DIR/$2/journal/incarnation")"
-}
 # coupons_of ID USER: the coupons of activity ID the user holds, in any status.
 coupons_of() {
     mysql_q "SELECT COUNT(*) FROM coupon WHERE activity_id = $1 AND user_id = $2"

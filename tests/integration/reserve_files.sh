@@ -31,7 +31,6 @@ ${COUPON_CONF_OVERRIDES:-}"
 cs_stack_up
 ADMIN=$(mint_jwt 1 admin)
 
-coupons_of() { mysql_q "SELECT COUNT(*) FROM coupon WHERE activity_id = $1 AND user_id = $2"; }
 segments() { compgen -G "$COUPON_DIR/$1/journal/w*-*.jnl" || true; }
 # children NODE: the supervisor's children, one pid a line.
 children() { pgrep -P "${!1}" || true; }
@@ -56,10 +55,6 @@ strace_bg() {
     STRACE_PID=$!
     cs_defer stop_bg "$STRACE_PID"
     sleep 0.5
-}
-seize_on() {
-    seize_settled "$2" "$(mint_jwt "$3")" "$1"
-    echo "$3 ${SEIZE_CODE:-NO_ANSWER}" >>"$4"
 }
 
 A=4501

@@ -25,15 +25,6 @@ ${COUPON_CONF_OVERRIDES:-}"
 cs_stack_up
 ADMIN=$(mint_jwt 1 admin)
 
-field_of() {
-    rcli HGET "COUPON:RESERVE:{$(($1 % 10))}" "$1:$(cat "$COUPON_DIR/$2/journal/incarnation")"
-}
-field_is() { [[ $(field_of "$1" "$2") == "$3" ]]; }
-seize_on() {
-    seize_settled "$2" "$(mint_jwt "$3")" "$1"
-    echo "$3 ${SEIZE_CODE:-NO_ANSWER}" >>"$4"
-}
-coupons_of() { mysql_q "SELECT COUNT(*) FROM coupon WHERE activity_id = $1 AND user_id = $2"; }
 no_stock_field() { [[ -z $(stock_of "$1") ]]; }
 
 X=4301

@@ -28,11 +28,6 @@ ${COUPON_CONF_OVERRIDES:-}"
 cs_stack_up
 ADMIN=$(mint_jwt 1 admin)
 
-field_of() {
-    rcli HGET "COUPON:RESERVE:{$(($1 % 10))}" "$1:$(cat "$COUPON_DIR/$2/journal/incarnation")"
-}
-field_is() { [[ $(field_of "$1" "$2") == "$3" ]]; }
-coupons_of() { mysql_q "SELECT COUNT(*) FROM coupon WHERE activity_id = $1 AND user_id = $2"; }
 
 A=4401
 node_up n2

@@ -34,15 +34,6 @@ cs_stack_up
 ADMIN=$(mint_jwt 1 admin)
 RETURN=/market/admin/coupon/reserve/return
 
-field_of() {
-    rcli HGET "COUPON:RESERVE:{$(($1 % 10))}" "$1:$(cat "$COUPON_DIR/$2/journal/incarnation")"
-}
-field_is() { [[ $(field_of "$1" "$2") == "$3" ]]; }
-seize_on() {
-    seize_settled "$2" "$(mint_jwt "$3")" "$1"
-    echo "$3 ${SEIZE_CODE:-NO_ANSWER}" >>"$4"
-}
-coupons_of() { mysql_q "SELECT COUNT(*) FROM coupon WHERE activity_id = $1 AND user_id = $2"; }
 # return_of ID NODE [LOST]: an admin's return of node NODE's reserve of ID.
 return_of() {
     local inc

@@ -25,20 +25,9 @@ ${COUPON_CONF_OVERRIDES:-}"
 cs_stack_up
 ADMIN=$(mint_jwt 1 admin)
 
-# field_of ID NODE: what node NODE's open reserve of activity ID holds in Redis.
-field_of() {
-    rcli HGET "COUPON:RESERVE:{$(($1 % 10))}" "$1:$(cat "$COUPON_DIR/$2/journal/incarnation")"
-}
-# seize_on NODE ID USER LOG: one settled seize straight to node NODE; appends
-# "user code" to LOG.
-seize_on() {
-    seize_settled "$2" "$(mint_jwt "$3")" "$1"
-    echo "$3 ${SEIZE_CODE:-NO_ANSWER}" >>"$4"
-}
 # told_seized LOG: the users LOG says were told SEIZED, one a line.
 told_seized() { awk '$2 == "SEIZED" { print $1 }' "$1"; }
 # coupons_of ID USER: the coupons of activity ID the user holds, in any status.
-coupons_of() { mysql_q "SELECT COUNT(*) FROM coupon WHERE activity_id = $1 AND user_id = $2"; }
 segments() { compgen -G "$COUPON_DIR/$1/journal/w*-*.jnl" || true; }
 # no_segments NODE: node NODE has no journal segment left. A worker lets go
 # of a segment the keeper moved it off after its next request, so each call
@@ -117,7 +106,6 @@ B=4202
 INC2=$(cat "$COUPON_DIR/n2/journal/incarnation")
 mk_activity $B 1000000 -60 3600
 http POST /market/admin/coupon/preheat '' "$ADMIN"
-field_is() { [[ $(field_of "$1" "$2") == "$3" ]]; }
 check "(b) node 2 set a reserve of $B aside" wait_for 20 field_is $B n2 $K
 check "(b) ... and opened it" wait_for 20 reserves_open_on n2
 EP=$(mysql_q "SELECT epoch FROM reserve_epoch WHERE activity_id = $B AND incarnation = '$INC2'")
