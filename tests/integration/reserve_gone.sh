@@ -16,7 +16,10 @@
 
 skip_unless_cmd cgi-fcgi || skip_all "cgi-fcgi is not installed (Debian libfcgi-bin)"
 K=20
-LEASE=3000
+# The grants below must come within the lease that the last renewal before
+# the outage gave: on a loaded machine the breaker and four seizes take
+# longer, so the lease scales with the machine (3 s when idle).
+LEASE=$((3000 * CS_TIME_SCALE))
 export COUPON_WORKERS=2
 export COUPON_CONF_OVERRIDES="fallback.reserve=$K
 fallback.lease_ms=$LEASE
@@ -51,6 +54,7 @@ check_eq "(a) the four users were told SEIZED" "$UX SEIZED
 $((Y * 1000 + 1)) SEIZED
 $((Y * 1000 + 2)) SEIZED
 $((Y * 1000 + 3)) SEIZED" "$(cat "$L")"
+diag "(a) answers: $(tr '\n' ' ' <"$L")"
 node_down n2 KILL
 stack start-redis
 
@@ -70,11 +74,13 @@ node_up n2 workers=1
 check "(a) node 2 replayed Y's grants" wait_for 30 metric_is couponseize_journal_depth 0 n2
 check "(a) coupon-sync drained the queue" wait_for 60 drained $((Y % 10))
 bad=0
-for u in 1 2 3; do
-    n=$(coupons_of $Y $((Y * 1000 + u)))
-    [[ $n == 1 ]] || { bad=$((bad + 1)); diag "(a) user $((Y * 1000 + u)) was told SEIZED and holds $n"; }
-done
-check_eq "(a) every user told SEIZED for Y holds exactly one coupon" 0 "$bad"
+while read -r u code; do
+    [[ $u == "$UX" ]] && continue
+    n=$(coupons_of $Y "$u") want=0
+    [[ $code == SEIZED ]] && want=1
+    [[ $n == "$want" ]] || { bad=$((bad + 1)); diag "(a) user $u was told $code and holds $n"; }
+done <"$L"
+check_eq "(a) every user told SEIZED for Y holds exactly one coupon, the others none" 0 "$bad"
 check_eq "(a) X's token is counted as a dead letter" 1 \
     "$(metric couponseize_reserve_dead_letters_total n2)"
 EPX=$(mysql_q "SELECT epoch FROM reserve_epoch WHERE activity_id = $X AND incarnation = '$INC2'")
