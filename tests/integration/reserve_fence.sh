@@ -49,8 +49,11 @@ skip_unless_cmd cgi-fcgi python3 || skip_all "cgi-fcgi or python3 is missing"
 net_skip_unless_nft
 
 K=10           # fallback.reserve of node 1
-K2=100         # fallback.reserve of node 2, more than a paced load spends in a lease
-LEASE=3000     # fallback.lease_ms
+K2=$((100 * CS_TIME_SCALE))  # fallback.reserve of node 2, more than a paced load spends in a lease
+# fallback.lease_ms: 3 s when idle. The grants each part expects must come
+# within a lease; on a loaded machine (slow fsyncs, a keeper late to renew)
+# they take longer, so the lease scales with the machine.
+LEASE=$((3000 * CS_TIME_SCALE))
 MARGIN=1000    # end - margin: fallback.budget_ms (its default)
 CUT_ADDR=127.0.1.40
 # nginx connects to node 2 through this link, made once node 2 is up (nginx
@@ -350,7 +353,7 @@ diag "(g1) cut $((t_heal - t_cut)) ms"
 
 # --- (g2) the sale's end comes while node 2 is cut off -------------------------------------
 A2=5002
-mk_activity $A2 100000 -60 14
+mk_activity $A2 100000 -60 $((11 + LEASE / 1000))  # room for a cut at end - margin - lease/2 - 1 s
 end=$(end_ms $A2)
 http PUT /market/admin/coupon/activity "{\"id\":$A2,\"distributeEndTime\":\"$(iso 5)\"}" "$ADMIN"
 check_match "(g2) the admin API refuses an earlier end for a started sale" \
