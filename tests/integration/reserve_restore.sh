@@ -57,20 +57,34 @@ L=$COUPON_DIR/a.log
 stack stop-redis --kill
 check "(a) node 2 seizes from its reserve while Redis is down" \
     wait_for 5 node_health_says n2 reserve
-for u in $(seq 1 $((K + 2))); do
+# Until the reserve is spent, then two more. A grant whose fsync outlasts
+# the answer budget (a loaded disk) is UNKNOWN_OUTCOME and may hold a token.
+S=0 U=0 after=0
+for ((u = 1; u <= 2 * K + 2 && after < 2; u++)); do
     seize_settled $A "$(mint_jwt $((A * 1000 + u)))" n2
     echo "$((A * 1000 + u)) $SEIZE_CODE" >>"$L"
+    case $SEIZE_CODE in
+    SEIZED) S=$((S + 1)) ;;
+    UNKNOWN_OUTCOME) U=$((U + 1)) ;;
+    *) ((S + U >= K)) && after=$((after + 1)) ;;
+    esac
 done
-S=$(awk '$2 == "SEIZED"' "$L" | wc -l)
-check_eq "(a) node 2 granted its $K coupons" "$K" "$S"
+diag "(a) answers: $(awk '{ n[$2]++ } END { for (c in n) printf "%s:%d ", c, n[c] }' "$L")"
+check "(a) node 2 granted its $K coupons (SEIZED $S, UNKNOWN_OUTCOME $U)" \
+    test "$S" -le "$K" -a $((S + U)) -ge "$K"
 stack start-redis
 check "(a) node 2 replayed its journal" wait_for 20 metric_is couponseize_journal_depth 0 n2
 check "(a) coupon-sync drained the queue" wait_for 60 drained $((A % 10))
 bad=0
-for u in $(awk '$2 == "SEIZED" { print $1 }' "$L"); do
-    [[ $(coupons_of $A "$u") == 1 ]] || bad=$((bad + 1))
-done
-check_eq "(a) every user told SEIZED holds exactly one coupon" 0 "$bad"
+while read -r u code; do
+    n=$(coupons_of $A "$u")
+    case $code in
+    SEIZED) [[ $n == 1 ]] ;;
+    UNKNOWN_OUTCOME) [[ $n == 0 || $n == 1 ]] ;;
+    *) [[ $n == 0 ]] ;;
+    esac || { bad=$((bad + 1)); diag "(a) user $u was told $code and holds $n"; }
+done <"$L"
+check_eq "(a) every user told SEIZED holds exactly one coupon, one refused none" 0 "$bad"
 check "(a) after it: stock + reserves + coupons = total" balanced $A 1000
 
 # --- (b) a return half done: closed in Redis, open in MySQL -----------------------------------
