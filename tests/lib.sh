@@ -295,6 +295,14 @@ node_up() {
         not_ok "node $name starts" "$(tail -n 5 "$dir/fcgi.log")"
         return 1
     }
+    # With reserves on, its keeper names the incarnation (read by the tests
+    # right after) a moment after the socket is there.
+    if ! grep -q '^ *reserve = 0;' "$dir/couponseize.conf"; then
+        wait_for 20 test -s "$dir/journal/incarnation" || {
+            not_ok "node $name names its incarnation" "$(tail -n 5 "$dir/fcgi.log")"
+            return 1
+        }
+    fi
 }
 
 # node_down NAME [SIGNAL]: stops node NAME (TERM: a graceful stop; KILL: the
