@@ -10,6 +10,7 @@
 #include "mconn.h"
 #include "meta.h"
 #include "preheat.h"
+#include "req.h"
 #include "route.h"
 #include "shm.h"
 #include "worker.h"
@@ -200,14 +201,14 @@ static int act_refresh(struct worker *w, int64_t id, struct preheat_result *res)
     char err[256];
     /* Its own connection, with coupon-sync's longer timeout: the list it
      * rewrites may be megabytes, more than a seize may wait for. */
-    struct rconn *lrc = worker_long_rconn(w);
+    struct rconn *lrc = rconn_new_conf(w->conf, w->conf->sync_redis_timeout_ms);
     int rc = activity_preheat_one(w->mc, lrc, id, w->conf->preheat_horizon_days,
                                   w->conf->sync_cleanup_grace_s, res, err, sizeof(err));
     rconn_free(lrc);
     if (rc != CS_OK)
         log_error("preheat after an activity change failed: %s", err);
-    meta_invalidate_node(w);
-    alist_invalidate(w);
+    meta_invalidate_node(w->shm);
+    alist_invalidate(w->conf, w->shm);
     return rc;
 }
 
@@ -445,7 +446,7 @@ static void act_get(struct worker *w, struct req *r)
     } else {
         cJSON_AddNullToObject(root, "queueDepth");
     }
-    int bstate = atomic_load(&w->shm->breaker_state);
+    int bstate = atomic_load(&w->shm->breaker.state);
     cJSON_AddStringToObject(root, "breaker", bnames[bstate >= 0 && bstate < 3 ? bstate : 1]);
     cJSON_AddBoolToObject(root, "stale", stale || qsum < 0);
     free(kind);
@@ -464,7 +465,7 @@ static void act_create(struct worker *w, struct req *r)
 
     const char *why;
 
-    if (req_read_body(w, r) != CS_OK)
+    if (req_read_body(r) != CS_OK)
         return;
     /* No string may hold NUL: cJSON would cut "a\u0000b" to "a". */
     if (http_json_check(r->body, r->body_len, &why) != CS_OK) {
@@ -625,7 +626,7 @@ static void act_update(struct worker *w, struct req *r)
     int64_t id;
     int found;
 
-    if (req_read_body(w, r) != CS_OK)
+    if (req_read_body(r) != CS_OK)
         return;
     r->audit_action = act_is_topup(r->body, r->body_len) ? "topup" : "update";
     if (http_parse_id_body(r->body, r->body_len, &id, &why) != CS_OK) {
@@ -838,7 +839,7 @@ void activity_handle(struct worker *w, struct req *r)
         return;
     }
     struct auth_identity who;
-    if (req_auth(w, r, 2, &who) != CS_OK)
+    if (req_auth(r, 2, &who) != CS_OK)
         return;
     if (is_get) {
         act_get(w, r);

@@ -6,6 +6,7 @@
 #include "http.h"
 #include "log.h"
 #include "mconn.h"
+#include "req.h"
 #include "route.h"
 #include "worker.h"
 
@@ -85,7 +86,7 @@ void coupon_mine_handle(struct worker *w, struct req *r)
     int status = 0;
     int64_t page, size, total;
 
-    if (req_auth(w, r, 1, &who) != CS_OK)
+    if (req_auth(r, 1, &who) != CS_OK)
         return;
     if (http_query_param(r->query, "status", sbuf, sizeof(sbuf)) == CS_OK
         && coupon_status_parse(sbuf, &status) != CS_OK) {
@@ -263,7 +264,7 @@ static void coupon_change(struct worker *w, struct req *r, int release)
     const char *field;
     int as_user = 0;
 
-    if (req_auth(w, r, 1, &who) != CS_OK)
+    if (req_auth(r, 1, &who) != CS_OK)
         return;
     if (who.is_admin)
         r->audit_action = verb;
@@ -278,7 +279,7 @@ static void coupon_change(struct worker *w, struct req *r, int release)
         }
         as_user = 1;
     }
-    if (req_read_body(w, r) != CS_OK)
+    if (req_read_body(r) != CS_OK)
         return;
     if (coupon_body(r->body, r->body_len, &q, why, sizeof(why), &field) != CS_OK) {
         snprintf(extra, sizeof(extra), "\"field\":\"%s\"", field);

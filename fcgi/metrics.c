@@ -4,10 +4,12 @@
 #include "alist.h"
 #include "conf.h"
 #include "cs.h"
+#include "durability.h"
 #include "keys.h"
 #include "log.h"
-#include "route.h"
+#include "req.h"
 #include "reserve.h"
+#include "route.h"
 #include "shm.h"
 #include "worker.h"
 
@@ -204,7 +206,7 @@ size_t metrics_render(const struct shm_node *node, char *buf, size_t cap)
             LOAD(m->redis_timeouts));
     emit(&o, "# HELP couponseize_breaker_state Redis breaker: 0 closed, 1 open, 2 half-open.\n"
              "# TYPE couponseize_breaker_state gauge\ncouponseize_breaker_state %d\n",
-         atomic_load((_Atomic int *)&node->breaker_state));
+         atomic_load((_Atomic int *)&node->breaker.state));
     counter(&o, "couponseize_breaker_opened_total", "Times the Redis breaker opened.",
             LOAD(m->breaker_opened));
     counter(&o, "couponseize_seize_resends_total",
@@ -285,7 +287,7 @@ static void metrics_read_queues(struct worker *w)
     int64_t lease = atomic_load(&q->lease_ms);
 
     if (now - atomic_load(&q->read_ms) < 1000 || lease > mono
-        || atomic_load(&w->shm->breaker_state) == BREAKER_OPEN
+        || atomic_load(&w->shm->breaker.state) == BREAKER_OPEN
         || !atomic_compare_exchange_strong(&q->lease_ms, &lease,
                                            mono + w->conf->redis_command_timeout_ms * 11 + 100))
         return;
@@ -354,11 +356,11 @@ static void metrics_activities(struct worker *w, struct out *o)
     size_t n = 0;
     int64_t now = cs_now_ms();
 
-    if (atomic_load(&w->shm->breaker_state) == BREAKER_OPEN)
+    if (atomic_load(&w->shm->breaker.state) == BREAKER_OPEN)
         return;
     for (size_t page = 1; n < METRICS_MAX_ACTIVITIES; page++) {
         struct alist_page pg;
-        if (alist_page(w, page, METRICS_LIST_PAGE, &pg) != CS_OK)
+        if (alist_page(w->conf, w->shm, page, METRICS_LIST_PAGE, &pg) != CS_OK)
             break;
         int last = pg.n < METRICS_LIST_PAGE || page * METRICS_LIST_PAGE >= pg.total;
         for (size_t i = 0; i < pg.n && n < METRICS_MAX_ACTIVITIES; i++) {
@@ -405,7 +407,7 @@ void metrics_handle(struct worker *w, struct req *r)
 
     /* No credential: the web server's ACL on /market/admin/ is the guard
      * (Prometheus scrapes from a trusted address). A credential must be admin. */
-    if (req_auth(w, r, 0, &who) != CS_OK)
+    if (req_auth(r, 0, &who) != CS_OK)
         return;
     if (who.user_id != 0 && !who.is_admin) {
         req_reply(r, CODE_FORBIDDEN, NULL, NULL, 0);
@@ -413,7 +415,7 @@ void metrics_handle(struct worker *w, struct req *r)
     }
     metrics_read_queues(w);
     int copies[KEYS_SHARDS];
-    worker_durability(w, copies);
+    durability_read(w->conf, w->rc, w->shm, copies);
     size_t cap = 128 * 1024;
     char *buf = xmalloc(cap);
     struct out o = {buf, cap, metrics_render(w->shm, buf, cap)};

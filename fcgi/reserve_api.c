@@ -3,6 +3,7 @@
 #include "conf.h"
 #include "cs.h"
 #include "log.h"
+#include "req.h"
 #include "reserve_admin.h"
 #include "route.h"
 #include "shm.h"
@@ -43,7 +44,7 @@ void reserve_list_handle(struct worker *w, struct req *r)
     char idbuf[32], err[256];
     int64_t id = 0;
 
-    if (req_auth(w, r, 2, &who) != CS_OK)
+    if (req_auth(r, 2, &who) != CS_OK)
         return;
     if (http_query_param(r->query, "id", idbuf, sizeof(idbuf)) == CS_OK
         && cs_parse_id(idbuf, strlen(idbuf), &id) != CS_OK) {
@@ -159,7 +160,7 @@ void reserve_return_handle(struct worker *w, struct req *r)
     char inc[JOURNAL_ID_LEN + 1], err[384], extra[256];
     int64_t id;
 
-    if (req_auth(w, r, 2, &who) != CS_OK || req_read_body(w, r) != CS_OK)
+    if (req_auth(r, 2, &who) != CS_OK || req_read_body(r) != CS_OK)
         return;
     if (http_parse_id_body(r->body, r->body_len, &id, &why) != CS_OK) {
         rsv_bad(r, "id", why);

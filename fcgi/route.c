@@ -3,26 +3,10 @@
 #include "audit.h"
 #include "http.h"
 #include "idem.h"
+#include "req.h"
 #include "worker.h"
 
 #include <string.h>
-
-const char *const route_names[ROUTE__COUNT] = {
-    [ROUTE_SEIZE] = "seize",
-    [ROUTE_STATUS] = "status",
-    [ROUTE_PREHEAT] = "preheat",
-    [ROUTE_REVOKE] = "revoke",
-    [ROUTE_HEALTH] = "health",
-    [ROUTE_METRICS] = "metrics",
-    [ROUTE_ACTIVITY] = "activity",
-    [ROUTE_RECONCILE] = "reconcile",
-    [ROUTE_MINE] = "mine",
-    [ROUTE_USE] = "use",
-    [ROUTE_RELEASE] = "release",
-    [ROUTE_RESERVES] = "reserves",
-    [ROUTE_RESERVE_RETURN] = "reserve_return",
-    [ROUTE_OTHER] = "other",
-};
 
 static const struct {
     const char *path;
@@ -68,17 +52,21 @@ void route_dispatch(struct worker *w, struct req *r)
         r->audit_action = routes[i].audit;
         if (r->idem_key != NULL && routes[i].admin_write && strcmp(r->method, "GET") != 0
             && strcmp(r->method, "HEAD") != 0) {
-            idem_serve(w, r, routes[i].handler);
+            struct idem_claim ic;
+            if (idem_begin(w->mc, r, &ic) == IDEM_RUN) {
+                routes[i].handler(w, r);
+                idem_end(w->mc, &ic);
+            }
             /* A replay or a refused key is no new action: no audit row. */
             if (r->audit_action != NULL && r->who.is_admin && strcmp(r->msg, "replay") != 0
                 && r->code != CODE_IDEMPOTENCY_KEY_IN_USE && r->code != CODE_IDEMPOTENCY_KEY_REUSED)
-                audit_record(w, r);
+                audit_record(w->mc, r);
             return;
         }
         routes[i].handler(w, r);
         /* Only callers that proved to be admins leave a trace (not 401/403). */
         if (r->audit_action != NULL && r->who.is_admin)
-            audit_record(w, r);
+            audit_record(w->mc, r);
         return;
     }
     r->route = ROUTE_OTHER;

@@ -5,26 +5,6 @@
 struct worker;
 struct req;
 
-enum route_id {
-    ROUTE_SEIZE,
-    ROUTE_STATUS,
-    ROUTE_PREHEAT,
-    ROUTE_REVOKE,
-    ROUTE_HEALTH,
-    ROUTE_METRICS,
-    ROUTE_ACTIVITY,
-    ROUTE_RECONCILE,
-    ROUTE_MINE,
-    ROUTE_USE,
-    ROUTE_RELEASE,
-    ROUTE_RESERVES,
-    ROUTE_RESERVE_RETURN,
-    ROUTE_OTHER,
-    ROUTE__COUNT
-};
-
-extern const char *const route_names[ROUTE__COUNT];
-
 /* Finds the route of r->path, checks the method (405 otherwise) and runs
  * its handler; unknown paths get 404 NOT_FOUND. */
 void route_dispatch(struct worker *w, struct req *r);

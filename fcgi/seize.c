@@ -1,11 +1,14 @@
 /* seize.c - POST /market/consumer/coupon/seize: one EVALSHA per seize, or a
  * place in the shard's next batch call (seize_batch.c). */
+#include "breaker.h"
 #include "conf.h"
 #include "cs.h"
+#include "durability.h"
 #include "keys.h"
 #include "log.h"
 #include "meta.h"
 #include "params.h"
+#include "req.h"
 #include "route.h"
 #include "seize_batch.h"
 #include "shm.h"
@@ -69,12 +72,12 @@ static void seize_unreached(struct worker *w, struct req *r, int64_t id, int64_t
         req_reply(r, CODE_ALREADY_SEIZED, NULL, NULL, 0);
         return;
     case RESERVE_UNKNOWN:
-        req_reply(r, CODE_UNKNOWN_OUTCOME, NULL, NULL, worker_retry_after(w));
+        req_reply(r, CODE_UNKNOWN_OUTCOME, NULL, NULL, breaker_retry_after(w->conf));
         return;
     case RESERVE_NONE:
         break;
     }
-    req_reply(r, CODE_UNAVAILABLE, NULL, NULL, worker_retry_after(w));
+    req_reply(r, CODE_UNAVAILABLE, NULL, NULL, breaker_retry_after(w->conf));
 }
 
 /* The EVALSHA of one seize: keys and arguments, built once, sent up to
@@ -177,24 +180,16 @@ static redisReply *seize_send(struct worker *w, struct seize_call *sc, int wait_
 static void seize_no_answer(struct worker *w, const struct seize_call *sc)
 {
     if (w->rc->err != RCONN_ERR_TIMEOUT) {
-        worker_seize_done(w, sc->shard, RCONN_FAULT_DOWN);
+        seize_breaker_done(w, sc->shard, RCONN_FAULT_DOWN);
         return;
     }
-    if (worker_seize_silence_ms(w, sc->shard) < w->conf->fallback_budget_ms) {
+    if (breaker_seize_silence_ms(w->conf, w->shm, sc->shard) < w->conf->fallback_budget_ms) {
         atomic_fetch_add(&w->shm->m.redis_timeouts, 1);
         return;
     }
     /* Silent for a whole budget: the seizes queued behind this one must not
      * each wait out theirs before the breaker opens. */
-    worker_seize_silent(w, sc->shard);
-}
-
-static void seize_count_failure(struct worker *w)
-{
-    if (w->rc->err == RCONN_ERR_TIMEOUT)
-        atomic_fetch_add(&w->shm->m.redis_timeouts, 1);
-    else
-        atomic_fetch_add(&w->shm->m.redis_errors, 1);
+    breaker_seize_silent(w->conf, w->shm, sc->shard);
 }
 
 /*
@@ -280,11 +275,11 @@ static enum cs_code seize_eval(struct worker *w, struct seize_call *sc, long lon
     }
     redisReply *rep = seize_send(w, sc, seize_first_wait(w, left));
     if (rep != NULL)
-        worker_seize_answered(w, sc->shard);
+        breaker_seize_answered(w->conf, w->shm, sc->shard);
     if (rep == NULL && w->rc->maybe_sent) {
         /* The script is idempotent per user, so the same call once more
          * tells the truth (rconn dropped the old connection). */
-        seize_count_failure(w);
+        breaker_count_failure(w->shm, w->rc);
         left = sc->deadline_ms - cs_mono_ms();
         if (left < 5) {
             log_debug("seize %s for %s: %s; no time left to ask again", sc->s_aid, sc->s_uid,
@@ -298,13 +293,13 @@ static enum cs_code seize_eval(struct worker *w, struct seize_call *sc, long lon
         *resent = 1;
         rep = seize_send(w, sc, (int)left);
         if (rep != NULL)
-            worker_seize_answered(w, sc->shard);
+            breaker_seize_answered(w->conf, w->shm, sc->shard);
         if (rep == NULL || rep->type != REDIS_REPLY_INTEGER) {
             log_debug("seize %s for %s: no answer to the resend either (%s)", sc->s_aid,
                       sc->s_uid, rep != NULL && rep->type == REDIS_REPLY_ERROR ? rep->str
                                                                                : w->rc->errstr);
             if (rep != NULL)
-                worker_seize_done(w, sc->shard, rconn_reply_fault(rep));
+                seize_breaker_done(w, sc->shard, rconn_reply_fault(rep));
             else
                 seize_no_answer(w, sc);
             if (rep != NULL)
@@ -313,7 +308,7 @@ static enum cs_code seize_eval(struct worker *w, struct seize_call *sc, long lon
         }
     }
     if (rep == NULL) {
-        worker_seize_done(w, sc->shard, RCONN_FAULT_DOWN);
+        seize_breaker_done(w, sc->shard, RCONN_FAULT_DOWN);
         log_debug("seize %s for %s: %s", sc->s_aid, sc->s_uid, w->rc->errstr);
         return CODE_UNAVAILABLE;
     }
@@ -322,8 +317,7 @@ static enum cs_code seize_eval(struct worker *w, struct seize_call *sc, long lon
         log_error("EVALSHA seize.lua for activity %s: %s", sc->s_aid,
                   rep->type == REDIS_REPLY_ERROR ? rep->str : "non-integer reply");
         freeReplyObject(rep);
-        worker_seize_done(w, sc->shard,
-                          fault == RCONN_FAULT_NONE ? RCONN_FAULT_ERROR : fault);
+        seize_breaker_done(w, sc->shard, fault == RCONN_FAULT_NONE ? RCONN_FAULT_ERROR : fault);
         return CODE_UNAVAILABLE;
     }
     *res = rep->integer;
@@ -347,7 +341,7 @@ static int seize_replicated(struct worker *w, struct seize_call *sc, int fence)
         return CS_OK;
     int copies = rconn_copies(w->rc, &sc->site, c->redis_wait_replicas);
     if (c->redis_cluster)
-        worker_note_copies(w, sc->shard, copies);
+        durability_note(w->shm, sc->shard, copies);
     /* The fence key is needed only on this rare path: built here, not per seize. */
     if (fence)
         keys_fence(sc->k_fence, sc->shard);
@@ -372,14 +366,14 @@ static void seize_grant(struct worker *w, struct req *r, struct seize_call *sc,
         return;
     }
     if (code != CODE_OK) {
-        req_reply(r, code, NULL, NULL, worker_retry_after(w));
+        req_reply(r, code, NULL, NULL, breaker_retry_after(w->conf));
         return;
     }
 
     if (res == -6) {
         /* No stock in Redis, but reserves are open: they may come back, so
          * this is not final, and no sold-out hint is kept. */
-        worker_seize_done(w, sc->shard, RCONN_FAULT_NONE);
+        seize_breaker_done(w, sc->shard, RCONN_FAULT_NONE);
         req_reply(r, CODE_SOLD_OUT, "sold out for now; coupons held in node reserves may return",
                   "\"final\":false", 1);
         return;
@@ -402,11 +396,11 @@ static void seize_grant(struct worker *w, struct req *r, struct seize_call *sc,
              * now, so its breaker hears of it like of any failure. */
             log_warn("seize %" PRId64 " for %s granted, not confirmed: %s", id, sc->s_uid,
                      w->rc->errstr);
-            worker_seize_done(w, sc->shard, RCONN_FAULT_ERROR);
-            req_reply(r, CODE_UNKNOWN_OUTCOME, NULL, NULL, worker_retry_after(w));
+            seize_breaker_done(w, sc->shard, RCONN_FAULT_ERROR);
+            req_reply(r, CODE_UNKNOWN_OUTCOME, NULL, NULL, breaker_retry_after(w->conf));
             return;
         }
-        worker_seize_done(w, sc->shard, RCONN_FAULT_NONE);
+        seize_breaker_done(w, sc->shard, RCONN_FAULT_NONE);
         if (res >= 0)
             snprintf(extra, sizeof(extra), "\"activityId\":%" PRId64 ",\"remaining\":%lld", id,
                      res);
@@ -415,12 +409,12 @@ static void seize_grant(struct worker *w, struct req *r, struct seize_call *sc,
         req_reply(r, CODE_SEIZED, NULL, extra, 0);
         return;
     }
-    worker_seize_done(w, sc->shard, RCONN_FAULT_NONE);
+    seize_breaker_done(w, sc->shard, RCONN_FAULT_NONE);
     if (code == CODE_NO_SUCH_ACTIVITY) {
         /* The stock field is gone: Redis lost its data, or the activity was
          * revoked elsewhere before the tombstone landed. */
         meta_forget(w->meta, id);
-        if (meta_lookup(w, id, a, &stale) == META_VOIDED)
+        if (meta_lookup(w->meta, w->rc, id, a, &stale) == META_VOIDED)
             code = CODE_VOIDED;
     }
     req_reply(r, code, NULL, NULL, 0);
@@ -452,7 +446,7 @@ void seize_handle(struct worker *w, struct req *r)
     const char *why;
     int retry, stale;
 
-    if (req_auth(w, r, 1, &who) != CS_OK || req_read_body(w, r) != CS_OK)
+    if (req_auth(r, 1, &who) != CS_OK || req_read_body(r) != CS_OK)
         return;
     if (http_parse_id_body(r->body, r->body_len, &id, &why) != CS_OK) {
         req_reply(r, CODE_BAD_REQUEST, why, NULL, 0);
@@ -485,7 +479,7 @@ void seize_handle(struct worker *w, struct req *r)
     if (left / 3 < c->redis_command_timeout_ms)
         rconn_set_timeout(w->rc, (int)(left / 3));
     rconn_set_deadline(w->rc, sc.deadline_ms);
-    enum meta_kind kind = meta_lookup(w, id, &a, &stale);
+    enum meta_kind kind = meta_lookup(w->meta, w->rc, id, &a, &stale);
     rconn_set_deadline(w->rc, 0);
     rconn_set_timeout(w->rc, 0);
     switch (kind) {
@@ -518,7 +512,7 @@ void seize_handle(struct worker *w, struct req *r)
         req_reply(r, CODE_SOLD_OUT, NULL, NULL, 0);
         return;
     }
-    if (!worker_seize_allowed(w, keys_shard(id))) {
+    if (!breaker_seize_allowed(w->conf, w->shm, keys_shard(id))) {
         seize_unreached(w, r, id, who.user_id, 1);
         return;
     }

@@ -148,9 +148,7 @@ static int drain_prepare(struct drain_worker *w)
 struct drain_worker *drain_worker_new(const struct cs_conf *conf)
 {
     struct drain_worker *w = xcalloc(1, sizeof(*w));
-    struct rconn_opts ro;
-    rconn_opts_from_conf(&ro, conf, conf->sync_redis_timeout_ms);
-    w->rc = rconn_new(&ro);
+    w->rc = rconn_new_conf(conf, conf->sync_redis_timeout_ms);
     w->mc = mconn_new(conf);
     w->wait_replicas = conf->redis_wait_replicas;
     w->wait_timeout_ms = conf->redis_wait_timeout_ms;
