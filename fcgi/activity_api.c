@@ -784,7 +784,7 @@ static void act_update(struct worker *w, struct req *r)
      * the read above: the publish script moves the stock field by the new
      * total minus the one Redis last saw, so a preheat that read MySQL
      * before this commit neither undoes the change nor lets it count twice,
-     * and a pass after a failure here still brings it (see PUBLISH_LUA). */
+     * and a pass after a failure here still brings it (see script_preheat_publish). */
     struct preheat_result res;
     int preheated = act_refresh(w, id, &res) == CS_OK;
     const char *redis_note = "unchanged";

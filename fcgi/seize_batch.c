@@ -12,16 +12,13 @@
 #include "log.h"
 #include "meta.h"
 #include "req.h"
+#include "scripts.h"
 #include "shm.h"
 
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
-
-static const char seize_batch_lua[] =
-#include "seize_batch_lua.h"
-    ;
 
 /* The keys and arguments of one batch call: per process (a worker leads at
  * most one call at a time), too big for the stack. */
@@ -181,7 +178,7 @@ static void sb_lead(struct worker *w, struct batch_take *t, int64_t deadline_ms)
     int64_t sent_at = cs_mono_ms();
 
     if (script.src == NULL)
-        rscript_from_text(&script, seize_batch_lua);
+        rscript_from_text(&script, script_seize_batch);
     sb_build(&call, t);
     redisReply *rep = sb_eval(w, t, deadline_ms, &resent);
     if (rep == NULL)

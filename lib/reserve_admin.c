@@ -6,6 +6,7 @@
 #include "mconn.h"
 #include "rconn.h"
 #include "reserve.h"
+#include "scripts.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -35,14 +36,14 @@ static struct rscript ra_give, ra_release;
 static const struct rscript *ra_give_script(void)
 {
     if (ra_give.src == NULL)
-        rscript_from_text(&ra_give, RESERVE_LUA_GIVE_BACK);
+        rscript_from_text(&ra_give, script_reserve_give_back);
     return &ra_give;
 }
 
 static const struct rscript *ra_release_script(void)
 {
     if (ra_release.src == NULL)
-        rscript_from_text(&ra_release, RESERVE_LUA_RELEASE);
+        rscript_from_text(&ra_release, script_reserve_release);
     return &ra_release;
 }
 
@@ -151,7 +152,7 @@ static int ra_read_view(struct rconn *rc, struct reserve_view *v, int lease_ms)
         goto out;
     }
     v->lease_age_ms = last >= 0 ? now - last : -1;
-    /* As RESERVE_LUA_GIVE_BACK judges it: no renewal at all counts as long ago. */
+    /* As script_reserve_give_back judges it: no renewal at all counts as long ago. */
     v->lease_expired = last < 0 || now - last > v->lease_ms;
 out:
     for (int i = 0; i < 4; i++)
@@ -342,7 +343,7 @@ static int ra_epoch_row(void *arg, int ncols, char **cols)
 }
 
 /* The journal of (id, inc) declared lost: what earlier returns of its
- * epochs kept out of stock goes back (RESERVE_LUA_RELEASE), into res. */
+ * epochs kept out of stock goes back (script_reserve_release), into res. */
 static int ra_release_lost(struct mconn *mc, struct rconn *rc, const struct reserve_admin_opts *o,
                            int64_t id, const char *inc, struct reserve_return *res, char *err,
                            size_t errlen)
