@@ -411,7 +411,7 @@ static void keeper_give_back(struct keeper *k, int i)
     }
     long long back = r->integer;
     freeReplyObject(r);
-    if (back == -3) {
+    if (back == SCRIPT_GIVE_NO_STOCK) {
         /* No stock field to give back to (a restore under way): later. */
         log_debug("reserve keeper: activity %" PRId64 " has no stock field; give-back waits", aid);
         return;

@@ -10,7 +10,9 @@
 #include "params.h"
 #include "req.h"
 #include "route.h"
+#include "scripts.h"
 #include "seize_batch.h"
+#include "seize_rules.h"
 #include "shm.h"
 #include "worker.h"
 
@@ -20,29 +22,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The window check on cached metadata; CODE_OK when a seize may be tried. */
 /*
- * The fast path's window check (the script, by Redis' clock, is the
- * authority): CODE_OK, or the refusal. Redis' clock as the keeper's last
- * lease renewal on the activity's shard bounds it judges where there is one,
- * and only a window missed by the whole bound is refused, so a node whose
- * own clock is off never turns users away from an open sale. Without a
- * renewal (reserves off, none open, lease over) this host's clock, now_ms.
+ * The bounds [*lo, *hi] of Redis' clock that the fast path's window check
+ * judges by (seize_rules_admit(); the script, by Redis' clock, is the
+ * authority): Redis' clock as the keeper's last lease renewal on the
+ * activity's shard bounds it where there is one, so a node whose own clock
+ * is off never turns users away from an open sale. Without a renewal
+ * (reserves off, none open, lease over) this host's clock, now_ms.
  */
-static enum cs_code seize_window(const struct worker *w, const struct activity *a,
-                                 int64_t now_ms)
+static void seize_clock(const struct worker *w, int64_t id, int64_t now_ms, int64_t *lo,
+                        int64_t *hi)
 {
-    int64_t lo = now_ms, hi = now_ms;
-    if (a->status == ACT_VOIDED)
-        return CODE_VOIDED;
+    *lo = *hi = now_ms;
     if (w->conf->fallback_reserve > 0)
-        (void)reserve_lease(&w->shm->rsv, keys_shard(a->id), w->conf->fallback_lease_ms,
-                            cs_boot_ms(), &lo, &hi, NULL); /* leases run on CLOCK_BOOTTIME */
-    if (hi < a->start_ms)
-        return CODE_NOT_STARTED;
-    if (lo >= a->end_ms)
-        return CODE_ENDED;
-    return CODE_OK;
+        (void)reserve_lease(&w->shm->rsv, keys_shard(id), w->conf->fallback_lease_ms,
+                            cs_boot_ms(), lo, hi, NULL); /* leases run on CLOCK_BOOTTIME */
 }
 
 /*
@@ -111,48 +105,13 @@ static void seize_call_init(struct seize_call *sc, int64_t id, int64_t uid)
     sc->argv[5] = sc->s_uid;
 }
 
-/* A tenth of the budget, at most 100 ms. */
-static int seize_margin(const struct worker *w)
-{
-    int budget = w->conf->fallback_budget_ms;
-    return budget / 10 < 100 ? budget / 10 : 100;
-}
-
-/*
- * The seize's own deadline: fallback.budget_ms from when the web server got
- * the request (or the worker took it), less a margin (seize_margin()) for
- * the answer's way back to the client through a busy machine.
- */
+/* The seize's deadline (seize_rules_deadline()): fallback.budget_ms from
+ * when the web server got the request (or the worker took it). */
 static int64_t seize_deadline(const struct worker *w, const struct req *r)
 {
-    int budget = w->conf->fallback_budget_ms;
-    int margin = seize_margin(w);
-    int64_t taken = r->start_us / 1000, deadline = taken + budget - margin;
     int64_t got = params_request_start_ms(FCGX_GetParam("HTTP_X_REQUEST_START", r->fr->envp));
-    if (got > 0) {
-        /* The time it waited for a worker (the shipped snippets send when
-         * the web server got it) counts too. By the web server's clock
-         * against ours, so only a plausible wait is believed: it can only
-         * shorten the deadline, and a clock far off changes nothing. */
-        int64_t queued = cs_now_ms() - (cs_mono_ms() - taken) - got;
-        if (queued > 0 && queued < 10 * (int64_t)budget)
-            deadline -= queued;
-    }
-    return deadline;
-}
-
-/*
- * How long the first EVALSHA may wait for its answer, with `left` ms to the
- * deadline: a slow Redis is waited for, but room is kept for the one resend
- * on a fresh connection that settles a lost reply (a command timeout, at
- * most a quarter of what is left).
- */
-static int seize_first_wait(const struct worker *w, int64_t left)
-{
-    int64_t reserve = w->conf->redis_command_timeout_ms;
-    if (reserve > left / 4)
-        reserve = left / 4;
-    return (int)(left - reserve);
+    return seize_rules_deadline(w->conf->fallback_budget_ms, r->start_us / 1000, got,
+                                cs_now_ms(), cs_mono_ms());
 }
 
 /* One EVALSHA that waits at most wait_ms for its answer (and at least wait_ms
@@ -273,7 +232,7 @@ static enum cs_code seize_eval(struct worker *w, struct seize_call *sc, long lon
         rconn_set_err(w->rc, RCONN_ERR_DEADLINE, "seize", "no time left in the budget");
         return CODE_UNAVAILABLE;
     }
-    redisReply *rep = seize_send(w, sc, seize_first_wait(w, left));
+    redisReply *rep = seize_send(w, sc, seize_rules_first_wait(w->conf->redis_command_timeout_ms, left));
     if (rep != NULL)
         breaker_seize_answered(w->conf, w->shm, sc->shard);
     if (rep == NULL && w->rc->maybe_sent) {
@@ -359,7 +318,7 @@ static void seize_grant(struct worker *w, struct req *r, struct seize_call *sc,
     long long res;
 
     enum cs_code code = seize_eval(w, sc, &res, &resent);
-    if (code == CODE_OK && res == -3 && seize_heal_window(w, sc, a) == CS_OK)
+    if (code == CODE_OK && res == SCRIPT_SEIZE_UNKNOWN && seize_heal_window(w, sc, a) == CS_OK)
         code = seize_eval(w, sc, &res, &resent); /* -3 changed nothing: ask again */
     if (code == CODE_UNAVAILABLE) {
         seize_unreached(w, r, a->id, uid, 1); /* Redis certainly did not run it */
@@ -370,7 +329,7 @@ static void seize_grant(struct worker *w, struct req *r, struct seize_call *sc,
         return;
     }
 
-    if (res == -6) {
+    if (res == SCRIPT_SEIZE_FOR_NOW) {
         /* No stock in Redis, but reserves are open: they may come back, so
          * this is not final, and no sold-out hint is kept. */
         seize_breaker_done(w, sc->shard, RCONN_FAULT_NONE);
@@ -378,8 +337,8 @@ static void seize_grant(struct worker *w, struct req *r, struct seize_call *sc,
                   "\"final\":false", 1);
         return;
     }
-    code = http_seize_outcome(res);
-    int settled = resent && res == -1;
+    code = seize_rules_outcome(res);
+    int settled = resent && res == SCRIPT_SEIZE_ALREADY;
     if (settled)
         code = seize_settle_resent(w, sc, cs_mono_ms() - sent_at, &res);
     int64_t recheck = cs_mono_ms() + c->limits_soldout_recheck_ms;
@@ -436,80 +395,92 @@ static void seize_unreached_op(struct worker *w, struct req *r, struct activity 
 
 static const struct seize_batch_ops seize_ops = {seize_alone, seize_unreached_op};
 
-void seize_handle(struct worker *w, struct req *r)
+/*
+ * The request's own checks, before anything costs the node: a known user,
+ * a well-formed body, then the node's rate (only such a request spends it:
+ * a flood of garbage must not lock real users out) and its void hint.
+ * CS_OK with the activity in *id, else CS_ERR after answering.
+ */
+static int seize_admission(struct worker *w, struct req *r, struct auth_identity *who,
+                           int64_t *id)
 {
     const struct cs_conf *c = w->conf;
-    struct auth_identity who;
-    struct activity a;
-    struct seize_call sc;
-    int64_t id, now = cs_now_ms();
     const char *why;
-    int retry, stale;
+    int retry;
 
-    if (req_auth(r, 1, &who) != CS_OK || req_read_body(r) != CS_OK)
-        return;
-    if (http_parse_id_body(r->body, r->body_len, &id, &why) != CS_OK) {
+    if (req_auth(r, 1, who) != CS_OK || req_read_body(r) != CS_OK)
+        return CS_ERR;
+    if (http_parse_id_body(r->body, r->body_len, id, &why) != CS_OK) {
         req_reply(r, CODE_BAD_REQUEST, why, NULL, 0);
-        return;
+        return CS_ERR;
     }
-    /* Only a well-formed request from a known user spends the node's rate:
-     * a flood of garbage must not lock real users out. */
     if (!shm_bucket_take(w->shm, cs_mono_us(), c->limits_node_rps, c->limits_burst, &retry)) {
         atomic_fetch_add_explicit(&w->shm->m.rate_limited, 1, memory_order_relaxed);
         req_reply(r, CODE_TOO_MANY_REQUESTS, NULL, NULL, retry);
-        return;
+        return CS_ERR;
     }
-
     /* Node-wide hints first: they cost no Redis round trip. */
-    if (shm_flag_test(w->shm->voided, id, cs_mono_ms())) {
+    if (shm_flag_test(w->shm->voided, *id, cs_mono_ms())) {
         req_reply(r, CODE_VOIDED, NULL, NULL, 0);
-        return;
+        return CS_ERR;
     }
-    /* A seize that waited for a worker until its budget was (nearly) gone
-     * still gets one short try, the margin: a Redis that answers at once
-     * (another shard, a stall that just ended) serves it, a silent one holds
-     * it no longer than that. A metadata read gets at most a third of what
-     * is left. */
-    sc.deadline_ms = seize_deadline(w, r);
-    int64_t left = sc.deadline_ms - cs_mono_ms();
-    if (left < seize_margin(w)) {
-        left = seize_margin(w);
-        sc.deadline_ms = cs_mono_ms() + left;
-    }
-    if (left / 3 < c->redis_command_timeout_ms)
+    return CS_OK;
+}
+
+/*
+ * The activity's metadata, read within the seize's deadline (a metadata
+ * read gets at most a third of what is left). CS_OK with it in *a, else
+ * CS_ERR after answering (unknown, voided, or unreadable: the reserve's
+ * business then, its eligibility unknown).
+ */
+static int seize_lookup(struct worker *w, struct req *r, int64_t id, int64_t uid,
+                        int64_t deadline_ms, struct activity *a)
+{
+    int stale;
+    int64_t left = deadline_ms - cs_mono_ms();
+
+    if (left / 3 < w->conf->redis_command_timeout_ms)
         rconn_set_timeout(w->rc, (int)(left / 3));
-    rconn_set_deadline(w->rc, sc.deadline_ms);
-    enum meta_kind kind = meta_lookup(w->meta, w->rc, id, &a, &stale);
+    rconn_set_deadline(w->rc, deadline_ms);
+    enum meta_kind kind = meta_lookup(w->meta, w->rc, id, a, &stale);
     rconn_set_deadline(w->rc, 0);
     rconn_set_timeout(w->rc, 0);
     switch (kind) {
     case META_ABSENT:
         req_reply(r, CODE_NO_SUCH_ACTIVITY, NULL, NULL, 0);
-        return;
+        return CS_ERR;
     case META_VOIDED:
         req_reply(r, CODE_VOIDED, NULL, NULL, 0);
-        return;
+        return CS_ERR;
     case META_UNAVAILABLE:
-        seize_unreached(w, r, id, who.user_id, 0); /* its eligibleGroups unknown */
-        return;
+        seize_unreached(w, r, id, uid, 0); /* its eligibleGroups unknown */
+        return CS_ERR;
     case META_FOUND:
         break;
     }
-    /* Eligibility is the activity's rule alone: decided here, before the
-     * script, so a user outside its groups never costs Redis a call. */
-    if (!activity_groups_allow(&a, (const char (*)[40])who.groups, who.ngroups)) {
-        req_reply(r, CODE_NOT_ELIGIBLE, NULL, NULL, 0);
+    return CS_OK;
+}
+
+void seize_handle(struct worker *w, struct req *r)
+{
+    struct auth_identity who;
+    struct activity a;
+    struct seize_call sc;
+    int64_t id, now = cs_now_ms(), lo, hi;
+
+    if (seize_admission(w, r, &who, &id) != CS_OK)
         return;
-    }
-    /* A fast path only: the script judges the window by Redis' clock. */
-    enum cs_code window = seize_window(w, &a, now);
-    if (window != CODE_OK) {
-        req_reply(r, window, NULL, NULL, 0);
+    sc.deadline_ms = seize_deadline(w, r);
+    if (seize_lookup(w, r, id, who.user_id, sc.deadline_ms, &a) != CS_OK)
         return;
-    }
-    if (shm_flag_test(w->shm->soldout, id, cs_mono_ms())) {
-        atomic_fetch_add_explicit(&w->shm->m.soldout_hint_hits, 1, memory_order_relaxed);
-        req_reply(r, CODE_SOLD_OUT, NULL, NULL, 0);
+    /* Cached facts only; the script judges the window by Redis' clock. */
+    seize_clock(w, id, now, &lo, &hi);
+    enum cs_code code = seize_rules_admit(&a, (const char (*)[40])who.groups, who.ngroups, lo,
+                                          hi, shm_flag_test(w->shm->soldout, id, cs_mono_ms()));
+    if (code != CODE_OK) {
+        if (code == CODE_SOLD_OUT)
+            atomic_fetch_add_explicit(&w->shm->m.soldout_hint_hits, 1, memory_order_relaxed);
+        req_reply(r, code, NULL, NULL, 0);
         return;
     }
     if (!breaker_seize_allowed(w->conf, w->shm, keys_shard(id))) {

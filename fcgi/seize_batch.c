@@ -2,6 +2,7 @@
  * leader makes for the seizes it took (lua/seize_batch.lua), and each
  * seize's answer from what its leader wrote (DESIGN.md "Group commit"). */
 #include "seize_batch.h"
+#include "seize_rules.h"
 #include "batch.h"
 #include "breaker.h"
 #include "conf.h"
@@ -202,11 +203,11 @@ static void sb_lead(struct worker *w, struct batch_take *t, int64_t deadline_ms)
         it->outcome = BATCH_OUT_ANSWERED;
         it->res = res;
         it->remaining = res >= 0 ? res : -1;
-        it->code = http_seize_outcome(res);
+        it->code = seize_rules_outcome(res);
         /* After a resend, -1 may be this very call's grant whose answer
          * was lost: a grant no older than the first send is (50 ms of
          * slack for the clock reads), as seize_settle_resent() judges. */
-        if (resent && res == -1)
+        if (resent && res == SCRIPT_SEIZE_ALREADY)
             it->code = now_ms - seized_ms > age_ms + 50 ? CODE_ALREADY_SEIZED : CODE_SEIZED;
         if (it->code == CODE_SEIZED)
             grants++;
@@ -250,13 +251,13 @@ static void sb_answer(struct worker *w, struct req *r, struct activity *a, int64
         req_reply(r, CODE_UNKNOWN_OUTCOME, NULL, NULL, breaker_retry_after(w->conf));
         return;
     }
-    if (it->res == -3) {
+    if (it->res == SCRIPT_SEIZE_UNKNOWN) {
         /* Stock or window missing: nothing changed, so the seize goes
          * alone, whose path writes a missing window and asks again. */
         ops->alone(w, r, a, uid, arg);
         return;
     }
-    if (it->res == -6) {
+    if (it->res == SCRIPT_SEIZE_FOR_NOW) {
         req_reply(r, CODE_SOLD_OUT, "sold out for now; coupons held in node reserves may return",
                   "\"final\":false", 1);
         return;

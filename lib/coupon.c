@@ -485,7 +485,7 @@ int coupon_return_redis(struct rconn *rc, const struct coupon_return *c, char *e
                  r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
         ret = CS_ERR;
     } else {
-        ret = r->integer == 1 ? 1 : 0;
+        ret = r->integer == SCRIPT_RETURN_DONE ? 1 : 0;
     }
     freeReplyObject(r);
     return ret;

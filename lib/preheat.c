@@ -216,7 +216,7 @@ static int act_write_list(struct rconn *rc, const struct act_vec *vec, long long
     if (rconn_expect(rc, r, REDIS_REPLY_INTEGER, "EVAL list write", KEY_ACTIVITY_LIST, err,
                      errlen) != CS_OK)
         return CS_ERR;
-    *stale = r->integer < 0;
+    *stale = r->integer == SCRIPT_LIST_RACED;
     freeReplyObject(r);
     return CS_OK;
 }
@@ -985,7 +985,7 @@ static int act_list_splice(struct rconn *rc, int64_t id, const struct act_vec *v
         r = NULL;
         goto out;
     }
-    *stale = r->integer < 0;
+    *stale = r->integer == SCRIPT_LIST_RACED;
     ret = CS_OK;
 out:
     if (r != NULL)

@@ -102,9 +102,9 @@ int reconcile_activity(struct mconn *mc, struct rconn *rc, int64_t id, int guard
     mconn_rollback(mc);        /* nothing was written in MySQL: release the lock */
     if (rc_ok != CS_OK)
         return CS_ERR;
-    if (out[0] == -3) {
+    if (out[0] == SCRIPT_RECONCILE_NO_STOCK) {
         res->outcome = RECONCILE_NOT_PREHEATED;
-    } else if (out[0] == -4) {
+    } else if (out[0] == SCRIPT_RECONCILE_VOIDED) {
         res->outcome = RECONCILE_VOIDED;
     } else {
         res->before = out[0];

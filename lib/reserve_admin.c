@@ -369,7 +369,7 @@ static int ra_release_lost(struct mconn *mc, struct rconn *rc, const struct rese
         struct rconn_site at = {0, -1};
         redisReply *r = rconn_evalsha_at(rc, ra_release_script(), 3, (int)CS_ARRAY_LEN(argv),
                                          argv, argl, &at);
-        if (r == NULL || r->type != REDIS_REPLY_INTEGER || r->integer == -3) {
+        if (r == NULL || r->type != REDIS_REPLY_INTEGER || r->integer == SCRIPT_RELEASE_NO_STOCK) {
             snprintf(err, errlen, "releasing epoch %" PRId64 " in Redis: %s", e.v[i],
                      r == NULL ? rc->errstr
                      : r->type == REDIS_REPLY_ERROR ? r->str : "the sale has no stock field");
@@ -452,7 +452,7 @@ int reserve_admin_return(struct mconn *mc, struct rconn *rc, const struct reserv
         }
         long long back = r->integer;
         freeReplyObject(r);
-        if (back == -2) {
+        if (back == SCRIPT_GIVE_TOO_SOON) {
             /* The node renewed within the lease: it may still be spending. */
             struct reserve_view lv = *v;
             if (ra_append_view(rc, &lv) == CS_OK && ra_read_view(rc, &lv, o->lease_ms) == CS_OK) {
@@ -463,14 +463,14 @@ int reserve_admin_return(struct mconn *mc, struct rconn *rc, const struct reserv
                 res->outcome = RRET_LEASE_NOT_EXPIRED;
             break;
         }
-        if (back == -3) {
+        if (back == SCRIPT_GIVE_NO_STOCK) {
             /* The sale's stock field is missing (Redis lost it, a restore is
              * under way): what went back would be lost. Nothing written. */
             if (res->outcome != RRET_RETURNED)
                 res->outcome = RRET_NOT_IN_REDIS;
             break;
         }
-        if (back == -1) {
+        if (back == SCRIPT_GIVE_NOT_OPEN) {
             ret = ra_not_open(mc, rc, o, v, res, err, errlen);
             continue;
         }
