@@ -8,23 +8,6 @@
 #include <stdio.h>
 #include <string.h>
 
-const char *const route_names[ROUTE__COUNT] = {
-    [ROUTE_SEIZE] = "seize",
-    [ROUTE_STATUS] = "status",
-    [ROUTE_PREHEAT] = "preheat",
-    [ROUTE_REVOKE] = "revoke",
-    [ROUTE_HEALTH] = "health",
-    [ROUTE_METRICS] = "metrics",
-    [ROUTE_ACTIVITY] = "activity",
-    [ROUTE_RECONCILE] = "reconcile",
-    [ROUTE_MINE] = "mine",
-    [ROUTE_USE] = "use",
-    [ROUTE_RELEASE] = "release",
-    [ROUTE_RESERVES] = "reserves",
-    [ROUTE_RESERVE_RETURN] = "reserve_return",
-    [ROUTE_OTHER] = "other",
-};
-
 void req_init(struct req *r, FCGX_Request *fr, char *body, long max_body,
               const struct auth_cfg *auth)
 {

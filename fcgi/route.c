@@ -1,5 +1,6 @@
 /* route.c - maps a request path and method to its handler. */
 #include "route.h"
+#include "api.h"
 #include "audit.h"
 #include "http.h"
 #include "idem.h"
@@ -16,20 +17,20 @@ static const struct {
     const char *audit;         /* admin action recorded in admin_audit, or NULL */
     int admin_write;           /* takes Idempotency-Key (its POST / PUT) */
 } routes[] = {
-    {"/market/consumer/coupon/seize", "POST", ROUTE_SEIZE, seize_handle, NULL, 0},
-    {"/market/consumer/coupon/status", "GET", ROUTE_STATUS, status_handle, NULL, 0},
-    {"/market/admin/coupon/preheat", "POST", ROUTE_PREHEAT, admin_preheat, "preheat", 1},
-    {"/market/admin/coupon/revoke", "POST", ROUTE_REVOKE, admin_revoke, "revoke", 1},
-    {"/market/admin/coupon/reconcile", "POST", ROUTE_RECONCILE, admin_reconcile, "reconcile", 1},
-    {"/market/health", "GET", ROUTE_HEALTH, admin_health, NULL, 0},
-    {"/market/admin/metrics", "GET", ROUTE_METRICS, metrics_handle, NULL, 0},
-    {"/market/admin/coupon/activity", NULL, ROUTE_ACTIVITY, activity_handle, NULL, 1},
-    {"/market/consumer/coupon/mine", "GET", ROUTE_MINE, coupon_mine_handle, NULL, 0},
+    {"/market/consumer/coupon/seize", "POST", ROUTE_SEIZE, api_seize, NULL, 0},
+    {"/market/consumer/coupon/status", "GET", ROUTE_STATUS, api_status, NULL, 0},
+    {"/market/admin/coupon/preheat", "POST", ROUTE_PREHEAT, api_admin_preheat, "preheat", 1},
+    {"/market/admin/coupon/revoke", "POST", ROUTE_REVOKE, api_admin_revoke, "revoke", 1},
+    {"/market/admin/coupon/reconcile", "POST", ROUTE_RECONCILE, api_admin_reconcile, "reconcile", 1},
+    {"/market/health", "GET", ROUTE_HEALTH, api_admin_health, NULL, 0},
+    {"/market/admin/metrics", "GET", ROUTE_METRICS, api_metrics, NULL, 0},
+    {"/market/admin/coupon/activity", NULL, ROUTE_ACTIVITY, api_activity, NULL, 1},
+    {"/market/consumer/coupon/mine", "GET", ROUTE_MINE, api_coupon_mine, NULL, 0},
     /* Audited when an admin token calls (the handler sets the action). */
-    {"/market/service/coupon/use", "POST", ROUTE_USE, coupon_use_handle, NULL, 0},
-    {"/market/service/coupon/release", "POST", ROUTE_RELEASE, coupon_release_handle, NULL, 0},
-    {"/market/admin/coupon/reserves", "GET", ROUTE_RESERVES, reserve_list_handle, NULL, 0},
-    {"/market/admin/coupon/reserve/return", "POST", ROUTE_RESERVE_RETURN, reserve_return_handle,
+    {"/market/service/coupon/use", "POST", ROUTE_USE, api_coupon_use, NULL, 0},
+    {"/market/service/coupon/release", "POST", ROUTE_RELEASE, api_coupon_release, NULL, 0},
+    {"/market/admin/coupon/reserves", "GET", ROUTE_RESERVES, api_reserve_list, NULL, 0},
+    {"/market/admin/coupon/reserve/return", "POST", ROUTE_RESERVE_RETURN, api_reserve_return,
      "reserve_return", 1},
 };
 

@@ -1,11 +1,11 @@
-/* reserve_api.c - the admin routes of node reserves: the list per node
+/* api_reserve.c - the admin routes of node reserves: the list per node
  * incarnation, and the return of a lost node's reserve (lib/reserve_admin.c). */
+#include "api.h"
 #include "conf.h"
 #include "cs.h"
 #include "log.h"
 #include "req.h"
 #include "reserve_admin.h"
-#include "route.h"
 #include "shm.h"
 #include "worker.h"
 
@@ -37,7 +37,7 @@ static void rsv_add_known(cJSON *o, const char *name, int64_t v)
         rsv_add_int(o, name, v);
 }
 
-void reserve_list_handle(struct worker *w, struct req *r)
+void api_reserve_list(struct worker *w, struct req *r)
 {
     struct auth_identity who;
     struct reserve_list l;
@@ -152,7 +152,7 @@ static int rsv_parse_incarnation(struct req *r, char inc[JOURNAL_ID_LEN + 1], in
     return CS_OK;
 }
 
-void reserve_return_handle(struct worker *w, struct req *r)
+void api_reserve_return(struct worker *w, struct req *r)
 {
     struct auth_identity who;
     struct reserve_return res;

@@ -1,5 +1,6 @@
-/* status.c - GET /market/consumer/coupon/status[?id=N]. */
+/* api_status.c - GET /market/consumer/coupon/status[?id=N]. */
 #include "alist.h"
+#include "api.h"
 #include "breaker.h"
 #include "conf.h"
 #include "cs.h"
@@ -7,7 +8,6 @@
 #include "log.h"
 #include "meta.h"
 #include "req.h"
-#include "route.h"
 #include "worker.h"
 
 #include <cjson/cJSON.h>
@@ -221,7 +221,7 @@ static int status_page_param(const char *query, const char *name, size_t dflt, s
     return CS_OK;
 }
 
-void status_handle(struct worker *w, struct req *r)
+void api_status(struct worker *w, struct req *r)
 {
     struct auth_identity who;
     char idbuf[32];

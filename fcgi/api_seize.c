@@ -1,5 +1,6 @@
-/* seize.c - POST /market/consumer/coupon/seize: one EVALSHA per seize, or a
+/* api_seize.c - POST /market/consumer/coupon/seize: one EVALSHA per seize, or a
  * place in the shard's next batch call (seize_batch.c). */
+#include "api.h"
 #include "breaker.h"
 #include "conf.h"
 #include "cs.h"
@@ -9,7 +10,6 @@
 #include "meta.h"
 #include "params.h"
 #include "req.h"
-#include "route.h"
 #include "scripts.h"
 #include "seize_batch.h"
 #include "seize_rules.h"
@@ -461,7 +461,7 @@ static int seize_lookup(struct worker *w, struct req *r, int64_t id, int64_t uid
     return CS_OK;
 }
 
-void seize_handle(struct worker *w, struct req *r)
+void api_seize(struct worker *w, struct req *r)
 {
     struct auth_identity who;
     struct activity a;

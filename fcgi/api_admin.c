@@ -1,5 +1,6 @@
-/* admin.c - preheat, revoke, reconcile and health routes. */
+/* api_admin.c - preheat, revoke, reconcile and health routes. */
 #include "alist.h"
+#include "api.h"
 #include "breaker.h"
 #include "conf.h"
 #include "cs.h"
@@ -13,7 +14,6 @@
 #include "reconcile.h"
 #include "req.h"
 #include "reserve.h"
-#include "route.h"
 #include "shm.h"
 #include "worker.h"
 
@@ -21,7 +21,7 @@
 #include <malloc.h>
 #include <stdio.h>
 
-void admin_preheat(struct worker *w, struct req *r)
+void api_admin_preheat(struct worker *w, struct req *r)
 {
     struct auth_identity who;
     struct preheat_result res;
@@ -57,7 +57,7 @@ void admin_preheat(struct worker *w, struct req *r)
     req_reply(r, CODE_OK, NULL, extra, 0);
 }
 
-void admin_revoke(struct worker *w, struct req *r)
+void api_admin_revoke(struct worker *w, struct req *r)
 {
     struct auth_identity who;
     const char *why;
@@ -94,7 +94,7 @@ void admin_revoke(struct worker *w, struct req *r)
     req_reply(r, CODE_OK, "activity revoked", extra, 0);
 }
 
-void admin_reconcile(struct worker *w, struct req *r)
+void api_admin_reconcile(struct worker *w, struct req *r)
 {
     struct auth_identity who;
     struct reconcile_result res;
@@ -213,7 +213,7 @@ static void admin_health_cluster(struct worker *w, struct req *r)
                   breaker_retry_after(w->conf));
 }
 
-void admin_health(struct worker *w, struct req *r)
+void api_admin_health(struct worker *w, struct req *r)
 {
     static const char *const bnames[] = {"closed", "open", "half-open"};
     char extra[160];

@@ -1,5 +1,6 @@
-/* coupon_api.c - /market/consumer/coupon/mine and /market/service/coupon/{use,release}:
+/* api_coupon.c - /market/consumer/coupon/mine and /market/service/coupon/{use,release}:
  * parse, call lib/coupon.c, answer. */
+#include "api.h"
 #include "conf.h"
 #include "coupon.h"
 #include "cs.h"
@@ -7,7 +8,6 @@
 #include "log.h"
 #include "mconn.h"
 #include "req.h"
-#include "route.h"
 #include "worker.h"
 
 #include <cjson/cJSON.h>
@@ -79,7 +79,7 @@ static cJSON *coupon_json(const struct coupon_row *c)
     return o;
 }
 
-void coupon_mine_handle(struct worker *w, struct req *r)
+void api_coupon_mine(struct worker *w, struct req *r)
 {
     struct auth_identity who;
     char sbuf[16];
@@ -336,12 +336,12 @@ static void coupon_change(struct worker *w, struct req *r, int release)
     coupon_send(r, root);
 }
 
-void coupon_use_handle(struct worker *w, struct req *r)
+void api_coupon_use(struct worker *w, struct req *r)
 {
     coupon_change(w, r, 0);
 }
 
-void coupon_release_handle(struct worker *w, struct req *r)
+void api_coupon_release(struct worker *w, struct req *r)
 {
     coupon_change(w, r, 1);
 }
