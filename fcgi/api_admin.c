@@ -238,7 +238,7 @@ void api_admin_health(struct worker *w, struct req *r)
         fault = admin_health_probe(w);
         breaker_seize_done(w->conf, w->shm, 0, fault, w->rc);
     } else {
-        fault = (enum rconn_fault)atomic_load(&w->shm->redis_fault);
+        fault = (enum rconn_fault)atomic_load(&w->shm->breaker.fault);
         if (fault == RCONN_FAULT_NONE)
             fault = RCONN_FAULT_DOWN;
     }

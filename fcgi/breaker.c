@@ -73,8 +73,8 @@ int breaker_seize_allowed(const struct cs_conf *c, struct shm_node *shm, int sha
  * it changed. */
 static void breaker_note_fault(struct shm_node *shm, enum rconn_fault fault)
 {
-    if (atomic_load_explicit(&shm->redis_fault, memory_order_relaxed) != (int)fault)
-        atomic_store(&shm->redis_fault, (int)fault);
+    if (atomic_load_explicit(&shm->breaker.fault, memory_order_relaxed) != (int)fault)
+        atomic_store(&shm->breaker.fault, (int)fault);
 }
 
 /* Opens b after a failure when it is due; counts and logs an opening. */
@@ -172,7 +172,7 @@ int breaker_readable(struct shm_node *shm)
      * during the outage) would otherwise never send the seize that probes
      * and closes the breaker. */
     return atomic_load(&shm->breaker.state) == BREAKER_CLOSED
-           || atomic_load(&shm->redis_fault) != RCONN_FAULT_DOWN
+           || atomic_load(&shm->breaker.fault) != RCONN_FAULT_DOWN
            || cs_mono_ms() >= atomic_load(&shm->breaker.open_until_ms);
 }
 

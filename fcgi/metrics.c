@@ -218,7 +218,7 @@ size_t metrics_render(const struct shm_node *node, char *buf, size_t cap)
     counter(&o, "couponseize_batch_leader_deaths_total",
             "Leaders of a call found dead by the seizes waiting on them.",
             LOAD(bm->leader_deaths));
-    int fault = atomic_load((_Atomic int *)&node->redis_fault);
+    int fault = atomic_load((_Atomic int *)&node->breaker.fault);
     metrics_emit(&o, "# HELP couponseize_redis_fault Why the last seize call failed (1 on the "
              "fault named; all 0 after a success).\n# TYPE couponseize_redis_fault gauge\n");
     for (int f = RCONN_FAULT_DOWN; f < RCONN_FAULT__COUNT; f++)

@@ -149,6 +149,8 @@ struct shm_breaker {
     _Atomic int failures;
     _Atomic int64_t open_until_ms;
     _Atomic int64_t probe_until_ms;  /* lease of the one probing worker */
+    _Atomic int fault;           /* the node's: rconn_fault of the last seize call
+                                  * (health, metrics); a shard's stays 0 */
     _Atomic int64_t answer_ms;   /* cs_mono_ms() of the last seize Redis answered
                                   * (to within 5 ms: not a write per seize) */
 };
@@ -168,8 +170,9 @@ struct shm_node {
     uint32_t size;
     _Atomic int64_t created_ms;
 
-    struct shm_breaker breaker;              /* the node's, on a single Redis */
-    _Atomic int redis_fault;                 /* rconn_fault of the last seize call */
+    /* The node's breaker, on a single Redis: the fields (and offsets) the
+     * node's breaker had before it was a struct shm_breaker. */
+    struct shm_breaker breaker;
 
     _Atomic int64_t bucket_tat_us;           /* GCRA theoretical arrival time */
 

@@ -134,7 +134,7 @@ static void seize_failures_open(int cluster, int shard)
     ck_assert_uint_eq(atomic_load(&node->m.breaker_opened), 1);
     ck_assert_uint_eq(atomic_load(&node->m.redis_errors), 3);
     if (!cluster) {
-        ck_assert_int_eq(atomic_load(&node->redis_fault), RCONN_FAULT_DOWN);
+        ck_assert_int_eq(atomic_load(&node->breaker.fault), RCONN_FAULT_DOWN);
         ck_assert(!breaker_readable(node)); /* unreachable: no reads either */
     } else {
         /* Only that shard: the others still sell. */
@@ -149,7 +149,7 @@ static void seize_failures_open(int cluster, int shard)
     ck_assert_int_eq(atomic_load(&b->state), BREAKER_CLOSED);
     ck_assert(breaker_seize_allowed(&conf, node, shard));
     if (!cluster)
-        ck_assert_int_eq(atomic_load(&node->redis_fault), RCONN_FAULT_NONE);
+        ck_assert_int_eq(atomic_load(&node->breaker.fault), RCONN_FAULT_NONE);
     rconn_free(rc);
     conf.redis_cluster = 0;
 }
@@ -173,7 +173,7 @@ START_TEST(silence_opens_at_once)
     ck_assert_int_lt(breaker_seize_silence_ms(&conf, node, 2), 50);
     breaker_seize_silent(&conf, node, 2);
     ck_assert_int_eq(atomic_load(&node->breaker.state), BREAKER_OPEN);
-    ck_assert_int_eq(atomic_load(&node->redis_fault), RCONN_FAULT_DOWN);
+    ck_assert_int_eq(atomic_load(&node->breaker.fault), RCONN_FAULT_DOWN);
     ck_assert_uint_eq(atomic_load(&node->m.redis_timeouts), 1);
 }
 END_TEST
