@@ -13,6 +13,7 @@
 #include "rcluster.h"
 #include "reconcile.h"
 #include "req.h"
+#include "revoke.h"
 #include "reserve.h"
 #include "shm.h"
 #include "worker.h"
@@ -73,7 +74,7 @@ void api_admin_revoke(struct worker *w, struct req *r)
     }
     r->audit_id = id;
     struct rconn *rc = rconn_new_conf(w->conf, w->conf->sync_redis_timeout_ms);
-    int ok = activity_revoke(w->mc, rc, id, w->conf->preheat_horizon_days, &found, err,
+    int ok = revoke_activity(w->mc, rc, id, w->conf->preheat_horizon_days, &found, err,
                              sizeof(err));
     rconn_free(rc);
     if (ok != CS_OK) {

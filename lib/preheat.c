@@ -52,11 +52,6 @@ static const char SQL_VOIDED[] =
 static const char SQL_VOIDED_CHANGED[] =
     "SELECT id FROM activity WHERE updated_at >= FROM_UNIXTIME(?) AND status = 4 "
     "AND distribute_end_time > NOW() - INTERVAL ? SECOND";
-static const char SQL_ACTIVITY_EXISTS[] = "SELECT id FROM activity WHERE id = ?";
-static const char SQL_REVOKE_LOCK[] = "SELECT status FROM activity WHERE id = ? FOR UPDATE";
-static const char SQL_REVOKE_ACTIVITY[] = "UPDATE activity SET status = 4 WHERE id = ?";
-static const char SQL_REVOKE_COUPONS[] =
-    "UPDATE coupon SET status = 4 WHERE activity_id = ? AND status = 1";
 
 /* ---- reading activities from MySQL --------------------------------------- */
 
@@ -605,7 +600,7 @@ static int act_publish(struct mconn *mc, struct rconn *rc, struct act_vec *vec,
  * that read MySQL before the revoke finds the field present and cannot put
  * the stock back (HSETNX), and the script answers SOLD_OUT to a node that
  * has not yet seen the revoke, so nothing more is ever issued. Idempotent. */
-static int act_apply_void(struct rconn *rc, int64_t id, char *err, size_t errlen)
+int preheat_apply_void(struct rconn *rc, int64_t id, char *err, size_t errlen)
 {
     char skey[KEYS_MAX], vkey[KEYS_MAX];
     redisReply *r = rconn_command(rc, KEY_ACTIVITY_VOIDED, "SADD %s %" PRId64,
@@ -661,7 +656,7 @@ static int act_reapply_query(struct mconn *mc, struct rconn *rc, const char *sql
         return CS_ERR;
     }
     for (size_t i = 0; i < ids.n && ret == CS_OK; i++)
-        ret = act_apply_void(rc, ids.v[i], err, errlen);
+        ret = preheat_apply_void(rc, ids.v[i], err, errlen);
     if (n != NULL)
         *n = (int)ids.n;
     free(ids.v);
@@ -714,8 +709,8 @@ static int act_drop_voided(struct rconn *rc, struct act_vec *vec, char *err, siz
  * SELECT, then a write that holds only if no one wrote meanwhile), so the
  * list never goes back in time: every writer whose MySQL read is older than
  * the last write reads again. CS_ERR with a message in err. */
-static int act_list_rewrite(struct mconn *mc, struct rconn *rc, int horizon_days, int grace_s,
-                            char *err, size_t errlen)
+int preheat_list_rewrite(struct mconn *mc, struct rconn *rc, int horizon_days, int grace_s,
+                         char *err, size_t errlen)
 {
     for (int tries = 0; tries < ACT_LIST_TRIES; tries++) {
         struct act_vec vec;
@@ -864,7 +859,7 @@ int activity_preheat_pass(struct mconn *mc, struct rconn *rc, int horizon_days, 
      * list is read again rather than put back (and what it then holds is
      * not known here: the next pass that reads a change rewrites it). */
     if (act_write_list(rc, &vec, gen, &stale, err, errlen) != CS_OK
-        || (stale && act_list_rewrite(mc, rc, horizon_days, grace_s, err, errlen) != CS_OK))
+        || (stale && preheat_list_rewrite(mc, rc, horizon_days, grace_s, err, errlen) != CS_OK))
         goto out;
     if (mark != NULL && !stale)
         act_mark_listed(mark, &vec);
@@ -1018,63 +1013,12 @@ int activity_preheat_one(struct mconn *mc, struct rconn *rc, int64_t id, int hor
         if (ret == CS_OK) {
             ret = act_list_splice(rc, id, &vec, gen, &stale, &malformed, err, errlen);
             if (ret != CS_OK && malformed) /* rebuilt whole from MySQL */
-                ret = act_list_rewrite(mc, rc, horizon_days, grace_s, err, errlen);
+                ret = preheat_list_rewrite(mc, rc, horizon_days, grace_s, err, errlen);
         }
         act_vec_free(&vec);
         if (ret != CS_OK || !stale)
             return ret;
     }
     snprintf(err, errlen, "%s: %d writers came between", KEY_ACTIVITY_LIST, ACT_LIST_TRIES);
-    return CS_ERR;
-}
-
-/* ---- revoke ---------------------------------------------------------------- */
-
-static int act_found_row(void *arg, int ncols, char **cols)
-{
-    (void)ncols;
-    (void)cols;
-    *(int *)arg = 1;
-    return CS_OK;
-}
-
-int activity_revoke(struct mconn *mc, struct rconn *rc, int64_t id, int horizon_days,
-                    int *found, char *err, size_t errlen)
-{
-    struct mval p[] = {MV_INT(id)};
-
-    *found = 0;
-    if (mconn_query(mc, SQL_ACTIVITY_EXISTS, p, 1, act_found_row, found) != CS_OK) {
-        snprintf(err, errlen, "%s", mc->errstr);
-        return CS_ERR;
-    }
-    if (!*found)
-        return CS_OK;
-    /* Redis first: once MySQL says voided, nothing is on sale any more. A
-     * failure after this point leaves Redis voided and MySQL not yet; a
-     * repeat finishes it, and preheat never puts the stock back. */
-    if (act_apply_void(rc, id, err, errlen) != CS_OK)
-        return CS_ERR;
-
-    if (mconn_begin(mc) != CS_OK)
-        goto fail;
-    /* The row lock orders this against coupon-sync, which takes the same
-     * lock before it inserts coupons with the activity's current status. */
-    int locked = 0;
-    if (mconn_query(mc, SQL_REVOKE_LOCK, p, 1, act_found_row, &locked) != CS_OK
-        || mconn_exec(mc, SQL_REVOKE_ACTIVITY, p, 1, NULL) != CS_OK
-        || mconn_exec(mc, SQL_REVOKE_COUPONS, p, 1, NULL) != CS_OK || mconn_commit(mc) != CS_OK) {
-        mconn_rollback(mc);
-        goto fail;
-    }
-
-    /* The list is rewritten with the default grace; the next preheat
-     * applies the configured one. */
-    int ret = act_list_rewrite(mc, rc, horizon_days, ACTIVITY_GRACE_S, err, errlen);
-    log_notice("activity %" PRId64 " revoked", id);
-    return ret;
-
-fail:
-    snprintf(err, errlen, "%s", mc->errstr);
     return CS_ERR;
 }
