@@ -1,11 +1,12 @@
 /* alist.c - per-node copy of ACTIVITY:LIST in shared memory, for the list route. */
 #include "alist.h"
+#include "breaker.h"
 #include "conf.h"
 #include "cs.h"
 #include "keys.h"
 #include "log.h"
+#include "rconn.h"
 #include "shm.h"
-#include "worker.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -159,9 +160,8 @@ static int alist_write_segment(const char *shm_name, uint64_t gen, const struct 
  * coupon-sync's longer timeout: a list of megabytes may take longer than a
  * seize may wait, and the connection's read buffer (as big as the list)
  * goes away with it instead of staying in the worker. */
-static int alist_rebuild(struct worker *w, int64_t start)
+static int alist_rebuild(const struct cs_conf *conf, struct shm_node *shm, int64_t start)
 {
-    struct shm_node *shm = w->shm;
     struct rconn *rc;
     redisReply *list = NULL, *vs = NULL, *gr = NULL;
     struct alist_build b = {0};
@@ -170,9 +170,9 @@ static int alist_rebuild(struct worker *w, int64_t start)
     long long rgen = -1;
     int ret = CS_ERR;
 
-    if (!worker_redis_readable(w))
+    if (!breaker_readable(shm))
         return CS_ERR;
-    rc = worker_long_rconn(w);
+    rc = rconn_new_conf(conf, conf->sync_redis_timeout_ms);
     gr = rconn_command(rc, KEY_ACTIVITY_LIST_GEN, "GET %s", KEY_ACTIVITY_LIST_GEN);
     if (gr == NULL) {
         log_warn("reading %s for the list copy: %s", KEY_ACTIVITY_LIST_GEN, rc->errstr);
@@ -224,7 +224,7 @@ static int alist_rebuild(struct worker *w, int64_t start)
     rc = NULL;
 
     uint64_t old = atomic_load(&shm->list_gen), gen = old + 1;
-    if (alist_write_segment(w->conf->fcgi_shm_name, gen, &b) != CS_OK)
+    if (alist_write_segment(conf->fcgi_shm_name, gen, &b) != CS_OK)
         goto out;
     atomic_store(&shm->list_redis_gen, rgen);
     atomic_store(&shm->list_full_ms, start);
@@ -232,7 +232,7 @@ static int alist_rebuild(struct worker *w, int64_t start)
     atomic_store(&shm->list_built_ms, start);
     if (old != 0) {
         char name[256];
-        alist_name(name, sizeof(name), w->conf->fcgi_shm_name, old);
+        alist_name(name, sizeof(name), conf->fcgi_shm_name, old);
         shm_unlink(name); /* readers that opened it keep it until they close */
     }
     ret = CS_OK;
@@ -257,30 +257,28 @@ out:
 /* Rebuilds the copy when it is older than cache.refresh_ms, or was read
  * before an admin change on this node, and no other worker is at it.
  * *failed when this worker tried and failed. */
-static void alist_refresh(struct worker *w, int *failed)
+static void alist_refresh(const struct cs_conf *conf, struct shm_node *shm, int *failed)
 {
-    struct shm_node *shm = w->shm;
     int64_t now = cs_mono_ms();
     int64_t built = atomic_load(&shm->list_built_ms);
 
     *failed = 0;
-    if (atomic_load(&shm->list_gen) != 0 && now - built < w->conf->cache_refresh_ms
+    if (atomic_load(&shm->list_gen) != 0 && now - built < conf->cache_refresh_ms
         && built > atomic_load(&shm->list_invalid_ms))
         return;
     int64_t lease = atomic_load(&shm->list_lease_until_ms);
     if (lease > now || !atomic_compare_exchange_strong(&shm->list_lease_until_ms, &lease,
                                                        now + ALIST_LEASE_MS))
         return; /* someone else rebuilds; their copy or the current one serves */
-    if (alist_rebuild(w, now) != CS_OK)
+    if (alist_rebuild(conf, shm, now) != CS_OK)
         *failed = 1;
     /* Failing, the lease is kept until the refresh interval is over, so a
      * dead Redis is asked once a second per node, not once per request. */
     atomic_store(&shm->list_lease_until_ms, *failed ? now + ALIST_REFRESH_MS : 0);
 }
 
-void alist_invalidate(struct worker *w)
+void alist_invalidate(const struct cs_conf *conf, struct shm_node *shm)
 {
-    struct shm_node *shm = w->shm;
     int64_t now = cs_mono_ms(), deadline = now + ALIST_FIRST_WAIT_MS;
     int failed = 0;
 
@@ -288,7 +286,7 @@ void alist_invalidate(struct worker *w)
     /* A rebuild another worker began before now may be publishing: wait
      * for the lease, then read again. */
     while (!failed && atomic_load(&shm->list_built_ms) <= now && cs_mono_ms() < deadline) {
-        alist_refresh(w, &failed);
+        alist_refresh(conf, shm, &failed);
         if (atomic_load(&shm->list_built_ms) <= now) {
             struct timespec ts = {0, 5 * 1000000L};
             nanosleep(&ts, NULL);
@@ -347,13 +345,13 @@ out:
     return ret;
 }
 
-int alist_page(struct worker *w, size_t page, size_t size, struct alist_page *out)
+int alist_page(const struct cs_conf *conf, struct shm_node *shm, size_t page, size_t size,
+               struct alist_page *out)
 {
-    struct shm_node *shm = w->shm;
     int failed;
 
     memset(out, 0, sizeof(*out));
-    alist_refresh(w, &failed);
+    alist_refresh(conf, shm, &failed);
     int64_t deadline = cs_mono_ms() + ALIST_FIRST_WAIT_MS;
     for (int tries = 0; tries < 1000; tries++) {
         uint64_t gen = atomic_load(&shm->list_gen);
@@ -363,10 +361,10 @@ int alist_page(struct worker *w, size_t page, size_t size, struct alist_page *ou
                 return CS_ERR;
             struct timespec ts = {0, 10 * 1000000L};
             nanosleep(&ts, NULL);
-            alist_refresh(w, &failed);
+            alist_refresh(conf, shm, &failed);
             continue;
         }
-        if (alist_read(w->conf->fcgi_shm_name, gen, page, size, out) == CS_OK) {
+        if (alist_read(conf->fcgi_shm_name, gen, page, size, out) == CS_OK) {
             out->stale = failed
                          || cs_mono_ms() - atomic_load(&shm->list_built_ms) > ALIST_STALE_MS;
             return CS_OK;
@@ -379,7 +377,7 @@ int alist_page(struct worker *w, size_t page, size_t size, struct alist_page *ou
             /* Not replaced, gone (removed by hand, or named after an
              * fcgi.shm_name a reload changed): build a new one now. */
             atomic_store(&shm->list_built_ms, 0);
-            alist_refresh(w, &failed);
+            alist_refresh(conf, shm, &failed);
             if (failed || cs_mono_ms() >= deadline)
                 return CS_ERR;
             if (atomic_load(&shm->list_gen) == gen) {

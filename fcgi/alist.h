@@ -12,7 +12,7 @@
 
 #include "activity.h"
 
-struct worker;
+struct cs_conf;
 struct shm_node;
 
 /* A failed rebuild is tried again after this (ms); a good copy is checked
@@ -32,13 +32,14 @@ struct alist_page {
  * list order (start time, id), voided ones marked VOIDED. page >= 1,
  * size >= 1. CS_ERR when no copy exists and Redis cannot be read. The caller
  * frees out with alist_page_free(). */
-int alist_page(struct worker *w, size_t page, size_t size, struct alist_page *out);
+int alist_page(const struct cs_conf *conf, struct shm_node *shm, size_t page, size_t size,
+               struct alist_page *out);
 void alist_page_free(struct alist_page *p);
 
 /* After an admin change on this node: the copy is rebuilt from Redis before
  * this returns (within a few seconds at worst), so the node lists its own
  * writes at once. A failure leaves the copy to the next refresh. */
-void alist_invalidate(struct worker *w);
+void alist_invalidate(const struct cs_conf *conf, struct shm_node *shm);
 
 /* Removes the node's current copy (at supervisor exit). */
 void alist_unlink(struct shm_node *shm, const char *shm_name);

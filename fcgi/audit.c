@@ -4,7 +4,7 @@
 #include "http.h"
 #include "log.h"
 #include "mconn.h"
-#include "worker.h"
+#include "req.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -64,7 +64,7 @@ static char *audit_clean_body(const char *body, size_t len)
     return out;
 }
 
-void audit_record(struct worker *w, struct req *r)
+void audit_record(struct mconn *mc, struct req *r)
 {
     char sub[24];
     /* Only what the handler established: never the body's "id" on its own
@@ -83,9 +83,9 @@ void audit_record(struct worker *w, struct req *r)
         MV_TXT(result, strlen(result)),
         MV_TXT(r->msg, strlen(r->msg)),
     };
-    if (mconn_exec(w->mc, SQL_AUDIT, p, (int)CS_ARRAY_LEN(p), NULL) != CS_OK)
+    if (mconn_exec(mc, SQL_AUDIT, p, (int)CS_ARRAY_LEN(p), NULL) != CS_OK)
         log_error("admin_audit: INSERT of %s by admin %s (activity %" PRId64 ", answered %s) "
                   "failed: %s",
-                  r->audit_action, sub, aid, result, w->mc->errstr);
+                  r->audit_action, sub, aid, result, mc->errstr);
     free(body);
 }

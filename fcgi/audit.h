@@ -2,7 +2,7 @@
 #ifndef CS_AUDIT_H
 #define CS_AUDIT_H
 
-struct worker;
+struct mconn;
 struct req;
 
 /* Appends a row to admin_audit for the request just answered: the admin's
@@ -12,6 +12,6 @@ struct req;
  * (r->code, r->msg). Called after the handler, so the row holds the result.
  * A failure to write is logged and otherwise ignored: the action itself has
  * already happened (or not) and was answered. */
-void audit_record(struct worker *w, struct req *r);
+void audit_record(struct mconn *mc, struct req *r);
 
 #endif

@@ -70,21 +70,6 @@ const char *http_code_msg(enum cs_code code)
     return codes[code].msg;
 }
 
-enum cs_code http_seize_outcome(long long result)
-{
-    if (result >= 0)
-        return CODE_SEIZED;
-    switch (result) {
-    case -1: return CODE_ALREADY_SEIZED;
-    case -2: return CODE_SOLD_OUT;
-    case -6: return CODE_SOLD_OUT; /* for now: reserves are open */
-    case -3: return CODE_NO_SUCH_ACTIVITY;
-    case -4: return CODE_NOT_STARTED;
-    case -5: return CODE_ENDED;
-    default: return CODE_INTERNAL_ERROR;
-    }
-}
-
 static const char *reason_phrase(int status)
 {
     switch (status) {

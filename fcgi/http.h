@@ -44,11 +44,6 @@ int http_code_status(enum cs_code code);      /* 200, 409, ... */
 const char *http_code_name(enum cs_code code); /* "SEIZED", ... */
 const char *http_code_msg(enum cs_code code);  /* default human message */
 
-/* Maps the integer reply of lua/seize.lua to its outcome: >= 0 SEIZED,
- * -1 ALREADY_SEIZED, -2 SOLD_OUT, -3 NO_SUCH_ACTIVITY, -4 NOT_STARTED,
- * -5 ENDED, else INTERNAL_ERROR. */
-enum cs_code http_seize_outcome(long long result);
-
 /* Parses a seize/revoke body of len bytes: one valid JSON document (RFC 8259,
  * UTF-8, no byte-order mark, nothing after it) that is an object with exactly
  * one member named "id", its name written without escapes, whose value is a

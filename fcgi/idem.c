@@ -5,7 +5,7 @@
 #include "http.h"
 #include "log.h"
 #include "mconn.h"
-#include "worker.h"
+#include "req.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -76,9 +76,9 @@ static int idem_key_parse(const char *h, char *out, size_t outlen)
     return CS_OK;
 }
 
-static void idem_mysql_down(struct worker *w, struct req *r)
+static void idem_mysql_down(struct mconn *mc, struct req *r)
 {
-    log_error("admin_idempotency: %s", w->mc->errstr);
+    log_error("admin_idempotency: %s", mc->errstr);
     req_reply(r, CODE_UNAVAILABLE, "MySQL unavailable; nothing was done", NULL, 5);
 }
 
@@ -93,23 +93,23 @@ static void idem_replay(struct req *r, const struct idem_row *row)
                    strlen(row->body), headers);
 }
 
-void idem_serve(struct worker *w, struct req *r, void (*handler)(struct worker *, struct req *))
+enum idem_step idem_begin(struct mconn *mc, struct req *r, struct idem_claim *ic)
 {
-    char key[256], sub[24];
+    char *key = ic->key, *sub = ic->sub;
     struct idem_row row = {0};
     struct auth_identity who;
 
-    if (idem_key_parse(r->idem_key, key, sizeof(key)) != CS_OK) {
+    if (idem_key_parse(r->idem_key, key, sizeof(ic->key)) != CS_OK) {
         req_reply(r, CODE_BAD_REQUEST, "Idempotency-Key must be 1..255 printable ASCII characters",
                   NULL, 0);
-        return;
+        return IDEM_ANSWERED;
     }
     /* Only an admin's key is remembered: anyone else gets the handler's own
      * 401 / 403 without a row. The body is read once, here, and the handler
      * reads it from r. */
-    if (req_auth(w, r, 2, &who) != CS_OK || req_read_raw(w, r) != CS_OK)
-        return;
-    snprintf(sub, sizeof(sub), "%" PRId64, who.user_id);
+    if (req_auth(r, 2, &who) != CS_OK || req_read_raw(r) != CS_OK)
+        return IDEM_ANSWERED;
+    snprintf(sub, sizeof(ic->sub), "%" PRId64, who.user_id);
 
     uint64_t claimed = 0;
     struct mval claim[] = {
@@ -117,15 +117,15 @@ void idem_serve(struct worker *w, struct req *r, void (*handler)(struct worker *
         MV_TXT(r->method, strlen(r->method)), MV_TXT(r->path, strlen(r->path)),
         MV_TXT(r->body, r->body_len),
     };
-    if (mconn_exec(w->mc, SQL_IDEM_PURGE, NULL, 0, NULL) != CS_OK
-        || mconn_exec(w->mc, SQL_IDEM_CLAIM, claim, (int)CS_ARRAY_LEN(claim), &claimed) != CS_OK) {
-        idem_mysql_down(w, r);
-        return;
+    if (mconn_exec(mc, SQL_IDEM_PURGE, NULL, 0, NULL) != CS_OK
+        || mconn_exec(mc, SQL_IDEM_CLAIM, claim, (int)CS_ARRAY_LEN(claim), &claimed) != CS_OK) {
+        idem_mysql_down(mc, r);
+        return IDEM_ANSWERED;
     }
     if (claimed == 0) {
         struct idem_get g = {r, &row};
-        if (mconn_query(w->mc, SQL_IDEM_GET, claim, 2, idem_row_cb, &g) != CS_OK) {
-            idem_mysql_down(w, r);
+        if (mconn_query(mc, SQL_IDEM_GET, claim, 2, idem_row_cb, &g) != CS_OK) {
+            idem_mysql_down(mc, r);
         } else if (!row.found) {
             /* Purged between the two statements: a day old, so not a retry. */
             req_reply(r, CODE_IDEMPOTENCY_KEY_IN_USE, NULL, NULL, 1);
@@ -137,27 +137,32 @@ void idem_serve(struct worker *w, struct req *r, void (*handler)(struct worker *
             idem_replay(r, &row);
         }
         free(row.body);
-        return;
+        return IDEM_ANSWERED;
     }
 
-    struct http_capture cap;
-    http_capture_start(&cap);
-    handler(w, r);
+    http_capture_start(&ic->cap);
+    return IDEM_RUN;
+}
+
+void idem_end(struct mconn *mc, struct idem_claim *ic)
+{
+    struct http_capture *cap = &ic->cap;
+
     http_capture_stop();
-    if (cap.status == 0) {
-        free(cap.body);
+    if (cap->status == 0) {
+        free(cap->body);
         return;
     }
     struct mval done[] = {
-        MV_INT(cap.status),
-        MV_TXT(cap.headers, strlen(cap.headers)),
-        MV_TXT(cap.body, cap.len),
-        MV_TXT(sub, strlen(sub)),
-        MV_TXT(key, strlen(key)),
+        MV_INT(cap->status),
+        MV_TXT(cap->headers, strlen(cap->headers)),
+        MV_TXT(cap->body, cap->len),
+        MV_TXT(ic->sub, strlen(ic->sub)),
+        MV_TXT(ic->key, strlen(ic->key)),
     };
     /* Not recorded: a retry answers IDEMPOTENCY_KEY_IN_USE, never a second run. */
-    if (mconn_exec(w->mc, SQL_IDEM_DONE, done, (int)CS_ARRAY_LEN(done), NULL) != CS_OK)
+    if (mconn_exec(mc, SQL_IDEM_DONE, done, (int)CS_ARRAY_LEN(done), NULL) != CS_OK)
         log_error("admin_idempotency: the answer to key %s of admin %s was not recorded: %s",
-                  key, sub, w->mc->errstr);
-    free(cap.body);
+                  ic->key, ic->sub, mc->errstr);
+    free(cap->body);
 }

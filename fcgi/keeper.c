@@ -19,12 +19,13 @@
  * keeper_journal.c, setting aside in keeper_aside.c.
  */
 #include "keeper.h"
-#include "keeper_int.h"
 #include "activity.h"
 #include "cs.h"
+#include "keeper_int.h"
 #include "keys.h"
 #include "log.h"
 #include "reserve.h"
+#include "scripts.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -410,7 +411,7 @@ static void keeper_give_back(struct keeper *k, int i)
     }
     long long back = r->integer;
     freeReplyObject(r);
-    if (back == -3) {
+    if (back == SCRIPT_GIVE_NO_STOCK) {
         /* No stock field to give back to (a restore under way): later. */
         log_debug("reserve keeper: activity %" PRId64 " has no stock field; give-back waits", aid);
         return;
@@ -654,11 +655,11 @@ int keeper_main(const struct cs_conf *conf, struct shm_node *shm)
     ro.cluster_shared = &shm->cluster;
     k.rc = rconn_new(&ro);
     k.mc = mconn_new(conf);
-    rscript_from_text(&k.s_aside, RESERVE_LUA_SET_ASIDE);
-    rscript_from_text(&k.s_renew, RESERVE_LUA_RENEW);
-    rscript_from_text(&k.s_replay, RESERVE_LUA_REPLAY);
-    rscript_from_text(&k.s_give, RESERVE_LUA_GIVE_BACK);
-    rscript_from_text(&k.s_release, RESERVE_LUA_RELEASE);
+    rscript_from_text(&k.s_aside, script_reserve_set_aside);
+    rscript_from_text(&k.s_renew, script_reserve_renew);
+    rscript_from_text(&k.s_replay, script_reserve_replay);
+    rscript_from_text(&k.s_give, script_reserve_give_back);
+    rscript_from_text(&k.s_release, script_reserve_release);
 
     int rc = 0;
     keeper_claim_init(&k);

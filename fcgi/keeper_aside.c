@@ -128,7 +128,7 @@ static void keeper_aside_script(struct keeper *k, int i)
     long long n = r->integer;
     freeReplyObject(r);
     l->in_doubt = 0;
-    if (n <= 0) {
+    if (n <= 0) { /* SCRIPT_ASIDE_REFUSED, or nothing to take */
         if (keeper_close_epoch(k, aid, epoch, 0, 0) == CS_OK) {
             keeper_add_closed(k, aid, epoch);
             keeper_slot_free(k, i);

@@ -5,6 +5,7 @@
 #include "cs.h"
 #include "keys.h"
 #include "log.h"
+#include "scripts.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -12,18 +13,6 @@
 #include <string.h>
 #include <unistd.h>
 
-/*
- * Claiming the incarnation. KEYS: the claim. ARGV: this instance, the time
- * to live (ms), and a holder it may replace ("" none). 1 when the claim is
- * this instance's now, else the holder's value.
- */
-static const char KEEPER_LUA_CLAIM[] =
-    "local v = redis.call('GET', KEYS[1])\n"
-    "if not v or v == ARGV[1] or (ARGV[3] ~= '' and v == ARGV[3]) then\n"
-    "  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"
-    "  return 1\n"
-    "end\n"
-    "return v\n";
 
 /* "host boot-id pid" of this keeper. */
 void keeper_claim_init(struct keeper *k)
@@ -72,7 +61,7 @@ int keeper_claim(struct keeper *k)
     keys_reserve_claim(key, k->jd.incarnation);
     snprintf(ttl, sizeof(ttl), "%d", k->conf->fallback_lease_ms + KEEPER_CLAIM_SLACK_MS);
     for (int tries = 0; tries < 2; tries++) {
-        const char *argv[] = {"EVAL", KEEPER_LUA_CLAIM, "1", key, k->claim, ttl, stale};
+        const char *argv[] = {"EVAL", script_keeper_claim, "1", key, k->claim, ttl, stale};
         size_t argl[7];
         for (int i = 0; i < 7; i++)
             argl[i] = strlen(argv[i]);

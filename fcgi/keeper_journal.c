@@ -6,6 +6,7 @@
 #include "keys.h"
 #include "log.h"
 #include "reserve.h"
+#include "scripts.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -303,7 +304,7 @@ void keeper_journal_replay(struct keeper *k)
         }
         long long res = rep->integer;
         freeReplyObject(rep);
-        if (res == -3) {
+        if (res == SCRIPT_REPLAY_NO_STOCK) {
             /* No stock field. Redis lost its data and is not restored yet:
              * nothing was written, the token waits. Or the sale is gone
              * (ended and cleaned up): the token has nowhere to go but the
@@ -332,7 +333,7 @@ void keeper_journal_replay(struct keeper *k)
         site[shard] = at;
         wrote[shard] = 1;
         replayed++;
-        if (res == -4) {
+        if (res == SCRIPT_REPLAY_SPENT_TWICE) {
             /* The token was replayed before for someone else: the node
              * spent it twice. This user's grant is in the dead letters (the
              * script wrote it there, so the record is done with), and it is
@@ -344,15 +345,15 @@ void keeper_journal_replay(struct keeper *k)
                       r->activity_id, r->epoch, r->token, r->user_id, "COUPON:RESERVE:DEAD");
             continue;
         }
-        if (res == 2)
+        if (res == SCRIPT_REPLAY_DUPLICATE)
             atomic_fetch_add(&k->rv->duplicates, 1);
-        if (res == -1) {
+        if (res == SCRIPT_REPLAY_DEAD) {
             atomic_fetch_add(&k->rv->dead_letters, 1);
             log_error("reserve keeper: activity %" PRId64 ": token %" PRIu64 "/%u of user %" PRId64
                       " had no open reserve and no stock to take; it is in %s",
                       r->activity_id, r->epoch, r->token, r->user_id, "COUPON:RESERVE:DEAD");
         }
-        if (res != 0)
+        if (res != SCRIPT_REPLAY_BEFORE)
             atomic_fetch_add(&k->rv->replayed, 1);
         keeper_mark_replayed(k, r->activity_id, r->user_id);
     }

@@ -6,7 +6,8 @@
 #include "lcache.h"
 #include "log.h"
 #include "shm.h"
-#include "worker.h"
+#include "breaker.h"
+#include "rconn.h"
 
 #include <cjson/cJSON.h>
 #include <inttypes.h>
@@ -36,6 +37,7 @@ struct meta {
     struct meta_entry *last;   /* of the last meta_lookup(); valid until a put */
     struct lcache_stats pushed;
     uint64_t epoch;            /* shm meta_epoch the cache was filled under */
+    struct shm_node *shm;      /* the node's: its epoch, its breaker */
 };
 
 static void meta_entry_free(void *p)
@@ -54,9 +56,10 @@ static struct lcache *meta_cache_new(const struct lcache_opts *o)
     return c;
 }
 
-struct meta *meta_new(const struct cs_conf *conf)
+struct meta *meta_new(const struct cs_conf *conf, struct shm_node *shm)
 {
     struct meta *m = xcalloc(1, sizeof(*m));
+    m->shm = shm;
     m->opts.capacity = (size_t)conf->cache_size;
     m->opts.policy = LCACHE_POLICY_TINYLFU;
     m->opts.expire_ms = conf->cache_expire_ms;
@@ -119,21 +122,21 @@ static void meta_entry_copy(const struct meta_entry *e, struct activity *a)
 
 /* Reads ID's META field and its membership of ACTIVITY:VOIDED in one round
  * trip. On CS_OK *out is a new entry; CS_ERR when Redis could not be read. */
-static int meta_load(struct worker *w, int64_t id, int64_t remaining, struct meta_entry **out)
+static int meta_load(struct meta *m, struct rconn *rc, int64_t id, int64_t remaining, struct meta_entry **out)
 {
     char key[KEYS_MAX], field[24];
     redisReply *meta = NULL, *voided = NULL;
     struct activity a;
     enum meta_kind kind = META_ABSENT;
 
-    if (!worker_redis_readable(w))
+    if (!breaker_readable(m->shm))
         return CS_ERR;
     keys_meta(key, keys_shard(id));
     snprintf(field, sizeof(field), "%" PRId64, id);
-    if (rconn_append(w->rc, key, "HGET %s %s", key, field) != CS_OK
-        || rconn_append(w->rc, KEY_ACTIVITY_VOIDED, "SISMEMBER %s %s", KEY_ACTIVITY_VOIDED,
+    if (rconn_append(rc, key, "HGET %s %s", key, field) != CS_OK
+        || rconn_append(rc, KEY_ACTIVITY_VOIDED, "SISMEMBER %s %s", KEY_ACTIVITY_VOIDED,
                         field) != CS_OK
-        || rconn_get_reply(w->rc, &meta) != CS_OK || rconn_get_reply(w->rc, &voided) != CS_OK) {
+        || rconn_get_reply(rc, &meta) != CS_OK || rconn_get_reply(rc, &voided) != CS_OK) {
         if (meta)
             freeReplyObject(meta);
         return CS_ERR;
@@ -190,35 +193,35 @@ static enum meta_kind meta_store(struct meta *m, int64_t id, struct meta_entry *
 }
 
 /* meta_load(), and once more while before deadline_ms (0: no second try). */
-static int meta_load_within(struct worker *w, int64_t id, int64_t remaining,
+static int meta_load_within(struct meta *m, struct rconn *rc, int64_t id, int64_t remaining,
                             struct meta_entry **out, int64_t deadline_ms)
 {
-    if (meta_load(w, id, remaining, out) == CS_OK)
+    if (meta_load(m, rc, id, remaining, out) == CS_OK)
         return CS_OK;
-    if (deadline_ms == 0 || cs_mono_ms() >= deadline_ms || !worker_redis_readable(w))
+    if (deadline_ms == 0 || cs_mono_ms() >= deadline_ms || !breaker_readable(m->shm))
         return CS_ERR;
-    return meta_load(w, id, remaining, out);
+    return meta_load(m, rc, id, remaining, out);
 }
 
-enum meta_kind meta_lookup(struct worker *w, int64_t id, struct activity *out, int *stale)
+enum meta_kind meta_lookup(struct meta *m, struct rconn *rc, int64_t id, struct activity *out,
+                           int *stale)
 {
-    return meta_lookup_within(w, id, out, stale, 0);
+    return meta_lookup_within(m, rc, id, out, stale, 0);
 }
 
-enum meta_kind meta_lookup_within(struct worker *w, int64_t id, struct activity *out,
-                                  int *stale, int64_t deadline_ms)
+enum meta_kind meta_lookup_within(struct meta *m, struct rconn *rc, int64_t id,
+                                  struct activity *out, int *stale, int64_t deadline_ms)
 {
-    struct meta *m = w->meta;
     int64_t now = cs_mono_ms();
     void *v = NULL;
     struct meta_entry *e, *fresh;
 
     *stale = 0;
     m->last = NULL;
-    uint64_t epoch = atomic_load_explicit(&w->shm->meta_epoch, memory_order_relaxed);
+    uint64_t epoch = atomic_load_explicit(&m->shm->meta_epoch, memory_order_relaxed);
     if (epoch != m->epoch) {
         /* An admin change on this node: read it, not what was cached. */
-        meta_push_stats(m, w->shm);
+        meta_push_stats(m, m->shm);
         meta_invalidate(m);
         m->epoch = epoch;
     }
@@ -230,14 +233,14 @@ enum meta_kind meta_lookup_within(struct worker *w, int64_t id, struct activity 
         /* This caller refreshes this one entry; the rest of the cache and
          * every other caller keep what they have. */
         e = v;
-        if (meta_load_within(w, id, e->remaining, &fresh, deadline_ms) != CS_OK) {
+        if (meta_load_within(m, rc, id, e->remaining, &fresh, deadline_ms) != CS_OK) {
             lcache_refresh_failed(m->cache, id, now);
             *stale = 1;
             break;
         }
         return meta_store(m, id, fresh, now, out);
     default:
-        if (meta_load_within(w, id, -1, &fresh, deadline_ms) != CS_OK) {
+        if (meta_load_within(m, rc, id, -1, &fresh, deadline_ms) != CS_OK) {
             lcache_load_failed(m->cache);
             e = lcache_get_stale(m->cache, id, now, m->stale_ms, NULL);
             if (e == NULL)
@@ -278,9 +281,9 @@ void meta_invalidate(struct meta *m)
     m->last = NULL;
 }
 
-void meta_invalidate_node(struct worker *w)
+void meta_invalidate_node(struct shm_node *shm)
 {
-    atomic_fetch_add(&w->shm->meta_epoch, 1);
+    atomic_fetch_add(&shm->meta_epoch, 1);
 }
 
 void meta_push_stats(struct meta *m, struct shm_node *shm)

@@ -12,19 +12,21 @@
 #include "activity.h"
 
 struct cs_conf;
-struct worker;
+struct rconn;
 struct shm_node;
 struct meta;
 
 enum meta_kind { META_FOUND, META_ABSENT, META_VOIDED, META_UNAVAILABLE };
 
-struct meta *meta_new(const struct cs_conf *conf);
+/* A worker's cache; shm is the node's segment (its epoch, its breaker). */
+struct meta *meta_new(const struct cs_conf *conf, struct shm_node *shm);
 void meta_free(struct meta *m);
 
-/* Looks up activity ID. META_FOUND copies it into *out. *stale is set when the
+/* Looks up activity ID, reading Redis through rc on a miss. META_FOUND copies it into *out. *stale is set when the
  * answer comes from an entry older than the refresh interval because Redis
  * could not be read. META_UNAVAILABLE: nothing known and Redis unreachable. */
-enum meta_kind meta_lookup(struct worker *w, int64_t id, struct activity *out, int *stale);
+enum meta_kind meta_lookup(struct meta *m, struct rconn *rc, int64_t id, struct activity *out,
+                           int *stale);
 
 /* As meta_lookup(), but a read of Redis that failed (a timeout behind a
  * slow fsync, a reset) is tried once more on a fresh connection while the
@@ -32,8 +34,8 @@ enum meta_kind meta_lookup(struct worker *w, int64_t id, struct activity *out, i
  * neither UNAVAILABLE nor a stale entry. Reads are idempotent: the second
  * answer can only be the truer one. The caller bounds Redis by the same
  * deadline (rconn_set_deadline()). */
-enum meta_kind meta_lookup_within(struct worker *w, int64_t id, struct activity *out,
-                                  int *stale, int64_t deadline_ms);
+enum meta_kind meta_lookup_within(struct meta *m, struct rconn *rc, int64_t id,
+                                  struct activity *out, int *stale, int64_t deadline_ms);
 
 /* Last remaining stock seen for ID (-1 if never), and its update; both only
  * know the activity of the last meta_lookup(). */
@@ -49,7 +51,7 @@ void meta_invalidate(struct meta *m);
 
 /* Forgets everything in every worker of the node: each one's next lookup
  * reloads (after an admin change, so the node reads its own writes). */
-void meta_invalidate_node(struct worker *w);
+void meta_invalidate_node(struct shm_node *shm);
 
 /* Adds the cache counters since the last push to the node metrics. */
 void meta_push_stats(struct meta *m, struct shm_node *shm);

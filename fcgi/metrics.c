@@ -1,35 +1,22 @@
-/* metrics.c - GET /market/admin/metrics: Prometheus text, summed over workers. */
+/* metrics.c - the node's metrics in Prometheus text, from its shared memory
+ * (summed over workers); api_metrics.c serves them. */
 #include "metrics.h"
 #include "activity.h"
-#include "alist.h"
 #include "conf.h"
 #include "cs.h"
 #include "keys.h"
 #include "log.h"
-#include "route.h"
+#include "rconn.h"
+#include "req.h"
 #include "reserve.h"
 #include "shm.h"
-#include "worker.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
-/* Activities on sale now whose stock the metrics show, at most: a label
- * value each, so a marketplace with thousands of sales at once does not
- * flood Prometheus. */
-#define METRICS_MAX_ACTIVITIES 100
-#define METRICS_LIST_PAGE 500
-
-struct out {
-    char *buf;
-    size_t cap, len;
-};
-
-static void emit(struct out *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void emit(struct out *o, const char *fmt, ...)
+void metrics_emit(struct metrics_out *o, const char *fmt, ...)
 {
     va_list ap;
     if (o->len >= o->cap)
@@ -43,36 +30,36 @@ static void emit(struct out *o, const char *fmt, ...)
         o->len = o->cap - 1;
 }
 
-static void counter(struct out *o, const char *name, const char *help, uint64_t v)
+static void counter(struct metrics_out *o, const char *name, const char *help, uint64_t v)
 {
-    emit(o, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name,
+    metrics_emit(o, "# HELP %s %s\n# TYPE %s counter\n%s %llu\n", name, help, name, name,
          (unsigned long long)v);
 }
 
 #define LOAD(x) atomic_load_explicit((_Atomic uint64_t *)&(x), memory_order_relaxed)
 
 /* Per-shard load and the Redis Cluster routing counters. */
-static void metrics_shards(struct out *o, const struct shm_node *node)
+static void metrics_shards(struct metrics_out *o, const struct shm_node *node)
 {
     const struct shm_metrics *m = &node->m;
     const struct rcluster_shared *cl = &node->cluster;
 
-    emit(o, "# HELP couponseize_seize_scripts_total Seize scripts sent to Redis, by shard.\n"
+    metrics_emit(o, "# HELP couponseize_seize_scripts_total Seize scripts sent to Redis, by shard.\n"
             "# TYPE couponseize_seize_scripts_total counter\n");
     for (int i = 0; i < KEYS_SHARDS; i++)
-        emit(o, "couponseize_seize_scripts_total{shard=\"%d\"} %llu\n", i,
+        metrics_emit(o, "couponseize_seize_scripts_total{shard=\"%d\"} %llu\n", i,
              (unsigned long long)LOAD(m->seize_shard[i]));
-    emit(o, "# HELP couponseize_seized_total Coupons granted, by shard.\n"
+    metrics_emit(o, "# HELP couponseize_seized_total Coupons granted, by shard.\n"
             "# TYPE couponseize_seized_total counter\n");
     for (int i = 0; i < KEYS_SHARDS; i++)
-        emit(o, "couponseize_seized_total{shard=\"%d\"} %llu\n", i,
+        metrics_emit(o, "couponseize_seized_total{shard=\"%d\"} %llu\n", i,
              (unsigned long long)LOAD(m->seized_shard[i]));
-    emit(o, "# HELP couponseize_shard_breaker_state Per-shard breaker on a cluster: 0 closed, "
+    metrics_emit(o, "# HELP couponseize_shard_breaker_state Per-shard breaker on a cluster: 0 closed, "
             "1 open, 2 half-open.\n# TYPE couponseize_shard_breaker_state gauge\n");
     for (int i = 0; i < KEYS_SHARDS; i++)
-        emit(o, "couponseize_shard_breaker_state{shard=\"%d\"} %d\n", i,
+        metrics_emit(o, "couponseize_shard_breaker_state{shard=\"%d\"} %d\n", i,
              atomic_load((_Atomic int *)&node->shard_breaker[i].state));
-    emit(o, "# HELP couponseize_redis_redirects_total Redis Cluster redirections followed.\n"
+    metrics_emit(o, "# HELP couponseize_redis_redirects_total Redis Cluster redirections followed.\n"
             "# TYPE couponseize_redis_redirects_total counter\n"
             "couponseize_redis_redirects_total{kind=\"moved\"} %llu\n"
             "couponseize_redis_redirects_total{kind=\"ask\"} %llu\n",
@@ -89,36 +76,36 @@ static void metrics_shards(struct out *o, const struct shm_node *node)
             LOAD(cl->wait_shortfalls));
 
     int wanted = atomic_load(&cl->copies_wanted), degraded = 0;
-    emit(o, "# HELP couponseize_redis_shard_copies Replicas a grant on the shard waits for "
+    metrics_emit(o, "# HELP couponseize_redis_shard_copies Replicas a grant on the shard waits for "
             "now (the durability rule: its master's replicas the cluster could promote, at "
             "most redis.wait_replicas).\n# TYPE couponseize_redis_shard_copies gauge\n");
     for (int i = 0; i < KEYS_SHARDS; i++) {
         int v = atomic_load(&cl->shard_copies[i]) - 1;
         if (v < 0)
             continue;
-        emit(o, "couponseize_redis_shard_copies{shard=\"%d\"} %d\n", i, v);
+        metrics_emit(o, "couponseize_redis_shard_copies{shard=\"%d\"} %d\n", i, v);
         degraded += v < wanted;
     }
-    emit(o, "# HELP couponseize_durability_degraded_shards Shards whose grants are held by "
+    metrics_emit(o, "# HELP couponseize_durability_degraded_shards Shards whose grants are held by "
             "fewer copies than redis.wait_replicas asks.\n"
             "# TYPE couponseize_durability_degraded_shards gauge\n"
             "couponseize_durability_degraded_shards %d\n", degraded);
 }
 
 /* The node's reserves: what it holds, spends, replays and gives back. */
-static void metrics_reserves(struct out *o, const struct shm_node *node)
+static void metrics_reserves(struct metrics_out *o, const struct shm_node *node)
 {
     const struct shm_reserves *rv = &node->rsv;
     int open = 0;
     for (int i = 0; i < SHM_RESERVES; i++)
         open += atomic_load((_Atomic int *)&rv->slot[i].state) != RSV_EMPTY;
-    emit(o, "# HELP couponseize_reserve_keeper_up Whether this node's reserve keeper runs.\n"
+    metrics_emit(o, "# HELP couponseize_reserve_keeper_up Whether this node's reserve keeper runs.\n"
             "# TYPE couponseize_reserve_keeper_up gauge\ncouponseize_reserve_keeper_up %d\n",
          atomic_load((_Atomic int *)&rv->keeper_pid) != 0);
-    emit(o, "# HELP couponseize_reserve_held Coupons this node may still grant from its "
+    metrics_emit(o, "# HELP couponseize_reserve_held Coupons this node may still grant from its "
             "open reserves.\n# TYPE couponseize_reserve_held gauge\n"
             "couponseize_reserve_held %lld\n", (long long)reserve_held(rv));
-    emit(o, "# HELP couponseize_reserve_epochs Reserve epochs of this node not yet closed.\n"
+    metrics_emit(o, "# HELP couponseize_reserve_epochs Reserve epochs of this node not yet closed.\n"
             "# TYPE couponseize_reserve_epochs gauge\ncouponseize_reserve_epochs %d\n", open);
     counter(o, "couponseize_reserve_set_aside_total", "Coupons set aside for this node.",
             LOAD(rv->set_aside));
@@ -140,27 +127,27 @@ static void metrics_reserves(struct out *o, const struct shm_node *node)
     counter(o, "couponseize_reserve_journals_declared_lost_total",
             "Admin returns on this node that declared a lost node's journal lost (its "
             "unreplayed grants are lost with it).", LOAD(rv->journals_lost));
-    emit(o, "# HELP couponseize_reserve_claim_refused 1 while another live instance (a copied "
+    metrics_emit(o, "# HELP couponseize_reserve_claim_refused 1 while another live instance (a copied "
             "image, a restored journal) holds this node's incarnation: no grants from reserves.\n"
             "# TYPE couponseize_reserve_claim_refused gauge\ncouponseize_reserve_claim_refused %d\n",
          atomic_load((_Atomic int *)&rv->claim_refused));
     counter(o, "couponseize_journal_failures_total",
             "Journal writes that failed (the node then grants from reserves no more).",
             LOAD(rv->journal_failures));
-    emit(o, "# HELP couponseize_journal_depth Journal records not yet replayed into Redis.\n"
+    metrics_emit(o, "# HELP couponseize_journal_depth Journal records not yet replayed into Redis.\n"
             "# TYPE couponseize_journal_depth gauge\ncouponseize_journal_depth %lld\n",
          (long long)atomic_load((_Atomic int64_t *)&rv->journal_depth));
     int64_t oldest = atomic_load((_Atomic int64_t *)&rv->oldest_unreplayed_ms);
     int64_t lag = oldest > 0 ? cs_now_ms() - oldest : 0;
-    emit(o, "# HELP couponseize_journal_replay_lag_seconds Age of the oldest journal record "
+    metrics_emit(o, "# HELP couponseize_journal_replay_lag_seconds Age of the oldest journal record "
             "not yet replayed (0: none).\n# TYPE couponseize_journal_replay_lag_seconds gauge\n"
             "couponseize_journal_replay_lag_seconds %.3f\n", lag > 0 ? (double)lag / 1000 : 0.0);
-    emit(o, "# HELP couponseize_journal_replay_duration_seconds How long the last replay "
+    metrics_emit(o, "# HELP couponseize_journal_replay_duration_seconds How long the last replay "
             "pass that replayed something took.\n"
             "# TYPE couponseize_journal_replay_duration_seconds gauge\n"
             "couponseize_journal_replay_duration_seconds %.3f\n",
          (double)atomic_load((_Atomic int64_t *)&rv->last_replay_ms) / 1000);
-    emit(o, "# HELP couponseize_reserve_halted 1 when a journal write failed and this node "
+    metrics_emit(o, "# HELP couponseize_reserve_halted 1 when a journal write failed and this node "
             "grants from reserves no more (until an operator removes <fallback.journal>/halted).\n"
             "# TYPE couponseize_reserve_halted gauge\ncouponseize_reserve_halted %d\n",
          atomic_load((_Atomic int *)&rv->halted));
@@ -168,59 +155,59 @@ static void metrics_reserves(struct out *o, const struct shm_node *node)
 
 size_t metrics_render(const struct shm_node *node, char *buf, size_t cap)
 {
-    struct out o = {buf, cap, 0};
+    struct metrics_out o = {buf, cap, 0};
     const struct shm_metrics *m = &node->m;
 
     buf[0] = '\0';
-    emit(&o, "# HELP couponseize_requests_total Requests answered, by route and code.\n"
+    metrics_emit(&o, "# HELP couponseize_requests_total Requests answered, by route and code.\n"
              "# TYPE couponseize_requests_total counter\n");
     for (int r = 0; r < ROUTE__COUNT && r < SHM_ROUTES; r++)
         for (int c = 0; c < CODE__COUNT && c < SHM_CODES; c++) {
             uint64_t v = LOAD(m->requests[r][c]);
             if (v != 0)
-                emit(&o, "couponseize_requests_total{route=\"%s\",code=\"%s\"} %llu\n",
+                metrics_emit(&o, "couponseize_requests_total{route=\"%s\",code=\"%s\"} %llu\n",
                      route_names[r], http_code_name((enum cs_code)c), (unsigned long long)v);
         }
 
-    emit(&o, "# HELP couponseize_seize_duration_seconds Time to answer a seize.\n"
+    metrics_emit(&o, "# HELP couponseize_seize_duration_seconds Time to answer a seize.\n"
              "# TYPE couponseize_seize_duration_seconds histogram\n");
     uint64_t cum = 0;
     for (int b = 0; b < SHM_LAT_BUCKETS; b++) {
         cum += LOAD(m->seize_lat[b]);
         if (b == SHM_LAT_BUCKETS - 1)
-            emit(&o, "couponseize_seize_duration_seconds_bucket{le=\"+Inf\"} %llu\n",
+            metrics_emit(&o, "couponseize_seize_duration_seconds_bucket{le=\"+Inf\"} %llu\n",
                  (unsigned long long)cum);
         else
-            emit(&o, "couponseize_seize_duration_seconds_bucket{le=\"%g\"} %llu\n",
+            metrics_emit(&o, "couponseize_seize_duration_seconds_bucket{le=\"%g\"} %llu\n",
                  (double)shm_lat_bounds_us[b] / 1e6, (unsigned long long)cum);
     }
-    emit(&o, "couponseize_seize_duration_seconds_sum %.6f\n",
+    metrics_emit(&o, "couponseize_seize_duration_seconds_sum %.6f\n",
          (double)LOAD(m->seize_lat_sum_us) / 1e6);
-    emit(&o, "couponseize_seize_duration_seconds_count %llu\n",
+    metrics_emit(&o, "couponseize_seize_duration_seconds_count %llu\n",
          (unsigned long long)LOAD(m->seize_lat_count));
 
     counter(&o, "couponseize_redis_errors_total", "Redis calls that failed.", LOAD(m->redis_errors));
     counter(&o, "couponseize_redis_timeouts_total", "Redis calls that timed out.",
             LOAD(m->redis_timeouts));
-    emit(&o, "# HELP couponseize_breaker_state Redis breaker: 0 closed, 1 open, 2 half-open.\n"
+    metrics_emit(&o, "# HELP couponseize_breaker_state Redis breaker: 0 closed, 1 open, 2 half-open.\n"
              "# TYPE couponseize_breaker_state gauge\ncouponseize_breaker_state %d\n",
-         atomic_load((_Atomic int *)&node->breaker_state));
+         atomic_load((_Atomic int *)&node->breaker.state));
     counter(&o, "couponseize_breaker_opened_total", "Times the Redis breaker opened.",
             LOAD(m->breaker_opened));
     counter(&o, "couponseize_seize_resends_total",
             "Seize scripts sent once more on a fresh connection after a lost reply.",
             LOAD(m->seize_resends));
     const struct batch_metrics *bm = &node->batch.m;
-    emit(&o, "# HELP couponseize_batch_size Seizes of one script call led by a worker "
+    metrics_emit(&o, "# HELP couponseize_batch_size Seizes of one script call led by a worker "
              "(group commit; 1: it went alone).\n# TYPE couponseize_batch_size histogram\n");
     cum = 0;
     for (int b = 0; b < BATCH_SIZE_BUCKETS; b++) {
         cum += LOAD(bm->size[b]);
-        emit(&o, "couponseize_batch_size_bucket{le=\"%d\"} %llu\n", 1 << b,
+        metrics_emit(&o, "couponseize_batch_size_bucket{le=\"%d\"} %llu\n", 1 << b,
              (unsigned long long)cum);
     }
-    emit(&o, "couponseize_batch_size_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
-    emit(&o, "couponseize_batch_size_sum %llu\ncouponseize_batch_size_count %llu\n",
+    metrics_emit(&o, "couponseize_batch_size_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
+    metrics_emit(&o, "couponseize_batch_size_sum %llu\ncouponseize_batch_size_count %llu\n",
          (unsigned long long)LOAD(bm->size_sum), (unsigned long long)LOAD(bm->calls));
     counter(&o, "couponseize_batch_unsent_total",
             "Seizes whose deadline came while they waited for a call: nothing was sent.",
@@ -231,11 +218,11 @@ size_t metrics_render(const struct shm_node *node, char *buf, size_t cap)
     counter(&o, "couponseize_batch_leader_deaths_total",
             "Leaders of a call found dead by the seizes waiting on them.",
             LOAD(bm->leader_deaths));
-    int fault = atomic_load((_Atomic int *)&node->redis_fault);
-    emit(&o, "# HELP couponseize_redis_fault Why the last seize call failed (1 on the "
+    int fault = atomic_load((_Atomic int *)&node->breaker.fault);
+    metrics_emit(&o, "# HELP couponseize_redis_fault Why the last seize call failed (1 on the "
              "fault named; all 0 after a success).\n# TYPE couponseize_redis_fault gauge\n");
     for (int f = RCONN_FAULT_DOWN; f < RCONN_FAULT__COUNT; f++)
-        emit(&o, "couponseize_redis_fault{fault=\"%s\"} %d\n",
+        metrics_emit(&o, "couponseize_redis_fault{fault=\"%s\"} %d\n",
              rconn_fault_name((enum rconn_fault)f), f == fault);
     counter(&o, "couponseize_rate_limited_total", "Seizes refused by the node rate limit.",
             LOAD(m->rate_limited));
@@ -259,13 +246,13 @@ size_t metrics_render(const struct shm_node *node, char *buf, size_t cap)
      * coupon-sync is dead (its own gauge then freezes). */
     int64_t read_ms = atomic_load(&node->qdepth.read_ms);
     if (read_ms > 0) {
-        emit(&o, "# HELP couponseize_queue_depth Coupons granted but not yet in MySQL: "
+        metrics_emit(&o, "# HELP couponseize_queue_depth Coupons granted but not yet in MySQL: "
                  "HLEN of QUEUE:COUPON:SEIZE:SYNC:{i}, read by the workers.\n"
                  "# TYPE couponseize_queue_depth gauge\n");
         for (int i = 0; i < SHM_QUEUE_SHARDS; i++)
-            emit(&o, "couponseize_queue_depth{shard=\"%d\"} %lld\n", i,
+            metrics_emit(&o, "couponseize_queue_depth{shard=\"%d\"} %lld\n", i,
                  (long long)atomic_load(&node->qdepth.depth[i]));
-        emit(&o, "# HELP couponseize_queue_depth_read_timestamp_seconds When the workers "
+        metrics_emit(&o, "# HELP couponseize_queue_depth_read_timestamp_seconds When the workers "
                  "last read couponseize_queue_depth from Redis.\n"
                  "# TYPE couponseize_queue_depth_read_timestamp_seconds gauge\n"
                  "couponseize_queue_depth_read_timestamp_seconds %.3f\n",
@@ -274,52 +261,15 @@ size_t metrics_render(const struct shm_node *node, char *buf, size_t cap)
     return o.len;
 }
 
-/* Refreshes the node's queue depths when they are a second old or more and no
- * other worker is reading them. Ten HLENs, one per shard (each routed by its
- * own key). Skipped while the breaker is open: the depths then keep their
- * last value and read timestamp. */
-static void metrics_read_queues(struct worker *w)
-{
-    struct shm_qdepth *q = &w->shm->qdepth;
-    int64_t now = cs_now_ms(), mono = cs_mono_ms();
-    int64_t lease = atomic_load(&q->lease_ms);
-
-    if (now - atomic_load(&q->read_ms) < 1000 || lease > mono
-        || atomic_load(&w->shm->breaker_state) == BREAKER_OPEN
-        || !atomic_compare_exchange_strong(&q->lease_ms, &lease,
-                                           mono + w->conf->redis_command_timeout_ms * 11 + 100))
-        return;
-    int64_t depth[SHM_QUEUE_SHARDS];
-    int ok = 1;
-    for (int i = 0; i < SHM_QUEUE_SHARDS && ok; i++) {
-        char key[KEYS_MAX];
-        keys_queue(key, i);
-        redisReply *rep = rconn_command(w->rc, key, "HLEN %s", key);
-        ok = rep != NULL && rep->type == REDIS_REPLY_INTEGER;
-        if (ok)
-            depth[i] = rep->integer;
-        if (rep != NULL)
-            freeReplyObject(rep);
-    }
-    if (ok) {
-        for (int i = 0; i < SHM_QUEUE_SHARDS; i++)
-            atomic_store(&q->depth[i], depth[i]);
-        atomic_store(&q->read_ms, now);
-    } else {
-        log_debug("queue depths for metrics not read: %s", w->rc->errstr);
-    }
-    atomic_store(&q->lease_ms, 0);
-}
-
 /* The node's workers from the registry in shared memory: how many are alive
  * and the resident memory of each (from /proc; a slot whose process is gone
  * is skipped). */
-static void metrics_workers(const struct shm_node *node, struct out *o)
+void metrics_workers(const struct shm_node *node, struct metrics_out *o)
 {
     long page = sysconf(_SC_PAGESIZE);
     int alive = 0;
 
-    emit(o, "# HELP couponseize_worker_rss_bytes Resident memory of each worker process, "
+    metrics_emit(o, "# HELP couponseize_worker_rss_bytes Resident memory of each worker process, "
             "by registry slot.\n# TYPE couponseize_worker_rss_bytes gauge\n");
     for (int i = 0; i < SHM_MAX_WORKERS; i++) {
         int32_t pid = atomic_load((_Atomic int32_t *)&node->worker_pid[i]);
@@ -336,91 +286,9 @@ static void metrics_workers(const struct shm_node *node, struct out *o)
         if (got != 2)
             continue;
         alive++;
-        emit(o, "couponseize_worker_rss_bytes{worker=\"%d\"} %llu\n", i,
+        metrics_emit(o, "couponseize_worker_rss_bytes{worker=\"%d\"} %llu\n", i,
              (unsigned long long)resident * (unsigned long long)page);
     }
-    emit(o, "# HELP couponseize_workers Worker processes of this node that are alive.\n"
+    metrics_emit(o, "# HELP couponseize_workers Worker processes of this node that are alive.\n"
             "# TYPE couponseize_workers gauge\ncouponseize_workers %d\n", alive);
-}
-
-/* Live stock of the activities on sale now (first METRICS_MAX_ACTIVITIES in
- * list order), from the node's copy of the activity list and one pipelined
- * read of their stock fields. Nothing while the breaker is open: a scrape
- * must not add load to a Redis that is failing. */
-static void metrics_activities(struct worker *w, struct out *o)
-{
-    struct activity_stock st[METRICS_MAX_ACTIVITIES];
-    int64_t total[METRICS_MAX_ACTIVITIES];
-    size_t n = 0;
-    int64_t now = cs_now_ms();
-
-    if (atomic_load(&w->shm->breaker_state) == BREAKER_OPEN)
-        return;
-    for (size_t page = 1; n < METRICS_MAX_ACTIVITIES; page++) {
-        struct alist_page pg;
-        if (alist_page(w, page, METRICS_LIST_PAGE, &pg) != CS_OK)
-            break;
-        int last = pg.n < METRICS_LIST_PAGE || page * METRICS_LIST_PAGE >= pg.total;
-        for (size_t i = 0; i < pg.n && n < METRICS_MAX_ACTIVITIES; i++) {
-            /* The list is in start-time order: the rest start later still. */
-            if (pg.acts[i].start_ms > now) {
-                last = 1;
-                break;
-            }
-            if (activity_status_at(&pg.acts[i], now) != ACT_IN_PROGRESS)
-                continue;
-            st[n] = (struct activity_stock){.id = pg.acts[i].id};
-            total[n++] = pg.acts[i].total_num;
-        }
-        alist_page_free(&pg);
-        if (last)
-            break;
-    }
-    if (n == 0)
-        return;
-    activity_stock_read(w->rc, st, n); /* what was not read is left out below */
-    emit(o, "# HELP couponseize_activity_remaining Coupons left in Redis, per activity on "
-            "sale now.\n# TYPE couponseize_activity_remaining gauge\n");
-    for (size_t i = 0; i < n; i++)
-        if (st[i].state == ACT_STOCK_SET && st[i].value >= 0)
-            emit(o, "couponseize_activity_remaining{activity=\"%lld\"} %lld\n",
-                 (long long)st[i].id, (long long)st[i].value);
-    emit(o, "# HELP couponseize_activity_sold_out 1 when an activity on sale now has no "
-            "coupon left.\n# TYPE couponseize_activity_sold_out gauge\n");
-    for (size_t i = 0; i < n; i++)
-        if (st[i].state == ACT_STOCK_SET && st[i].value >= 0)
-            emit(o, "couponseize_activity_sold_out{activity=\"%lld\"} %d\n",
-                 (long long)st[i].id, st[i].value == 0);
-    emit(o, "# HELP couponseize_activity_coupons Coupons an activity on sale now offers in "
-            "all (totalNum).\n# TYPE couponseize_activity_coupons gauge\n");
-    for (size_t i = 0; i < n; i++)
-        if (st[i].state == ACT_STOCK_SET && st[i].value >= 0)
-            emit(o, "couponseize_activity_coupons{activity=\"%lld\"} %lld\n",
-                 (long long)st[i].id, (long long)total[i]);
-}
-
-void metrics_handle(struct worker *w, struct req *r)
-{
-    struct auth_identity who;
-
-    /* No credential: the web server's ACL on /market/admin/ is the guard
-     * (Prometheus scrapes from a trusted address). A credential must be admin. */
-    if (req_auth(w, r, 0, &who) != CS_OK)
-        return;
-    if (who.user_id != 0 && !who.is_admin) {
-        req_reply(r, CODE_FORBIDDEN, NULL, NULL, 0);
-        return;
-    }
-    metrics_read_queues(w);
-    int copies[KEYS_SHARDS];
-    worker_durability(w, copies);
-    size_t cap = 128 * 1024;
-    char *buf = xmalloc(cap);
-    struct out o = {buf, cap, metrics_render(w->shm, buf, cap)};
-    metrics_workers(w->shm, &o);
-    metrics_activities(w, &o);
-    size_t n = o.len;
-    r->code = CODE_OK;
-    http_reply_raw(r->out, 200, "text/plain; version=0.0.4; charset=utf-8", buf, n, NULL);
-    free(buf);
 }

@@ -10,4 +10,19 @@ struct shm_node;
  * cap). Returns the length written. */
 size_t metrics_render(const struct shm_node *node, char *buf, size_t cap);
 
+/* What metrics_emit() appends to: buf of cap bytes, len of them written
+ * (always NUL-terminated; what does not fit is cut). */
+struct metrics_out {
+    char *buf;
+    size_t cap, len;
+};
+
+/* Appends a printf-formatted piece to o. */
+void metrics_emit(struct metrics_out *o, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* Appends the node's workers from the registry in shared memory: how many
+ * are alive and the resident memory of each (from /proc). */
+void metrics_workers(const struct shm_node *node, struct metrics_out *o);
+
 #endif

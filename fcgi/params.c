@@ -1,5 +1,6 @@
 /* params.c - FastCGI parameters -> struct req, apart from libfcgi's loop. */
 #include "params.h"
+#include "req.h"
 
 #include <errno.h>
 #include <limits.h>

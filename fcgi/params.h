@@ -2,7 +2,7 @@
 #ifndef CS_PARAMS_H
 #define CS_PARAMS_H
 
-#include "worker.h"
+#include "req.h"
 
 /* The FastCGI params auth.mode = "trusted-header" takes the caller from, set
  * by the web server. Not HTTP_*: no request header can produce them. */

@@ -1,28 +1,13 @@
 /* route.c - maps a request path and method to its handler. */
 #include "route.h"
+#include "api.h"
 #include "audit.h"
 #include "http.h"
 #include "idem.h"
+#include "req.h"
 #include "worker.h"
 
 #include <string.h>
-
-const char *const route_names[ROUTE__COUNT] = {
-    [ROUTE_SEIZE] = "seize",
-    [ROUTE_STATUS] = "status",
-    [ROUTE_PREHEAT] = "preheat",
-    [ROUTE_REVOKE] = "revoke",
-    [ROUTE_HEALTH] = "health",
-    [ROUTE_METRICS] = "metrics",
-    [ROUTE_ACTIVITY] = "activity",
-    [ROUTE_RECONCILE] = "reconcile",
-    [ROUTE_MINE] = "mine",
-    [ROUTE_USE] = "use",
-    [ROUTE_RELEASE] = "release",
-    [ROUTE_RESERVES] = "reserves",
-    [ROUTE_RESERVE_RETURN] = "reserve_return",
-    [ROUTE_OTHER] = "other",
-};
 
 static const struct {
     const char *path;
@@ -32,20 +17,20 @@ static const struct {
     const char *audit;         /* admin action recorded in admin_audit, or NULL */
     int admin_write;           /* takes Idempotency-Key (its POST / PUT) */
 } routes[] = {
-    {"/market/consumer/coupon/seize", "POST", ROUTE_SEIZE, seize_handle, NULL, 0},
-    {"/market/consumer/coupon/status", "GET", ROUTE_STATUS, status_handle, NULL, 0},
-    {"/market/admin/coupon/preheat", "POST", ROUTE_PREHEAT, admin_preheat, "preheat", 1},
-    {"/market/admin/coupon/revoke", "POST", ROUTE_REVOKE, admin_revoke, "revoke", 1},
-    {"/market/admin/coupon/reconcile", "POST", ROUTE_RECONCILE, admin_reconcile, "reconcile", 1},
-    {"/market/health", "GET", ROUTE_HEALTH, admin_health, NULL, 0},
-    {"/market/admin/metrics", "GET", ROUTE_METRICS, metrics_handle, NULL, 0},
-    {"/market/admin/coupon/activity", NULL, ROUTE_ACTIVITY, activity_handle, NULL, 1},
-    {"/market/consumer/coupon/mine", "GET", ROUTE_MINE, coupon_mine_handle, NULL, 0},
+    {"/market/consumer/coupon/seize", "POST", ROUTE_SEIZE, api_seize, NULL, 0},
+    {"/market/consumer/coupon/status", "GET", ROUTE_STATUS, api_status, NULL, 0},
+    {"/market/admin/coupon/preheat", "POST", ROUTE_PREHEAT, api_admin_preheat, "preheat", 1},
+    {"/market/admin/coupon/revoke", "POST", ROUTE_REVOKE, api_admin_revoke, "revoke", 1},
+    {"/market/admin/coupon/reconcile", "POST", ROUTE_RECONCILE, api_admin_reconcile, "reconcile", 1},
+    {"/market/health", "GET", ROUTE_HEALTH, api_admin_health, NULL, 0},
+    {"/market/admin/metrics", "GET", ROUTE_METRICS, api_metrics, NULL, 0},
+    {"/market/admin/coupon/activity", NULL, ROUTE_ACTIVITY, api_activity, NULL, 1},
+    {"/market/consumer/coupon/mine", "GET", ROUTE_MINE, api_coupon_mine, NULL, 0},
     /* Audited when an admin token calls (the handler sets the action). */
-    {"/market/service/coupon/use", "POST", ROUTE_USE, coupon_use_handle, NULL, 0},
-    {"/market/service/coupon/release", "POST", ROUTE_RELEASE, coupon_release_handle, NULL, 0},
-    {"/market/admin/coupon/reserves", "GET", ROUTE_RESERVES, reserve_list_handle, NULL, 0},
-    {"/market/admin/coupon/reserve/return", "POST", ROUTE_RESERVE_RETURN, reserve_return_handle,
+    {"/market/service/coupon/use", "POST", ROUTE_USE, api_coupon_use, NULL, 0},
+    {"/market/service/coupon/release", "POST", ROUTE_RELEASE, api_coupon_release, NULL, 0},
+    {"/market/admin/coupon/reserves", "GET", ROUTE_RESERVES, api_reserve_list, NULL, 0},
+    {"/market/admin/coupon/reserve/return", "POST", ROUTE_RESERVE_RETURN, api_reserve_return,
      "reserve_return", 1},
 };
 
@@ -68,17 +53,21 @@ void route_dispatch(struct worker *w, struct req *r)
         r->audit_action = routes[i].audit;
         if (r->idem_key != NULL && routes[i].admin_write && strcmp(r->method, "GET") != 0
             && strcmp(r->method, "HEAD") != 0) {
-            idem_serve(w, r, routes[i].handler);
+            struct idem_claim ic;
+            if (idem_begin(w->mc, r, &ic) == IDEM_RUN) {
+                routes[i].handler(w, r);
+                idem_end(w->mc, &ic);
+            }
             /* A replay or a refused key is no new action: no audit row. */
             if (r->audit_action != NULL && r->who.is_admin && strcmp(r->msg, "replay") != 0
                 && r->code != CODE_IDEMPOTENCY_KEY_IN_USE && r->code != CODE_IDEMPOTENCY_KEY_REUSED)
-                audit_record(w, r);
+                audit_record(w->mc, r);
             return;
         }
         routes[i].handler(w, r);
         /* Only callers that proved to be admins leave a trace (not 401/403). */
         if (r->audit_action != NULL && r->who.is_admin)
-            audit_record(w, r);
+            audit_record(w->mc, r);
         return;
     }
     r->route = ROUTE_OTHER;

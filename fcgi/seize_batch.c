@@ -2,23 +2,24 @@
  * leader makes for the seizes it took (lua/seize_batch.lua), and each
  * seize's answer from what its leader wrote (DESIGN.md "Group commit"). */
 #include "seize_batch.h"
+#include "seize_rules.h"
 #include "batch.h"
+#include "breaker.h"
 #include "conf.h"
 #include "cs.h"
+#include "durability.h"
 #include "http.h"
 #include "keys.h"
 #include "log.h"
 #include "meta.h"
+#include "req.h"
+#include "scripts.h"
 #include "shm.h"
 
 #include <inttypes.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
-
-static const char seize_batch_lua[] =
-#include "seize_batch_lua.h"
-    ;
 
 /* The keys and arguments of one batch call: per process (a worker leads at
  * most one call at a time), too big for the stack. */
@@ -92,14 +93,6 @@ static redisReply *sb_send(struct worker *w, struct sb_call *c, int wait_ms)
     return rep;
 }
 
-static void sb_count_failure(struct worker *w)
-{
-    if (w->rc->err == RCONN_ERR_TIMEOUT)
-        atomic_fetch_add(&w->shm->m.redis_timeouts, 1);
-    else
-        atomic_fetch_add(&w->shm->m.redis_errors, 1);
-}
-
 /*
  * Sends the batch as seize_eval() sends one seize: within the leader's
  * deadline, with room kept for one resend on a fresh connection when the
@@ -123,10 +116,10 @@ static redisReply *sb_eval(struct worker *w, struct batch_take *t, int64_t deadl
     if (rep == NULL && w->rc->maybe_sent) {
         /* The script is idempotent per user: the same call once more tells
          * each user the truth. */
-        sb_count_failure(w);
+        breaker_count_failure(w->shm, w->rc);
         left = deadline_ms - cs_mono_ms();
         if (left < 5) {
-            worker_seize_done(w, t->shard, RCONN_FAULT_DOWN);
+            seize_breaker_done(w, t->shard, RCONN_FAULT_DOWN);
             sb_all(t, BATCH_OUT_UNKNOWN);
             return NULL;
         }
@@ -136,7 +129,8 @@ static redisReply *sb_eval(struct worker *w, struct batch_take *t, int64_t deadl
         *resent = 1;
         rep = sb_send(w, &call, (int)left);
         if (rep == NULL || rep->type != REDIS_REPLY_ARRAY) {
-            worker_seize_done(w, t->shard, rep != NULL ? rconn_reply_fault(rep) : RCONN_FAULT_DOWN);
+            seize_breaker_done(w, t->shard,
+                               rep != NULL ? rconn_reply_fault(rep) : RCONN_FAULT_DOWN);
             if (rep != NULL)
                 freeReplyObject(rep);
             sb_all(t, BATCH_OUT_UNKNOWN);
@@ -144,7 +138,7 @@ static redisReply *sb_eval(struct worker *w, struct batch_take *t, int64_t deadl
         }
     }
     if (rep == NULL) {
-        worker_seize_done(w, t->shard, RCONN_FAULT_DOWN);
+        seize_breaker_done(w, t->shard, RCONN_FAULT_DOWN);
         sb_all(t, BATCH_OUT_NOT_SENT);
         return NULL;
     }
@@ -155,7 +149,7 @@ static redisReply *sb_eval(struct worker *w, struct batch_take *t, int64_t deadl
         log_error("EVALSHA seize_batch.lua on shard %d: %s", t->shard,
                   rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
         freeReplyObject(rep);
-        worker_seize_done(w, t->shard, fault == RCONN_FAULT_NONE ? RCONN_FAULT_ERROR : fault);
+        seize_breaker_done(w, t->shard, fault == RCONN_FAULT_NONE ? RCONN_FAULT_ERROR : fault);
         sb_all(t, BATCH_OUT_NOT_SENT);
         return NULL;
     }
@@ -171,7 +165,7 @@ static int sb_replicated(struct worker *w, struct batch_take *t, int fence)
         return CS_OK;
     int copies = rconn_copies(w->rc, &call.site, c->redis_wait_replicas);
     if (c->redis_cluster)
-        worker_note_copies(w, t->shard, copies);
+        durability_note(w->shm, t->shard, copies);
     if (fence)
         keys_fence(call.k_fence, t->shard);
     return rconn_wait_at(w->rc, &call.site, fence ? call.k_fence : NULL, copies,
@@ -185,7 +179,7 @@ static void sb_lead(struct worker *w, struct batch_take *t, int64_t deadline_ms)
     int64_t sent_at = cs_mono_ms();
 
     if (script.src == NULL)
-        rscript_from_text(&script, seize_batch_lua);
+        rscript_from_text(&script, script_seize_batch);
     sb_build(&call, t);
     redisReply *rep = sb_eval(w, t, deadline_ms, &resent);
     if (rep == NULL)
@@ -197,7 +191,7 @@ static void sb_lead(struct worker *w, struct batch_take *t, int64_t deadline_ms)
         log_error("EVALSHA seize_batch.lua on shard %d: %zu elements for %d seizes", t->shard,
                   rep->elements, t->n);
         freeReplyObject(rep);
-        worker_seize_done(w, t->shard, RCONN_FAULT_ERROR);
+        seize_breaker_done(w, t->shard, RCONN_FAULT_ERROR);
         sb_all(t, BATCH_OUT_UNKNOWN); /* it ran: what it did is not known */
         return;
     }
@@ -209,18 +203,18 @@ static void sb_lead(struct worker *w, struct batch_take *t, int64_t deadline_ms)
         it->outcome = BATCH_OUT_ANSWERED;
         it->res = res;
         it->remaining = res >= 0 ? res : -1;
-        it->code = http_seize_outcome(res);
+        it->code = seize_rules_outcome(res);
         /* After a resend, -1 may be this very call's grant whose answer
          * was lost: a grant no older than the first send is (50 ms of
          * slack for the clock reads), as seize_settle_resent() judges. */
-        if (resent && res == -1)
+        if (resent && res == SCRIPT_SEIZE_ALREADY)
             it->code = now_ms - seized_ms > age_ms + 50 ? CODE_ALREADY_SEIZED : CODE_SEIZED;
         if (it->code == CODE_SEIZED)
             grants++;
     }
     freeReplyObject(rep);
     if (grants == 0) {
-        worker_seize_done(w, t->shard, RCONN_FAULT_NONE);
+        seize_breaker_done(w, t->shard, RCONN_FAULT_NONE);
         return;
     }
     atomic_fetch_add_explicit(&w->shm->m.seized_shard[t->shard], (uint64_t)grants,
@@ -231,13 +225,13 @@ static void sb_lead(struct worker *w, struct batch_take *t, int64_t deadline_ms)
     if (sb_replicated(w, t, resent) != CS_OK) {
         log_warn("seize batch of %d on shard %d: %d granted, not confirmed: %s", t->n, t->shard,
                  grants, w->rc->errstr);
-        worker_seize_done(w, t->shard, RCONN_FAULT_ERROR);
+        seize_breaker_done(w, t->shard, RCONN_FAULT_ERROR);
         for (int i = 0; i < t->n; i++)
             if (t->item[i].code == CODE_SEIZED)
                 t->item[i].outcome = BATCH_OUT_UNKNOWN;
         return;
     }
-    worker_seize_done(w, t->shard, RCONN_FAULT_NONE);
+    seize_breaker_done(w, t->shard, RCONN_FAULT_NONE);
 }
 
 /* Answers r from what the leader wrote, as seize_grant() answers its own
@@ -254,16 +248,16 @@ static void sb_answer(struct worker *w, struct req *r, struct activity *a, int64
         return;
     }
     if (it->outcome != BATCH_OUT_ANSWERED) {
-        req_reply(r, CODE_UNKNOWN_OUTCOME, NULL, NULL, worker_retry_after(w));
+        req_reply(r, CODE_UNKNOWN_OUTCOME, NULL, NULL, breaker_retry_after(w->conf));
         return;
     }
-    if (it->res == -3) {
+    if (it->res == SCRIPT_SEIZE_UNKNOWN) {
         /* Stock or window missing: nothing changed, so the seize goes
          * alone, whose path writes a missing window and asks again. */
         ops->alone(w, r, a, uid, arg);
         return;
     }
-    if (it->res == -6) {
+    if (it->res == SCRIPT_SEIZE_FOR_NOW) {
         req_reply(r, CODE_SOLD_OUT, "sold out for now; coupons held in node reserves may return",
                   "\"final\":false", 1);
         return;
@@ -283,7 +277,7 @@ static void sb_answer(struct worker *w, struct req *r, struct activity *a, int64
     }
     if (code == CODE_NO_SUCH_ACTIVITY) {
         meta_forget(w->meta, a->id);
-        if (meta_lookup(w, a->id, a, &stale) == META_VOIDED)
+        if (meta_lookup(w->meta, w->rc, a->id, a, &stale) == META_VOIDED)
             code = CODE_VOIDED;
     }
     req_reply(r, code, NULL, NULL, 0);
@@ -300,7 +294,7 @@ static void sb_unanswered(struct worker *w, int shard, int64_t deadline_ms)
         return;
     rconn_set_err(w->rc, RCONN_ERR_TIMEOUT, "seize batch",
                   "no answer within the budget behind the call in flight");
-    worker_seize_done(w, shard, RCONN_FAULT_DOWN);
+    seize_breaker_done(w, shard, RCONN_FAULT_DOWN);
 }
 
 void seize_batched(struct worker *w, struct req *r, struct activity *a, int64_t uid,
@@ -336,7 +330,7 @@ void seize_batched(struct worker *w, struct req *r, struct activity *a, int64_t 
         return;
     case BATCH_UNKNOWN:
         sb_unanswered(w, keys_shard(a->id), deadline_ms);
-        req_reply(r, CODE_UNKNOWN_OUTCOME, NULL, NULL, worker_retry_after(w));
+        req_reply(r, CODE_UNKNOWN_OUTCOME, NULL, NULL, breaker_retry_after(w->conf));
         return;
     }
 }

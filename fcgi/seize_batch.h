@@ -5,6 +5,8 @@
 #include <stdint.h>
 
 #include "activity.h"
+#include "breaker.h"
+#include "req.h"
 #include "worker.h"
 
 /* The seize handler's own ways of answering one seize, each answering r. */
@@ -26,5 +28,11 @@ struct seize_batch_ops {
  */
 void seize_batched(struct worker *w, struct req *r, struct activity *a, int64_t uid,
                    int64_t deadline_ms, const struct seize_batch_ops *ops, void *arg);
+
+/* The breaker of shard hears how a seize call on w->rc went (breaker.h). */
+static inline void seize_breaker_done(struct worker *w, int shard, enum rconn_fault fault)
+{
+    breaker_seize_done(w->conf, w->shm, shard, fault, w->rc);
+}
 
 #endif

@@ -24,7 +24,6 @@
 #include <unistd.h>
 
 #define SUPER_STOP_GRACE_MS 30000
-#define SUPER_BACKOFF_MAX_MS 5000
 #define SUPER_MAX_RETIRING 1024
 
 struct slot {
@@ -169,6 +168,224 @@ static void super_describe_exit(int index, pid_t pid, int status, int64_t lived_
                   (int)pid, WEXITSTATUS(status), (long long)lived_ms);
 }
 
+/* Workers replaced by a reload, finishing their last request; killed if
+ * they have not gone SUPER_STOP_GRACE_MS after being told to. */
+struct retiree {
+    pid_t pid;
+    int64_t kill_at_ms;
+};
+
+/* What the supervisor's loop keeps between events. */
+struct super {
+    struct cs_conf *conf;
+    const char *conf_path;
+    int listen_fd;
+    struct shm_node *shm;
+    int n;                     /* fcgi.workers */
+    struct slot *slots;
+    struct retiree retiring[SUPER_MAX_RETIRING];
+    int nretiring;
+    pid_t keeper;
+    int64_t keeper_at, keeper_backoff, keeper_started;
+    int stopping;
+    int64_t stop_deadline;
+};
+
+/* SIGTERM / SIGINT: every worker finishes its request in flight and goes. */
+static void super_on_stop(struct super *s, int64_t now)
+{
+    if (s->stopping)
+        return;
+    log_notice("stopping: waiting for workers to finish their requests");
+    sdnotify_stopping();
+    s->stopping = 1;
+    s->stop_deadline = now + SUPER_STOP_GRACE_MS;
+    for (int i = 0; i < s->n; i++)
+        if (s->slots[i].pid > 0)
+            kill(s->slots[i].pid, SIGTERM);
+    for (int i = 0; i < s->nretiring; i++)
+        kill(s->retiring[i].pid, SIGTERM);
+    /* It gives the reserves back while the workers finish. */
+    if (s->keeper > 0)
+        kill(s->keeper, SIGTERM);
+}
+
+/* SIGHUP: the configuration read again, and the workers replaced one by one. */
+static void super_on_reload(struct super *s, int64_t now)
+{
+    struct cs_conf *conf = s->conf;
+    struct cs_conf fresh;
+    struct rscript script;
+    char err[256];
+
+    if (conf_load(&fresh, s->conf_path, err, sizeof(err)) != CS_OK) {
+        log_error("reload refused, keeping the running configuration: %s", err);
+        return;
+    }
+    if (rscript_load_file(&script, fresh.fcgi_script, err, sizeof(err)) != CS_OK) {
+        /* Workers that cannot load the script would all die. */
+        log_error("reload refused, keeping the running configuration: %s", err);
+        conf_free(&fresh);
+        return;
+    }
+    rscript_free(&script);
+    sdnotify_reloading();
+    if (strcmp(fresh.fcgi_listen, conf->fcgi_listen) != 0
+        || fresh.fcgi_workers != conf->fcgi_workers
+        || strcmp(fresh.fcgi_shm_name, conf->fcgi_shm_name) != 0)
+        log_warn("fcgi.listen, fcgi.workers and fcgi.shm_name change only on restart");
+    /* The workers keep the segment this supervisor created, and that is the
+     * one removed at stop. */
+    fresh.fcgi_workers = conf->fcgi_workers;
+    free(fresh.fcgi_listen);
+    fresh.fcgi_listen = xstrdup(conf->fcgi_listen);
+    free(fresh.fcgi_shm_name);
+    fresh.fcgi_shm_name = xstrdup(conf->fcgi_shm_name);
+    conf_free(conf);
+    *conf = fresh;
+    int lvl = log_level_parse(conf->log_level);
+    log_init("coupon-fcgi", lvl, conf->log_target);
+    /* Rolling: each new worker is up before its predecessor is told to go. */
+    for (int i = 0; i < s->n; i++) {
+        pid_t old = s->slots[i].pid;
+        s->slots[i].pid = super_spawn(conf, s->listen_fd, s->shm, i);
+        s->slots[i].started_ms = now;
+        s->slots[i].backoff_ms = 0;
+        if (old > 0) {
+            kill(old, SIGTERM);
+            if (s->nretiring < SUPER_MAX_RETIRING)
+                s->retiring[s->nretiring++] =
+                    (struct retiree){.pid = old, .kill_at_ms = now + SUPER_STOP_GRACE_MS};
+        }
+    }
+    /* The keeper gives its reserves back and starts again with the new
+     * settings (a lowered fallback.reserve among them). */
+    if (s->keeper > 0)
+        kill(s->keeper, SIGTERM);
+    else if (keeper_wanted(conf))
+        s->keeper_at = now;
+    log_notice("configuration reloaded from %s; workers replaced", s->conf_path);
+    sdnotify_ready();
+}
+
+/* The keeper ended: started again, later and later while it dies young. */
+static void super_keeper_exited(struct super *s, pid_t pid, int status, int64_t now)
+{
+    s->keeper = 0;
+    atomic_store(&s->shm->rsv.keeper_pid, 0);
+    if (s->stopping)
+        return;
+    int64_t lived = now - s->keeper_started;
+    if (WIFSIGNALED(status) || WEXITSTATUS(status) != 0) {
+        log_error("reserve keeper (pid %d) ended (%s %d) after %lld ms; restarting", (int)pid,
+                  WIFSIGNALED(status) ? "signal" : "status",
+                  WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
+                  (long long)lived);
+        s->keeper_backoff = super_backoff(s->keeper_backoff, lived);
+    } else {
+        s->keeper_backoff = 0;
+    }
+    s->keeper_at = now + s->keeper_backoff;
+}
+
+/* A child ended: the keeper, a replaced worker, or a worker to start again. */
+static void super_on_exit(struct super *s, pid_t pid, int status, int64_t now)
+{
+    if (pid == s->keeper) {
+        super_keeper_exited(s, pid, status, now);
+        return;
+    }
+    shm_worker_unregister(s->shm, (int32_t)pid); /* a worker that crashed left it */
+    for (int i = 0; i < s->nretiring; i++)
+        if (s->retiring[i].pid == pid) {
+            s->retiring[i] = s->retiring[--s->nretiring];
+            return;
+        }
+    for (int i = 0; i < s->n; i++) {
+        struct slot *sl = &s->slots[i];
+        if (sl->pid != pid)
+            continue;
+        sl->pid = 0;
+        if (s->stopping)
+            return;
+        int64_t lived = now - sl->started_ms;
+        super_describe_exit(i, pid, status, lived);
+        atomic_fetch_add(&s->shm->m.worker_restarts, 1);
+        /* A worker that dies young is restarted later and later. */
+        sl->backoff_ms = (int)super_backoff(sl->backoff_ms, lived);
+        sl->restart_at_ms = now + sl->backoff_ms;
+        return;
+    }
+}
+
+/* While stopping: 1 once every child is gone; those past the grace are killed. */
+static int super_stop_tick(struct super *s, int64_t now)
+{
+    int alive = s->nretiring + (s->keeper > 0);
+    for (int i = 0; i < s->n; i++)
+        alive += s->slots[i].pid > 0;
+    if (alive == 0)
+        return 1;
+    if (now >= s->stop_deadline) {
+        log_warn("%d workers did not stop in time; killing them", alive);
+        for (int i = 0; i < s->n; i++)
+            if (s->slots[i].pid > 0)
+                kill(s->slots[i].pid, SIGKILL);
+        for (int i = 0; i < s->nretiring; i++)
+            kill(s->retiring[i].pid, SIGKILL);
+        if (s->keeper > 0)
+            kill(s->keeper, SIGKILL);
+        s->stop_deadline = now + 5000;
+    }
+    return 0;
+}
+
+/* Serving: replaced workers past their grace killed, the keeper and the
+ * workers whose wait is over started. */
+static void super_tick(struct super *s, int64_t now)
+{
+    struct cs_conf *conf = s->conf;
+
+    for (int i = 0; i < s->nretiring; i++) {
+        if (s->retiring[i].kill_at_ms <= now) {
+            log_warn("replaced worker %d did not stop in %d ms; killing it",
+                     (int)s->retiring[i].pid, SUPER_STOP_GRACE_MS);
+            kill(s->retiring[i].pid, SIGKILL);
+            s->retiring[i].kill_at_ms = now + 5000;
+        }
+    }
+    if (s->keeper == 0 && s->keeper_at != 0 && s->keeper_at <= now) {
+        s->keeper = keeper_wanted(conf) ? super_spawn_keeper(conf, s->shm, s->listen_fd) : 0;
+        s->keeper_started = now;
+        s->keeper_at = s->keeper == 0 && keeper_wanted(conf) ? now + 1000 : 0;
+    }
+    for (int i = 0; i < s->n; i++) {
+        struct slot *sl = &s->slots[i];
+        if (sl->pid == 0 && sl->restart_at_ms <= now) {
+            sl->pid = super_spawn(conf, s->listen_fd, s->shm, i);
+            sl->started_ms = now;
+            sl->restart_at_ms = sl->pid == 0 ? now + 1000 : 0;
+        }
+    }
+}
+
+/* Forks the workers and, with reserves on, the keeper. */
+static void super_start(struct super *s, int64_t now)
+{
+    for (int i = 0; i < s->n; i++) {
+        s->slots[i].pid = super_spawn(s->conf, s->listen_fd, s->shm, i);
+        s->slots[i].started_ms = now;
+        if (s->slots[i].pid == 0)
+            s->slots[i].restart_at_ms = now + 1000;
+    }
+    if (keeper_wanted(s->conf)) {
+        s->keeper = super_spawn_keeper(s->conf, s->shm, s->listen_fd);
+        s->keeper_started = now;
+        if (s->keeper == 0)
+            s->keeper_at = now + 1000;
+    }
+}
+
 int super_run(struct cs_conf *conf, const char *conf_path, int listen_fd, int own_socket)
 {
     char err[256];
@@ -186,207 +403,40 @@ int super_run(struct cs_conf *conf, const char *conf_path, int listen_fd, int ow
     sigprocmask(SIG_BLOCK, &super_sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    int n = conf->fcgi_workers;
-    struct slot *slots = xcalloc((size_t)n, sizeof(*slots));
-    /* Workers replaced by a reload, finishing their last request; killed if
-     * they have not gone SUPER_STOP_GRACE_MS after being told to. */
-    struct retiree {
-        pid_t pid;
-        int64_t kill_at_ms;
-    } retiring[SUPER_MAX_RETIRING];
-    int nretiring = 0;
-    int64_t now = cs_mono_ms();
-
-    for (int i = 0; i < n; i++) {
-        slots[i].pid = super_spawn(conf, listen_fd, shm, i);
-        slots[i].started_ms = now;
-        if (slots[i].pid == 0)
-            slots[i].restart_at_ms = now + 1000;
-    }
-    pid_t keeper = 0;
-    int64_t keeper_at = 0, keeper_backoff = 0, keeper_started = 0;
-    if (keeper_wanted(conf)) {
-        keeper = super_spawn_keeper(conf, shm, listen_fd);
-        keeper_started = now;
-        if (keeper == 0)
-            keeper_at = now + 1000;
-    }
+    struct super *s = xcalloc(1, sizeof(*s));
+    s->conf = conf;
+    s->conf_path = conf_path;
+    s->listen_fd = listen_fd;
+    s->shm = shm;
+    s->n = conf->fcgi_workers;
+    s->slots = xcalloc((size_t)s->n, sizeof(*s->slots));
+    super_start(s, cs_mono_ms());
     log_notice("coupon-fcgi supervisor %d serving %s with %d workers", (int)getpid(),
-               conf->fcgi_listen, n);
+               conf->fcgi_listen, s->n);
     sdnotify_ready();
-    sdnotify_status("%d workers", n);
+    sdnotify_status("%d workers", s->n);
 
-    int stopping = 0;
-    int64_t stop_deadline = 0;
     for (;;) {
         struct timespec ts = {0, 200 * 1000000};
         siginfo_t si;
         int sig = sigtimedwait(&super_sigs, &si, &ts);
-        now = cs_mono_ms();
-
-        if (sig == SIGTERM || sig == SIGINT) {
-            if (!stopping) {
-                log_notice("stopping: waiting for workers to finish their requests");
-                sdnotify_stopping();
-                stopping = 1;
-                stop_deadline = now + SUPER_STOP_GRACE_MS;
-                for (int i = 0; i < n; i++)
-                    if (slots[i].pid > 0)
-                        kill(slots[i].pid, SIGTERM);
-                for (int i = 0; i < nretiring; i++)
-                    kill(retiring[i].pid, SIGTERM);
-                /* It gives the reserves back while the workers finish. */
-                if (keeper > 0)
-                    kill(keeper, SIGTERM);
-            }
-        } else if (sig == SIGHUP && !stopping) {
-            struct cs_conf fresh;
-            struct rscript script;
-            if (conf_load(&fresh, conf_path, err, sizeof(err)) != CS_OK) {
-                log_error("reload refused, keeping the running configuration: %s", err);
-            } else if (rscript_load_file(&script, fresh.fcgi_script, err, sizeof(err)) != CS_OK) {
-                /* Workers that cannot load the script would all die. */
-                log_error("reload refused, keeping the running configuration: %s", err);
-                conf_free(&fresh);
-            } else {
-                rscript_free(&script);
-                sdnotify_reloading();
-                if (strcmp(fresh.fcgi_listen, conf->fcgi_listen) != 0
-                    || fresh.fcgi_workers != conf->fcgi_workers
-                    || strcmp(fresh.fcgi_shm_name, conf->fcgi_shm_name) != 0)
-                    log_warn("fcgi.listen, fcgi.workers and fcgi.shm_name change only on restart");
-                /* The workers keep the segment this supervisor created, and
-                 * that is the one removed at stop. */
-                fresh.fcgi_workers = conf->fcgi_workers;
-                free(fresh.fcgi_listen);
-                fresh.fcgi_listen = xstrdup(conf->fcgi_listen);
-                free(fresh.fcgi_shm_name);
-                fresh.fcgi_shm_name = xstrdup(conf->fcgi_shm_name);
-                conf_free(conf);
-                *conf = fresh;
-                int lvl = log_level_parse(conf->log_level);
-                log_init("coupon-fcgi", lvl, conf->log_target);
-                /* Rolling: each new worker is up before its predecessor is told to go. */
-                for (int i = 0; i < n; i++) {
-                    pid_t old = slots[i].pid;
-                    slots[i].pid = super_spawn(conf, listen_fd, shm, i);
-                    slots[i].started_ms = now;
-                    slots[i].backoff_ms = 0;
-                    if (old > 0) {
-                        kill(old, SIGTERM);
-                        if (nretiring < SUPER_MAX_RETIRING)
-                            retiring[nretiring++] = (struct retiree){
-                                .pid = old, .kill_at_ms = now + SUPER_STOP_GRACE_MS};
-                    }
-                }
-                /* The keeper gives its reserves back and starts again with
-                 * the new settings (a lowered fallback.reserve among them). */
-                if (keeper > 0)
-                    kill(keeper, SIGTERM);
-                else if (keeper_wanted(conf))
-                    keeper_at = now;
-                log_notice("configuration reloaded from %s; workers replaced", conf_path);
-                sdnotify_ready();
-            }
-        }
-
-        /* Reap everything that exited. */
+        int64_t now = cs_mono_ms();
         int status;
         pid_t pid;
-        while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-            int found = 0;
-            if (pid == keeper) {
-                keeper = 0;
-                atomic_store(&shm->rsv.keeper_pid, 0);
-                if (stopping)
-                    continue;
-                int64_t lived = now - keeper_started;
-                if (WIFSIGNALED(status) || WEXITSTATUS(status) != 0) {
-                    log_error("reserve keeper (pid %d) ended (%s %d) after %lld ms; restarting",
-                              (int)pid, WIFSIGNALED(status) ? "signal" : "status",
-                              WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
-                              (long long)lived);
-                    keeper_backoff = lived < 1000
-                        ? (keeper_backoff ? (keeper_backoff * 2 > SUPER_BACKOFF_MAX_MS
-                                                 ? SUPER_BACKOFF_MAX_MS : keeper_backoff * 2)
-                                          : 100)
-                        : 0;
-                } else {
-                    keeper_backoff = 0;
-                }
-                keeper_at = now + keeper_backoff;
-                continue;
-            }
-            shm_worker_unregister(shm, (int32_t)pid); /* a worker that crashed left it */
-            for (int i = 0; i < nretiring; i++)
-                if (retiring[i].pid == pid) {
-                    retiring[i] = retiring[--nretiring];
-                    found = 1;
-                    break;
-                }
-            if (found)
-                continue;
-            for (int i = 0; i < n; i++) {
-                if (slots[i].pid != pid)
-                    continue;
-                slots[i].pid = 0;
-                if (stopping)
-                    break;
-                int64_t lived = now - slots[i].started_ms;
-                super_describe_exit(i, pid, status, lived);
-                atomic_fetch_add(&shm->m.worker_restarts, 1);
-                /* A worker that dies young is restarted later and later. */
-                if (lived < 1000)
-                    slots[i].backoff_ms = slots[i].backoff_ms
-                        ? (slots[i].backoff_ms * 2 > SUPER_BACKOFF_MAX_MS
-                               ? SUPER_BACKOFF_MAX_MS : slots[i].backoff_ms * 2)
-                        : 100;
-                else
-                    slots[i].backoff_ms = 0;
-                slots[i].restart_at_ms = now + slots[i].backoff_ms;
-                break;
-            }
-        }
 
-        if (stopping) {
-            int alive = nretiring + (keeper > 0);
-            for (int i = 0; i < n; i++)
-                alive += slots[i].pid > 0;
-            if (alive == 0)
+        if (sig == SIGTERM || sig == SIGINT)
+            super_on_stop(s, now);
+        else if (sig == SIGHUP && !s->stopping)
+            super_on_reload(s, now);
+        /* Reap everything that exited. */
+        while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
+            super_on_exit(s, pid, status, now);
+        if (s->stopping) {
+            if (super_stop_tick(s, now))
                 break;
-            if (now >= stop_deadline) {
-                log_warn("%d workers did not stop in time; killing them", alive);
-                for (int i = 0; i < n; i++)
-                    if (slots[i].pid > 0)
-                        kill(slots[i].pid, SIGKILL);
-                for (int i = 0; i < nretiring; i++)
-                    kill(retiring[i].pid, SIGKILL);
-                if (keeper > 0)
-                    kill(keeper, SIGKILL);
-                stop_deadline = now + 5000;
-            }
             continue;
         }
-        for (int i = 0; i < nretiring; i++) {
-            if (retiring[i].kill_at_ms <= now) {
-                log_warn("replaced worker %d did not stop in %d ms; killing it",
-                         (int)retiring[i].pid, SUPER_STOP_GRACE_MS);
-                kill(retiring[i].pid, SIGKILL);
-                retiring[i].kill_at_ms = now + 5000;
-            }
-        }
-        if (keeper == 0 && keeper_at != 0 && keeper_at <= now) {
-            keeper = keeper_wanted(conf) ? super_spawn_keeper(conf, shm, listen_fd) : 0;
-            keeper_started = now;
-            keeper_at = keeper == 0 && keeper_wanted(conf) ? now + 1000 : 0;
-        }
-        for (int i = 0; i < n; i++) {
-            if (slots[i].pid == 0 && slots[i].restart_at_ms <= now) {
-                slots[i].pid = super_spawn(conf, listen_fd, shm, i);
-                slots[i].started_ms = now;
-                slots[i].restart_at_ms = slots[i].pid == 0 ? now + 1000 : 0;
-            }
-        }
+        super_tick(s, now);
     }
 
     const char *path = unix_path(conf->fcgi_listen);
@@ -396,7 +446,8 @@ int super_run(struct cs_conf *conf, const char *conf_path, int listen_fd, int ow
     alist_unlink(shm, conf->fcgi_shm_name);
     shm_node_close(shm);
     shm_node_unlink(conf->fcgi_shm_name);
-    free(slots);
+    free(s->slots);
+    free(s);
     log_notice("coupon-fcgi stopped");
     return 0;
 }

@@ -2,7 +2,26 @@
 #ifndef CS_SUPER_H
 #define CS_SUPER_H
 
+#include <stdint.h>
+
 struct cs_conf;
+
+/* The longest wait before a process that keeps dying young is started
+ * again. */
+#define SUPER_BACKOFF_MAX_MS 5000
+
+/* The wait before starting again a process that ended after lived_ms, when
+ * the wait before its last start was prev_ms: a process that dies within a
+ * second is restarted later and later (100 ms, then twice the last, up to
+ * SUPER_BACKOFF_MAX_MS); one that lived longer at once. */
+static inline int64_t super_backoff(int64_t prev_ms, int64_t lived_ms)
+{
+    if (lived_ms >= 1000)
+        return 0;
+    if (prev_ms == 0)
+        return 100;
+    return prev_ms * 2 > SUPER_BACKOFF_MAX_MS ? SUPER_BACKOFF_MAX_MS : prev_ms * 2;
+}
 
 /* Binds fcgi.listen (a unix socket path, "unix:PATH", or HOST:PORT) and
  * returns the listening fd, or -1 after logging why. */

@@ -1,20 +1,15 @@
-/* worker.c - the accept loop of one worker and the request helpers. */
+/* worker.c - the accept loop of one worker. */
 #include "worker.h"
 #include "conf.h"
 #include "cs.h"
 #include "log.h"
-#include "keys.h"
 #include "meta.h"
 #include "mconn.h"
-#include "rcluster.h"
-#include "params.h"
+#include "req.h"
 #include "route.h"
 #include "shm.h"
 
-#include <cjson/cJSON.h>
 #include <errno.h>
-#include <limits.h>
-#include <stdio.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,290 +58,8 @@ static void worker_on_term(int sig)
     errno = saved;
 }
 
-void req_reply(struct req *r, enum cs_code code, const char *msg, const char *extra,
-               int retry_after_s)
-{
-    r->code = code;
-    snprintf(r->msg, sizeof(r->msg), "%s", msg ? msg : http_code_msg(code));
-    http_reply(r->out, code, msg, extra, retry_after_s);
-}
-
-int req_read_body(struct worker *w, struct req *r)
-{
-    if (r->content_length <= 0) {
-        req_reply(r, CODE_BAD_REQUEST, "request body is empty", NULL, 0);
-        return CS_ERR;
-    }
-    /* Never read past the cap: a large body is refused by its length alone. */
-    if (r->content_length > w->conf->fcgi_max_body) {
-        req_reply(r, CODE_TOO_LARGE, NULL, NULL, 0);
-        return CS_ERR;
-    }
-    if (!http_is_json_type(r->content_type)) {
-        req_reply(r, CODE_UNSUPPORTED_MEDIA_TYPE, NULL, NULL, 0);
-        return CS_ERR;
-    }
-    if (r->body_read)
-        return CS_OK;
-    return req_read_raw(w, r);
-}
-
-int req_read_raw(struct worker *w, struct req *r)
-{
-    if (r->body_read)
-        return CS_OK;
-    if (r->content_length <= 0 || r->content_length > w->conf->fcgi_max_body) {
-        r->body[0] = '\0';
-        r->body_len = 0;
-        return CS_OK;
-    }
-    int n = FCGX_GetStr(r->body, (int)r->content_length, r->fr->in);
-    if (n != r->content_length) {
-        req_reply(r, CODE_BAD_REQUEST, "request body shorter than Content-Length", NULL, 0);
-        return CS_ERR;
-    }
-    r->body[n] = '\0';
-    r->body_len = (size_t)n;
-    r->body_read = 1;
-    return CS_OK;
-}
-
-int req_read_optional_json(struct worker *w, struct req *r)
-{
-    int typed = r->content_type != NULL && *r->content_type != '\0';
-    if (typed && !http_is_json_type(r->content_type)) {
-        req_reply(r, CODE_UNSUPPORTED_MEDIA_TYPE, NULL, NULL, 0);
-        return CS_ERR;
-    }
-    if (r->content_length <= 0) {
-        r->body[0] = '\0';
-        r->body_len = 0;
-        return CS_OK;
-    }
-    if (req_read_body(w, r) != CS_OK)
-        return CS_ERR;
-    cJSON *doc = cJSON_ParseWithLengthOpts(r->body, r->body_len + 1, NULL, 1);
-    int is_object = cJSON_IsObject(doc);
-    cJSON_Delete(doc);
-    if (!is_object) {
-        req_reply(r, CODE_BAD_REQUEST, "body must be a JSON object", NULL, 0);
-        return CS_ERR;
-    }
-    return CS_OK;
-}
-
-int req_auth(struct worker *w, struct req *r, int need, struct auth_identity *id)
-{
-    const char *why = "";
-    enum auth_result res;
-    if (w->auth.mode == AUTH_MODE_TRUSTED_HEADER && r->identity_twice) {
-        /* Two copies of the identity: which one the server meant is unknown. */
-        memset(id, 0, sizeof(*id));
-        why = "identity param " PARAMS_USER_ID " or " PARAMS_USER_ROLE " given twice";
-        res = AUTH_INVALID;
-    } else {
-        res = auth_check(&w->auth, r->authorization, r->x_user_id, r->x_user_role,
-                         cs_now_ms() / 1000, id, &why);
-    }
-    if (res == AUTH_MISSING && need == 0) {
-        id->user_id = 0;
-        return CS_OK;
-    }
-    if (res != AUTH_OK) {
-        log_debug("auth refused on %s: %s", r->path, why);
-        req_reply(r, CODE_UNAUTHORIZED, why, NULL, 0);
-        return CS_ERR;
-    }
-    if (res == AUTH_OK)
-        r->who = *id;
-    if (need == 2 && !id->is_admin) {
-        req_reply(r, CODE_FORBIDDEN, NULL, NULL, 0);
-        return CS_ERR;
-    }
-    return CS_OK;
-}
-
-/* How long one worker's probe of an open breaker may take before another
- * may probe: a seize waits for Redis up to its budget (fallback.budget_ms),
- * other calls a connect and two command timeouts (one resend). */
-static int64_t worker_probe_lease(const struct cs_conf *c)
-{
-    int64_t call = 2 * ((int64_t)c->redis_connect_timeout_ms + c->redis_command_timeout_ms);
-    return call > c->fallback_budget_ms ? call : c->fallback_budget_ms;
-}
-
-int worker_redis_allowed(struct worker *w)
-{
-    const struct cs_conf *c = w->conf;
-    /* On a cluster the breakers are per shard (worker_seize_allowed()). */
-    if (c->redis_cluster)
-        return 1;
-    return shm_breaker_allow(w->shm, cs_mono_ms(), worker_probe_lease(c));
-}
-
-int worker_redis_readable(const struct worker *w)
-{
-    /* Once the open interval is over a read is tried again: a node whose
-     * seizes all need metadata it has not cached (a sale that started
-     * during the outage) would otherwise never send the seize that probes
-     * and closes the breaker. */
-    return atomic_load(&w->shm->breaker_state) == BREAKER_CLOSED
-           || atomic_load(&w->shm->redis_fault) != RCONN_FAULT_DOWN
-           || cs_mono_ms() >= atomic_load(&w->shm->breaker_open_until_ms);
-}
-
-struct rconn *worker_long_rconn(const struct worker *w)
-{
-    struct rconn_opts ro;
-    rconn_opts_from_conf(&ro, w->conf, w->conf->sync_redis_timeout_ms);
-    return rconn_new(&ro);
-}
-
-void worker_redis_done(struct worker *w, enum rconn_fault fault)
-{
-    const struct cs_conf *c = w->conf;
-
-    if (c->redis_cluster)
-        return;
-    if (atomic_load_explicit(&w->shm->redis_fault, memory_order_relaxed) != (int)fault)
-        atomic_store(&w->shm->redis_fault, (int)fault);
-    if (fault == RCONN_FAULT_NONE) {
-        if (shm_breaker_success(w->shm))
-            log_notice("redis is back: breaker closed");
-        return;
-    }
-    if (w->rc->err == RCONN_ERR_TIMEOUT)
-        atomic_fetch_add(&w->shm->m.redis_timeouts, 1);
-    else
-        atomic_fetch_add(&w->shm->m.redis_errors, 1);
-    if (shm_breaker_failure(w->shm, cs_mono_ms(), c->redis_breaker_failures,
-                            c->redis_breaker_open_ms))
-        log_warn("redis breaker opened (%s): %s; seizes answer 503 until a probe succeeds",
-                 rconn_fault_name(fault), w->rc->errstr);
-}
-
-int worker_seize_allowed(struct worker *w, int shard)
-{
-    const struct cs_conf *c = w->conf;
-    if (!c->redis_cluster)
-        return worker_redis_allowed(w);
-    return shm_shard_allow(&w->shm->shard_breaker[shard], cs_mono_ms(), worker_probe_lease(c));
-}
-
-void worker_seize_done(struct worker *w, int shard, enum rconn_fault fault)
-{
-    const struct cs_conf *c = w->conf;
-    if (!c->redis_cluster) {
-        worker_redis_done(w, fault);
-        return;
-    }
-    struct shm_breaker *b = &w->shm->shard_breaker[shard];
-    if (fault == RCONN_FAULT_NONE) {
-        if (shm_shard_success(b))
-            log_notice("redis shard %d is back: its breaker closed", shard);
-        return;
-    }
-    if (w->rc->err == RCONN_ERR_TIMEOUT)
-        atomic_fetch_add(&w->shm->m.redis_timeouts, 1);
-    else
-        atomic_fetch_add(&w->shm->m.redis_errors, 1);
-    if (shm_shard_failure(w->shm, b, cs_mono_ms(), c->redis_breaker_failures,
-                          c->redis_breaker_open_ms))
-        log_warn("redis breaker of shard %d opened (%s): %s; its seizes answer 503 until a "
-                 "probe succeeds", shard, rconn_fault_name(fault), w->rc->errstr);
-}
-
-void worker_seize_silent(struct worker *w, int shard)
-{
-    const struct cs_conf *c = w->conf;
-    int64_t now = cs_mono_ms();
-    atomic_fetch_add(&w->shm->m.redis_timeouts, 1);
-    if (!c->redis_cluster) {
-        if (atomic_load_explicit(&w->shm->redis_fault, memory_order_relaxed) != RCONN_FAULT_DOWN)
-            atomic_store(&w->shm->redis_fault, RCONN_FAULT_DOWN);
-        if (shm_breaker_failure(w->shm, now, 1, c->redis_breaker_open_ms))
-            log_warn("redis breaker opened: no seize answered for %d ms (fallback.budget_ms); "
-                     "seizes answer 503 until a probe succeeds", c->fallback_budget_ms);
-        return;
-    }
-    if (shard < 0 || shard >= KEYS_SHARDS)
-        return;
-    if (shm_shard_failure(w->shm, &w->shm->shard_breaker[shard], now, 1, c->redis_breaker_open_ms))
-        log_warn("redis breaker of shard %d opened: no seize answered for %d ms "
-                 "(fallback.budget_ms); its seizes answer 503 until a probe succeeds", shard,
-                 c->fallback_budget_ms);
-}
-
-static _Atomic int64_t *worker_answer_slot(struct worker *w, int shard)
-{
-    if (w->conf->redis_cluster && shard >= 0 && shard < KEYS_SHARDS)
-        return &w->shm->shard_breaker[shard].answer_ms;
-    return &w->shm->seize_answer_ms;
-}
-
-void worker_seize_answered(struct worker *w, int shard)
-{
-    _Atomic int64_t *at = worker_answer_slot(w, shard);
-    int64_t now = cs_mono_ms();
-    /* Shared by every worker: written only when it moved, not per seize. */
-    if (now - atomic_load_explicit(at, memory_order_relaxed) >= 5)
-        atomic_store_explicit(at, now, memory_order_relaxed);
-}
-
-int64_t worker_seize_silence_ms(struct worker *w, int shard)
-{
-    int64_t at = atomic_load_explicit(worker_answer_slot(w, shard), memory_order_relaxed);
-    return at > 0 ? cs_mono_ms() - at : INT64_MAX;
-}
-
-void worker_note_copies(struct worker *w, int shard, int copies)
-{
-    if (shard < 0 || shard >= RCLUSTER_SHARDS)
-        return;
-    _Atomic int32_t *v = &w->shm->cluster.shard_copies[shard];
-    int32_t stored = copies < 0 ? 0 : copies + 1; /* 0: unknown (a new segment is zeroed) */
-    if (atomic_load_explicit(v, memory_order_relaxed) != stored)
-        atomic_store(v, stored);
-}
-
-int worker_durability(struct worker *w, int copies[])
-{
-    const struct cs_conf *c = w->conf;
-    int degraded = 0;
-
-    for (int i = 0; i < KEYS_SHARDS; i++) {
-        char key[KEYS_MAX];
-        size_t len = keys_stock(key, i);
-        copies[i] = -1;
-        if (!c->redis_cluster || c->redis_wait_replicas <= 0)
-            continue;
-        copies[i] = rcluster_slot_copies(w->rc, keys_slot(key, len), c->redis_wait_replicas);
-        worker_note_copies(w, i, copies[i]);
-        degraded += copies[i] >= 0 && copies[i] < c->redis_wait_replicas;
-    }
-    if (c->redis_cluster)
-        atomic_store(&w->shm->cluster.copies_wanted, c->redis_wait_replicas);
-    return degraded;
-}
-
-int worker_retry_after(const struct worker *w)
-{
-    int s = (w->conf->redis_breaker_open_ms + 999) / 1000;
-    return s > 0 ? s : 1;
-}
-
-/* Fills r from the FastCGI parameters. */
-static void req_init(struct req *r, FCGX_Request *fr, char *body)
-{
-    memset(r, 0, sizeof(*r));
-    r->fr = fr;
-    r->out = fr->out;
-    r->body = body;
-    r->start_us = cs_mono_us();
-    params_fill(r, fr->envp);
-}
-
-static void req_account(struct worker *w, struct req *r)
+/* Counts the request in the node's metrics. */
+static void worker_account(struct worker *w, struct req *r)
 {
     int route = r->route < SHM_ROUTES ? r->route : SHM_ROUTES - 1;
     int code = (int)r->code < SHM_CODES ? (int)r->code : SHM_CODES - 1;
@@ -354,23 +67,6 @@ static void req_account(struct worker *w, struct req *r)
     if (r->route == ROUTE_SEIZE)
         shm_observe_latency(w->shm, cs_mono_us() - r->start_us);
     meta_push_stats(w->meta, w->shm);
-}
-
-/*
- * Ends the request. libfcgi closes a connection by shutting down its write
- * side and then waiting (poll, up to 2 s) until the web server has closed
- * its end, so that input still unread cannot turn the close into a reset
- * that loses the answer. When the input has been read to its end, the web
- * server has sent all it will and there is nothing to lose: the connection
- * is closed at once (libfcgi's "detached" close), which saves shutdown,
- * poll and read per request and the wait for the web server in between.
- */
-static void req_finish(FCGX_Request *fr)
-{
-    if (!fr->keepConnection && fr->in != NULL && FCGX_GetChar(fr->in) == EOF
-        && FCGX_GetError(fr->in) == 0)
-        fr->detached = 1;
-    FCGX_Finish_r(fr);
 }
 
 static int worker_init(struct worker *w, const struct cs_conf *conf, struct shm_node *shm,
@@ -392,7 +88,7 @@ static int worker_init(struct worker *w, const struct cs_conf *conf, struct shm_
     }
     w->rc = rconn_new(&ro);
     w->mc = mconn_new(conf);
-    w->meta = meta_new(conf);
+    w->meta = meta_new(conf, shm);
     w->auth.mode = strcmp(conf->auth_mode, "trusted-header") == 0 ? AUTH_MODE_TRUSTED_HEADER
                                                                   : AUTH_MODE_JWT;
     w->auth.secret = (const unsigned char *)conf->auth_jwt_secret;
@@ -476,9 +172,9 @@ int worker_main(const struct cs_conf *conf, int listen_fd, struct shm_node *shm,
             continue;
         }
         /* Accepted, even if the signal came meanwhile: serve it, then go. */
-        req_init(&r, &fr, body);
+        req_init(&r, &fr, body, conf->fcgi_max_body, &w.auth);
         route_dispatch(&w, &r);
-        req_account(&w, &r);
+        worker_account(&w, &r);
         req_finish(&fr);
         /* The keeper moved the node to a new journal segment: let go of
          * the old one, so it can be deleted once replayed. */

@@ -5,6 +5,7 @@
 #include "log.h"
 #include "mconn.h"
 #include "rconn.h"
+#include "scripts.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -75,20 +76,6 @@ static const char SQL_RETURN_PENDING[] =
     "FROM coupon WHERE returned = 1 ORDER BY id LIMIT ?";
 static const char SQL_RETURN_MARK[] = "UPDATE coupon SET returned = 2 WHERE id = ? AND returned = 1";
 
-/*
- * KEYS[1] stock hash, KEYS[2] seize list; ARGV activityId, userId, seize ms.
- * The seize time makes it idempotent: after a first run the entry is gone,
- * and a user who seized again since carries a later time.
- */
-static const char RETURN_LUA[] =
-    "local s = redis.call('HGET', KEYS[1], ARGV[1]) "
-    "if not s then return -3 end "
-    "s = tonumber(s) "
-    "if s == nil or s < 0 then return -4 end "
-    "if redis.call('HGET', KEYS[2], ARGV[2]) ~= ARGV[3] then return 0 end "
-    "redis.call('HDEL', KEYS[2], ARGV[2]) "
-    "redis.call('HINCRBY', KEYS[1], ARGV[1], 1) "
-    "return 1";
 
 static const char *const status_names[] = {"UNKNOWN", "UNUSED", "USED", "EXPIRED", "VOIDED"};
 
@@ -476,11 +463,11 @@ int coupon_return_redis(struct rconn *rc, const struct coupon_return *c, char *e
                         size_t errlen)
 {
     char skey[KEYS_MAX], lkey[KEYS_MAX], aid[24], uid[24], ms[24];
-    const char *argv[8] = {"EVAL", RETURN_LUA, "2", skey, lkey, aid, uid, ms};
+    const char *argv[8] = {"EVAL", script_coupon_return, "2", skey, lkey, aid, uid, ms};
     size_t argl[8];
 
     argl[0] = 4;
-    argl[1] = strlen(RETURN_LUA);
+    argl[1] = strlen(script_coupon_return);
     argl[2] = 1;
     argl[3] = keys_stock(skey, keys_shard(c->activity_id));
     argl[4] = keys_seize_list(lkey, c->activity_id);
@@ -498,7 +485,7 @@ int coupon_return_redis(struct rconn *rc, const struct coupon_return *c, char *e
                  r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
         ret = CS_ERR;
     } else {
-        ret = r->integer == 1 ? 1 : 0;
+        ret = r->integer == SCRIPT_RETURN_DONE ? 1 : 0;
     }
     freeReplyObject(r);
     return ret;

@@ -8,6 +8,7 @@
 #include "mconn.h"
 #include "rconn.h"
 #include "restore.h"
+#include "scripts.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -51,11 +52,6 @@ static const char SQL_VOIDED[] =
 static const char SQL_VOIDED_CHANGED[] =
     "SELECT id FROM activity WHERE updated_at >= FROM_UNIXTIME(?) AND status = 4 "
     "AND distribute_end_time > NOW() - INTERVAL ? SECOND";
-static const char SQL_ACTIVITY_EXISTS[] = "SELECT id FROM activity WHERE id = ?";
-static const char SQL_REVOKE_LOCK[] = "SELECT status FROM activity WHERE id = ? FOR UPDATE";
-static const char SQL_REVOKE_ACTIVITY[] = "UPDATE activity SET status = 4 WHERE id = ?";
-static const char SQL_REVOKE_COUPONS[] =
-    "UPDATE coupon SET status = 4 WHERE activity_id = ? AND status = 1";
 
 /* ---- reading activities from MySQL --------------------------------------- */
 
@@ -167,15 +163,6 @@ static void act_buf_add(struct act_buf *b, const char *s, size_t n)
     b->p[b->len] = '\0';
 }
 
-/* Writes ACTIVITY:LIST only when its generation is still the one read before
- * the MySQL read behind the new value, and bumps the generation: KEYS[1] the
- * list, KEYS[2] its generation, ARGV[1] the value, ARGV[2] the generation
- * seen. Returns the new generation, or -1 when another writer came between. */
-static const char ACT_LIST_CAS[] =
-    "local g = tonumber(redis.call('GET', KEYS[2]) or '0') "
-    "if g ~= tonumber(ARGV[2]) then return -1 end "
-    "redis.call('SET', KEYS[1], ARGV[1]) "
-    "return redis.call('INCR', KEYS[2])";
 
 /* Generation of ACTIVITY:LIST (0 before the first write), read before the
  * MySQL read a list write is made from. */
@@ -218,13 +205,13 @@ static int act_write_list(struct rconn *rc, const struct act_vec *vec, long long
         free(b.p);
         return CS_OK;
     }
-    r = rconn_command(rc, KEY_ACTIVITY_LIST, "EVAL %s 2 %s %s %b %lld", ACT_LIST_CAS,
+    r = rconn_command(rc, KEY_ACTIVITY_LIST, "EVAL %s 2 %s %s %b %lld", script_activity_list_cas,
                       KEY_ACTIVITY_LIST, KEY_ACTIVITY_LIST_GEN, b.p, b.len, gen);
     free(b.p);
     if (rconn_expect(rc, r, REDIS_REPLY_INTEGER, "EVAL list write", KEY_ACTIVITY_LIST, err,
                      errlen) != CS_OK)
         return CS_ERR;
-    *stale = r->integer < 0;
+    *stale = r->integer == SCRIPT_LIST_RACED;
     freeReplyObject(r);
     return CS_OK;
 }
@@ -359,68 +346,12 @@ static void act_stock_absent(void *arg, size_t k, const redisReply *v)
     c->flag[k] = v->type == REDIS_REPLY_NIL;
 }
 
-/*
- * Writes what preheat derives from MySQL for the activities in ARGV, seven
- * arguments each (id, version, META, WINDOW, end ms, stock or "", total),
- * unless the VER field holds a newer version: a preheat that read MySQL
- * before a change committed never puts back what the change already wrote,
- * however the two interleave. META and WINDOW go before the stock field.
- *
- * The stock field follows the total under the same check. Absent, it is
- * created from the stock argument (HSETNX semantics; "" creates nothing).
- * Present, it moves by the new total minus the total that the META in Redis
- * was written with, so a change of total_num (a lower total before the
- * start, a top-up) reaches the stock exactly once, whichever writer of that
- * version (the admin update, a racing preheat, the next periodic pass) gets
- * there first, and a writer of an older version changes nothing. The revoke
- * tombstone (below 0) is never added to, and no stock goes below 0 (counted
- * as clamped: the total fell below what Redis had already granted).
- * ENDS (a sorted set by end time) tells the expiry job what is due without
- * reading every META.
- * KEYS: META, WINDOW, VER, ENDS, STOCK of one shard. Returns {created,
- * adjusted, clamped, id, META, ...}: the stock fields created, those moved
- * by a change of total, those held at 0, then each refused id with the META
- * field that stays.
- */
-static const char PUBLISH_LUA[] =
-    "local created, adjusted, clamped, out = 0, 0, 0, {0, 0, 0}\n"
-    "for i = 1, #ARGV, 7 do\n"
-    "  local id = ARGV[i]\n"
-    "  local cur = tonumber(redis.call('HGET', KEYS[3], id) or '')\n"
-    "  if cur and cur > tonumber(ARGV[i + 1]) then\n"
-    "    out[#out + 1] = id\n"
-    "    out[#out + 1] = redis.call('HGET', KEYS[1], id) or ''\n"
-    "  else\n"
-    "    local old = redis.call('HGET', KEYS[1], id)\n"
-    "    redis.call('HSET', KEYS[1], id, ARGV[i + 2])\n"
-    "    redis.call('HSET', KEYS[2], id, ARGV[i + 3])\n"
-    "    redis.call('HSET', KEYS[3], id, ARGV[i + 1])\n"
-    "    redis.call('ZADD', KEYS[4], ARGV[i + 4], id)\n"
-    "    local s = tonumber(redis.call('HGET', KEYS[5], id) or '')\n"
-    "    if s then\n"
-    "      local was = old and tonumber(string.match(old, '\"totalNum\":(%-?[%d.eE+]+)'))\n"
-    "      local d = was and (tonumber(ARGV[i + 6]) - was) or 0\n"
-    "      if d ~= 0 and s >= 0 then\n"
-    "        if s + d < 0 then\n"
-    "          d = -s\n"
-    "          clamped = clamped + 1\n"
-    "        end\n"
-    "        redis.call('HINCRBY', KEYS[5], id, d)\n"
-    "        adjusted = adjusted + 1\n"
-    "      end\n"
-    "    elseif ARGV[i + 5] ~= '' then\n"
-    "      created = created + redis.call('HSETNX', KEYS[5], id, ARGV[i + 5])\n"
-    "    end\n"
-    "  end\n"
-    "end\n"
-    "out[1], out[2], out[3] = created, adjusted, clamped\n"
-    "return out\n";
 
-/* Activities per EVAL of PUBLISH_LUA. */
+/* Activities per EVAL of script_preheat_publish. */
 #define ACT_PUB_BATCH 128
 #define ACT_PUB_ARGS 7
 
-/* Appends the EVALs of PUBLISH_LUA for pub[0..cnt) of shard SHARD; stock[k]
+/* Appends the EVALs of script_preheat_publish for pub[0..cnt) of shard SHARD; stock[k]
  * is the stock field to create, or -1 for none. *cmds counts the commands. */
 static int act_append_publish(struct rconn *rc, int shard, const struct act_vec *vec,
                               const size_t *pub, const int64_t *stock, size_t cnt, size_t *cmds)
@@ -438,7 +369,7 @@ static int act_append_publish(struct rconn *rc, int shard, const struct act_vec 
     keys_ends(keys[3], shard);
     keys_stock(keys[4], shard);
     argv[0] = "EVAL";
-    argv[1] = PUBLISH_LUA;
+    argv[1] = script_preheat_publish;
     argv[2] = "5";
     for (int k = 0; k < 5; k++)
         argv[3 + k] = keys[k];
@@ -533,7 +464,7 @@ static int act_read_publish(struct rconn *rc, struct act_vec *vec, const size_t 
 /*
  * Publishes the activities idx[0..cnt) of vec, all of shard SHARD, in two
  * pipelined round trips: the first reads their META, WINDOW, VER and stock
- * fields (HMGET), the second runs PUBLISH_LUA for those where one differs
+ * fields (HMGET), the second runs script_preheat_publish for those where one differs
  * or the stock field is absent. Reading first keeps a preheat that changes
  * nothing from writing (and fsyncing) megabytes. A new activity (no coupon
  * in MySQL, nothing queued) gets total_num; any other absent stock field
@@ -669,7 +600,7 @@ static int act_publish(struct mconn *mc, struct rconn *rc, struct act_vec *vec,
  * that read MySQL before the revoke finds the field present and cannot put
  * the stock back (HSETNX), and the script answers SOLD_OUT to a node that
  * has not yet seen the revoke, so nothing more is ever issued. Idempotent. */
-static int act_apply_void(struct rconn *rc, int64_t id, char *err, size_t errlen)
+int preheat_apply_void(struct rconn *rc, int64_t id, char *err, size_t errlen)
 {
     char skey[KEYS_MAX], vkey[KEYS_MAX];
     redisReply *r = rconn_command(rc, KEY_ACTIVITY_VOIDED, "SADD %s %" PRId64,
@@ -725,7 +656,7 @@ static int act_reapply_query(struct mconn *mc, struct rconn *rc, const char *sql
         return CS_ERR;
     }
     for (size_t i = 0; i < ids.n && ret == CS_OK; i++)
-        ret = act_apply_void(rc, ids.v[i], err, errlen);
+        ret = preheat_apply_void(rc, ids.v[i], err, errlen);
     if (n != NULL)
         *n = (int)ids.n;
     free(ids.v);
@@ -778,8 +709,8 @@ static int act_drop_voided(struct rconn *rc, struct act_vec *vec, char *err, siz
  * SELECT, then a write that holds only if no one wrote meanwhile), so the
  * list never goes back in time: every writer whose MySQL read is older than
  * the last write reads again. CS_ERR with a message in err. */
-static int act_list_rewrite(struct mconn *mc, struct rconn *rc, int horizon_days, int grace_s,
-                            char *err, size_t errlen)
+int preheat_list_rewrite(struct mconn *mc, struct rconn *rc, int horizon_days, int grace_s,
+                         char *err, size_t errlen)
 {
     for (int tries = 0; tries < ACT_LIST_TRIES; tries++) {
         struct act_vec vec;
@@ -928,7 +859,7 @@ int activity_preheat_pass(struct mconn *mc, struct rconn *rc, int horizon_days, 
      * list is read again rather than put back (and what it then holds is
      * not known here: the next pass that reads a change rewrites it). */
     if (act_write_list(rc, &vec, gen, &stale, err, errlen) != CS_OK
-        || (stale && act_list_rewrite(mc, rc, horizon_days, grace_s, err, errlen) != CS_OK))
+        || (stale && preheat_list_rewrite(mc, rc, horizon_days, grace_s, err, errlen) != CS_OK))
         goto out;
     if (mark != NULL && !stale)
         act_mark_listed(mark, &vec);
@@ -1042,14 +973,14 @@ static int act_list_splice(struct rconn *rc, int64_t id, const struct act_vec *v
         goto out;
     }
     freeReplyObject(r);
-    r = rconn_command(rc, KEY_ACTIVITY_LIST, "EVAL %s 2 %s %s %b %lld", ACT_LIST_CAS,
+    r = rconn_command(rc, KEY_ACTIVITY_LIST, "EVAL %s 2 %s %s %b %lld", script_activity_list_cas,
                       KEY_ACTIVITY_LIST, KEY_ACTIVITY_LIST_GEN, b.p, b.len, gen);
     if (rconn_expect(rc, r, REDIS_REPLY_INTEGER, "EVAL list write", KEY_ACTIVITY_LIST, err,
                      errlen) != CS_OK) {
         r = NULL;
         goto out;
     }
-    *stale = r->integer < 0;
+    *stale = r->integer == SCRIPT_LIST_RACED;
     ret = CS_OK;
 out:
     if (r != NULL)
@@ -1082,63 +1013,12 @@ int activity_preheat_one(struct mconn *mc, struct rconn *rc, int64_t id, int hor
         if (ret == CS_OK) {
             ret = act_list_splice(rc, id, &vec, gen, &stale, &malformed, err, errlen);
             if (ret != CS_OK && malformed) /* rebuilt whole from MySQL */
-                ret = act_list_rewrite(mc, rc, horizon_days, grace_s, err, errlen);
+                ret = preheat_list_rewrite(mc, rc, horizon_days, grace_s, err, errlen);
         }
         act_vec_free(&vec);
         if (ret != CS_OK || !stale)
             return ret;
     }
     snprintf(err, errlen, "%s: %d writers came between", KEY_ACTIVITY_LIST, ACT_LIST_TRIES);
-    return CS_ERR;
-}
-
-/* ---- revoke ---------------------------------------------------------------- */
-
-static int act_found_row(void *arg, int ncols, char **cols)
-{
-    (void)ncols;
-    (void)cols;
-    *(int *)arg = 1;
-    return CS_OK;
-}
-
-int activity_revoke(struct mconn *mc, struct rconn *rc, int64_t id, int horizon_days,
-                    int *found, char *err, size_t errlen)
-{
-    struct mval p[] = {MV_INT(id)};
-
-    *found = 0;
-    if (mconn_query(mc, SQL_ACTIVITY_EXISTS, p, 1, act_found_row, found) != CS_OK) {
-        snprintf(err, errlen, "%s", mc->errstr);
-        return CS_ERR;
-    }
-    if (!*found)
-        return CS_OK;
-    /* Redis first: once MySQL says voided, nothing is on sale any more. A
-     * failure after this point leaves Redis voided and MySQL not yet; a
-     * repeat finishes it, and preheat never puts the stock back. */
-    if (act_apply_void(rc, id, err, errlen) != CS_OK)
-        return CS_ERR;
-
-    if (mconn_begin(mc) != CS_OK)
-        goto fail;
-    /* The row lock orders this against coupon-sync, which takes the same
-     * lock before it inserts coupons with the activity's current status. */
-    int locked = 0;
-    if (mconn_query(mc, SQL_REVOKE_LOCK, p, 1, act_found_row, &locked) != CS_OK
-        || mconn_exec(mc, SQL_REVOKE_ACTIVITY, p, 1, NULL) != CS_OK
-        || mconn_exec(mc, SQL_REVOKE_COUPONS, p, 1, NULL) != CS_OK || mconn_commit(mc) != CS_OK) {
-        mconn_rollback(mc);
-        goto fail;
-    }
-
-    /* The list is rewritten with the default grace; the next preheat
-     * applies the configured one. */
-    int ret = act_list_rewrite(mc, rc, horizon_days, ACTIVITY_GRACE_S, err, errlen);
-    log_notice("activity %" PRId64 " revoked", id);
-    return ret;
-
-fail:
-    snprintf(err, errlen, "%s", mc->errstr);
     return CS_ERR;
 }

@@ -97,13 +97,17 @@ int activity_preheat_pass(struct mconn *mc, struct rconn *rc, int horizon_days, 
                           struct preheat_mark *mark, int relist, struct preheat_result *res,
                           char *err, size_t errlen);
 
-/* Revoke, Redis first: id added to ACTIVITY:VOIDED and the stock field set
- * to ACTIVITY_STOCK_VOIDED; then in MySQL status 4 and unused coupons voided;
- * then ACTIVITY:LIST rewritten without it. A failure part way leaves Redis
- * voided (never MySQL voided while Redis sells); a repeat finishes it.
- * Idempotent. *found = 0 when no such activity. */
-int activity_revoke(struct mconn *mc, struct rconn *rc, int64_t id, int horizon_days,
-                    int *found, char *err, size_t errlen);
+/* The Redis side of a revoke (revoke.h): id in ACTIVITY:VOIDED, its version
+ * the highest, its stock field the tombstone ACTIVITY_STOCK_VOIDED. A
+ * preheat re-applies it for every voided activity. Idempotent. CS_ERR with a
+ * message in err. */
+int preheat_apply_void(struct rconn *rc, int64_t id, char *err, size_t errlen);
+
+/* Rewrites ACTIVITY:LIST from a fresh MySQL read, never back in time (a
+ * write holds only when no one wrote since the read began). CS_ERR with a
+ * message in err. */
+int preheat_list_rewrite(struct mconn *mc, struct rconn *rc, int horizon_days, int grace_s,
+                         char *err, size_t errlen);
 
 /* MySQL's clock (UNIX_TIMESTAMP()) into *now_s: the marks of the passes that
  * read rows changed since then are taken by it, not by this host's clock.

@@ -37,6 +37,13 @@ void rconn_opts_from_conf(struct rconn_opts *o, const struct cs_conf *conf,
     o->nodes = conf->redis_nodes;
 }
 
+struct rconn *rconn_new_conf(const struct cs_conf *conf, int command_timeout_ms)
+{
+    struct rconn_opts ro;
+    rconn_opts_from_conf(&ro, conf, command_timeout_ms);
+    return rconn_new(&ro);
+}
+
 struct rconn *rconn_new(const struct rconn_opts *opts)
 {
     struct rconn *rc = xcalloc(1, sizeof(*rc));

@@ -100,6 +100,10 @@ void rconn_opts_from_conf(struct rconn_opts *o, const struct cs_conf *conf,
 
 /* Creates an unconnected rconn; the first command connects. Copies opts' strings. */
 struct rconn *rconn_new(const struct rconn_opts *opts);
+/* rconn_new() with rconn_opts_from_conf(conf, command_timeout_ms): coupon-sync's
+ * connections, and a worker's for work that moves more than a seize may wait
+ * for (preheat, the activity list, a revoke: sync.redis_timeout_ms). */
+struct rconn *rconn_new_conf(const struct cs_conf *conf, int command_timeout_ms);
 void rconn_free(struct rconn *rc);
 
 /* Connects now if not connected (a cluster: always CS_OK, its nodes are

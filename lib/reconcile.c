@@ -6,6 +6,7 @@
 #include "log.h"
 #include "mconn.h"
 #include "rconn.h"
+#include "scripts.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -16,21 +17,6 @@ static const char SQL_LOCK[] =
     "SELECT total_num, status, distribute_end_time <= NOW(), "
     "updated_at >= NOW() - INTERVAL ? SECOND FROM activity WHERE id = ? FOR UPDATE";
 
-/* KEYS: stock hash, seize list, reserves. ARGV: activity id, MySQL total.
- * The stock becomes total - users who seized - what node reserves hold,
- * never below 0. {-3} no stock field, {-4} the revoke tombstone, else
- * {before, after, sold}. */
-static const char RECONCILE_LUA[] =
-    "local v = redis.call('HGET', KEYS[1], ARGV[1]) "
-    "if not v then return {-3, 0, 0} end "
-    "v = tonumber(v) "
-    "if v == nil or v < 0 then return {-4, 0, 0} end "
-    "local sold = redis.call('HLEN', KEYS[2]) "
-    "local held = tonumber(redis.call('HGET', KEYS[3], ARGV[1] .. ':held') or '0') "
-    "local want = tonumber(ARGV[2]) - sold - held "
-    "if want < 0 then want = 0 end "
-    "if want ~= v then redis.call('HSET', KEYS[1], ARGV[1], want) end "
-    "return {v, want, sold}";
 
 struct lock_row {
     int found;
@@ -51,15 +37,15 @@ static int lock_row_cb(void *arg, int ncols, char **c)
     return CS_OK;
 }
 
-/* Runs RECONCILE_LUA; CS_OK with the script's three numbers in out. */
+/* Runs script_reconcile; CS_OK with the script's three numbers in out. */
 static int reconcile_script(struct rconn *rc, int64_t id, int64_t total, long long out[3],
                             char *err, size_t errlen)
 {
     char stock[KEYS_MAX], list[KEYS_MAX], rsv[KEYS_MAX], field[24], tot[24];
-    const char *argv[8] = {"EVAL", RECONCILE_LUA, "3", stock, list, rsv, field, tot};
+    const char *argv[8] = {"EVAL", script_reconcile, "3", stock, list, rsv, field, tot};
     size_t argl[8];
     argl[0] = 4;
-    argl[1] = strlen(RECONCILE_LUA);
+    argl[1] = strlen(script_reconcile);
     argl[2] = 1;
     argl[3] = keys_stock(stock, keys_shard(id));
     argl[4] = keys_seize_list(list, id);
@@ -116,9 +102,9 @@ int reconcile_activity(struct mconn *mc, struct rconn *rc, int64_t id, int guard
     mconn_rollback(mc);        /* nothing was written in MySQL: release the lock */
     if (rc_ok != CS_OK)
         return CS_ERR;
-    if (out[0] == -3) {
+    if (out[0] == SCRIPT_RECONCILE_NO_STOCK) {
         res->outcome = RECONCILE_NOT_PREHEATED;
-    } else if (out[0] == -4) {
+    } else if (out[0] == SCRIPT_RECONCILE_VOIDED) {
         res->outcome = RECONCILE_VOIDED;
     } else {
         res->before = out[0];

@@ -14,15 +14,8 @@
 #include <stdint.h>
 
 #include "journal.h"
+#include "scripts.h"
 #include "shm.h"
-
-/* Lua scripts of the reserves (text; loaded with SCRIPT LOAD by the keeper
- * and the admin route). Their keys and arguments are described in reserve.c. */
-extern const char RESERVE_LUA_SET_ASIDE[];
-extern const char RESERVE_LUA_RENEW[];
-extern const char RESERVE_LUA_REPLAY[];
-extern const char RESERVE_LUA_GIVE_BACK[];
-extern const char RESERVE_LUA_RELEASE[];
 
 enum reserve_outcome {
     RESERVE_NONE = 0,          /* nothing granted, nothing written: answer as without reserves */

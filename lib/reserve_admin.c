@@ -6,6 +6,7 @@
 #include "mconn.h"
 #include "rconn.h"
 #include "reserve.h"
+#include "scripts.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -35,14 +36,14 @@ static struct rscript ra_give, ra_release;
 static const struct rscript *ra_give_script(void)
 {
     if (ra_give.src == NULL)
-        rscript_from_text(&ra_give, RESERVE_LUA_GIVE_BACK);
+        rscript_from_text(&ra_give, script_reserve_give_back);
     return &ra_give;
 }
 
 static const struct rscript *ra_release_script(void)
 {
     if (ra_release.src == NULL)
-        rscript_from_text(&ra_release, RESERVE_LUA_RELEASE);
+        rscript_from_text(&ra_release, script_reserve_release);
     return &ra_release;
 }
 
@@ -151,7 +152,7 @@ static int ra_read_view(struct rconn *rc, struct reserve_view *v, int lease_ms)
         goto out;
     }
     v->lease_age_ms = last >= 0 ? now - last : -1;
-    /* As RESERVE_LUA_GIVE_BACK judges it: no renewal at all counts as long ago. */
+    /* As script_reserve_give_back judges it: no renewal at all counts as long ago. */
     v->lease_expired = last < 0 || now - last > v->lease_ms;
 out:
     for (int i = 0; i < 4; i++)
@@ -342,7 +343,7 @@ static int ra_epoch_row(void *arg, int ncols, char **cols)
 }
 
 /* The journal of (id, inc) declared lost: what earlier returns of its
- * epochs kept out of stock goes back (RESERVE_LUA_RELEASE), into res. */
+ * epochs kept out of stock goes back (script_reserve_release), into res. */
 static int ra_release_lost(struct mconn *mc, struct rconn *rc, const struct reserve_admin_opts *o,
                            int64_t id, const char *inc, struct reserve_return *res, char *err,
                            size_t errlen)
@@ -368,7 +369,7 @@ static int ra_release_lost(struct mconn *mc, struct rconn *rc, const struct rese
         struct rconn_site at = {0, -1};
         redisReply *r = rconn_evalsha_at(rc, ra_release_script(), 3, (int)CS_ARRAY_LEN(argv),
                                          argv, argl, &at);
-        if (r == NULL || r->type != REDIS_REPLY_INTEGER || r->integer == -3) {
+        if (r == NULL || r->type != REDIS_REPLY_INTEGER || r->integer == SCRIPT_RELEASE_NO_STOCK) {
             snprintf(err, errlen, "releasing epoch %" PRId64 " in Redis: %s", e.v[i],
                      r == NULL ? rc->errstr
                      : r->type == REDIS_REPLY_ERROR ? r->str : "the sale has no stock field");
@@ -451,7 +452,7 @@ int reserve_admin_return(struct mconn *mc, struct rconn *rc, const struct reserv
         }
         long long back = r->integer;
         freeReplyObject(r);
-        if (back == -2) {
+        if (back == SCRIPT_GIVE_TOO_SOON) {
             /* The node renewed within the lease: it may still be spending. */
             struct reserve_view lv = *v;
             if (ra_append_view(rc, &lv) == CS_OK && ra_read_view(rc, &lv, o->lease_ms) == CS_OK) {
@@ -462,14 +463,14 @@ int reserve_admin_return(struct mconn *mc, struct rconn *rc, const struct reserv
                 res->outcome = RRET_LEASE_NOT_EXPIRED;
             break;
         }
-        if (back == -3) {
+        if (back == SCRIPT_GIVE_NO_STOCK) {
             /* The sale's stock field is missing (Redis lost it, a restore is
              * under way): what went back would be lost. Nothing written. */
             if (res->outcome != RRET_RETURNED)
                 res->outcome = RRET_NOT_IN_REDIS;
             break;
         }
-        if (back == -1) {
+        if (back == SCRIPT_GIVE_NOT_OPEN) {
             ret = ra_not_open(mc, rc, o, v, res, err, errlen);
             continue;
         }

@@ -94,7 +94,7 @@ struct reserve_admin_opts {
 /*
  * Returns to stock the open reserve of incarnation inc (JOURNAL_ID_LEN hex
  * digits, checked by the caller) for activity id, epoch by epoch: the
- * give-back script with the lease check (RESERVE_LUA_GIVE_BACK, ARGV[4] =
+ * give-back script with the lease check (script_reserve_give_back, ARGV[4] =
  * lease_ms), then the durability rule, then the epoch closed in MySQL
  * (state 2, closed_by 'admin', returned). The lease waited for is the
  * longer of lease_ms and the one the node published with its last renewal.

@@ -7,6 +7,7 @@
 #include "log.h"
 #include "mconn.h"
 #include "rconn.h"
+#include "scripts.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -52,42 +53,8 @@ static int open_epoch_row(void *arg, int ncols, char **cols)
     return CS_OK;
 }
 
-/*
- * The stock field and the reserve fields of one activity, written in one
- * step (DESIGN.md rule 18): a keeper renewing in between must never see a
- * reserve without its sale's stock, nor the stock without the reserves it
- * leaves out. KEYS: stock, reserve, epochs. ARGV: activityId, stock, the
- * restore generation, 1 to recreate the reserves (0: the stock only), then
- * per open epoch its incarnation, epoch and amount. Nothing is written when
- * the stock field exists (a live sale, or a restore that raced this one:
- * that one wrote both): 0; else 1.
- *
- * The reserve fields are recreated as set-aside wrote them (each epoch's
- * full amount, so that what its node gives back or replays balances what
- * the stock leaves out), and the shard's restore generation is set to a
- * value of this restore's own, so nodes stop spending until they have
- * replayed. Each reserve field is set only where absent.
- */
-static const char RESTORE_LUA[] =
-    "if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end\n"
-    "if ARGV[4] == '1' then\n"
-    "  local n, sum = 0, 0\n"
-    "  for i = 5, #ARGV - 2, 3 do\n"
-    "    redis.call('HSETNX', KEYS[2], ARGV[1] .. ':' .. ARGV[i], ARGV[i + 2])\n"
-    "    redis.call('HSETNX', KEYS[3], ARGV[i] .. ':' .. ARGV[i + 1], 'open:' .. ARGV[i + 2])\n"
-    "    n = n + 1\n"
-    "    sum = sum + tonumber(ARGV[i + 2])\n"
-    "  end\n"
-    "  if n > 0 then\n"
-    "    redis.call('HSETNX', KEYS[2], ARGV[1], n)\n"
-    "    redis.call('HSETNX', KEYS[2], ARGV[1] .. ':held', sum)\n"
-    "  end\n"
-    "  redis.call('HSET', KEYS[2], 'restored', ARGV[3])\n"
-    "end\n"
-    "redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])\n"
-    "return 1\n";
 
-/* RESTORE_LUA for activity a: CS_OK with *created (1: written now). */
+/* script_restore for activity a: CS_OK with *created (1: written now). */
 static int restore_write(struct rconn *rc, const struct activity *a, int64_t stock,
                          int with_reserves, const struct open_epochs *e, int *created, char *err,
                          size_t errlen)
@@ -114,7 +81,7 @@ static int restore_write(struct rconn *rc, const struct activity *a, int64_t sto
     snprintf(gen, sizeof(gen), "%" PRId64, (int64_t)(g >> 1) + 1);
     size_t c = 0;
     argv[c++] = "EVAL";
-    argv[c++] = RESTORE_LUA;
+    argv[c++] = script_restore;
     argv[c++] = "3";
     argv[c++] = skey;
     argv[c++] = rkey;

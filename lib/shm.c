@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #define SHM_MAGIC 0x4353484d4e4f4445ULL /* "CSHMNODE" */
-#define SHM_VERSION 11
+#define SHM_VERSION 12
 #define SHM_PROBES 16
 
 _Static_assert(BATCH_ENTRIES == SHM_MAX_WORKERS, "one queue entry per worker slot");
@@ -162,93 +162,6 @@ void shm_flag_clear(struct shm_flag *tab, int64_t id)
         if (cur == 0)
             return;
     }
-}
-
-int shm_breaker_allow(struct shm_node *node, int64_t now_ms, int64_t lease_ms)
-{
-    if (atomic_load(&node->breaker_state) == BREAKER_CLOSED)
-        return 1;
-    if (now_ms < atomic_load(&node->breaker_open_until_ms))
-        return 0;
-    /* One probe at a time; a probe whose worker died loses its lease. */
-    int64_t lease = atomic_load(&node->breaker_probe_until_ms);
-    if (lease > now_ms)
-        return 0;
-    if (!atomic_compare_exchange_strong(&node->breaker_probe_until_ms, &lease, now_ms + lease_ms))
-        return 0;
-    atomic_store(&node->breaker_state, BREAKER_HALF_OPEN);
-    return 1;
-}
-
-int shm_breaker_success(struct shm_node *node)
-{
-    if (atomic_load(&node->breaker_failures) != 0)
-        atomic_store(&node->breaker_failures, 0);
-    if (atomic_load(&node->breaker_state) == BREAKER_CLOSED)
-        return 0;
-    int prev = atomic_exchange(&node->breaker_state, BREAKER_CLOSED);
-    atomic_store(&node->breaker_probe_until_ms, 0);
-    return prev != BREAKER_CLOSED;
-}
-
-int shm_breaker_failure(struct shm_node *node, int64_t now_ms, int threshold, int open_ms)
-{
-    int f = atomic_fetch_add(&node->breaker_failures, 1) + 1;
-    int state = atomic_load(&node->breaker_state);
-
-    if (state == BREAKER_HALF_OPEN || (state == BREAKER_CLOSED && f >= threshold)) {
-        atomic_store(&node->breaker_open_until_ms, now_ms + open_ms);
-        atomic_store(&node->breaker_probe_until_ms, 0);
-        int prev = atomic_exchange(&node->breaker_state, BREAKER_OPEN);
-        if (prev == BREAKER_CLOSED) {
-            atomic_fetch_add(&node->m.breaker_opened, 1);
-            return 1;
-        }
-    }
-    return 0;
-}
-
-int shm_shard_allow(struct shm_breaker *b, int64_t now_ms, int64_t lease_ms)
-{
-    if (atomic_load(&b->state) == BREAKER_CLOSED)
-        return 1;
-    if (now_ms < atomic_load(&b->open_until_ms))
-        return 0;
-    int64_t lease = atomic_load(&b->probe_until_ms);
-    if (lease > now_ms)
-        return 0;
-    if (!atomic_compare_exchange_strong(&b->probe_until_ms, &lease, now_ms + lease_ms))
-        return 0;
-    atomic_store(&b->state, BREAKER_HALF_OPEN);
-    return 1;
-}
-
-int shm_shard_success(struct shm_breaker *b)
-{
-    if (atomic_load(&b->failures) != 0)
-        atomic_store(&b->failures, 0);
-    if (atomic_load(&b->state) == BREAKER_CLOSED)
-        return 0;
-    int prev = atomic_exchange(&b->state, BREAKER_CLOSED);
-    atomic_store(&b->probe_until_ms, 0);
-    return prev != BREAKER_CLOSED;
-}
-
-int shm_shard_failure(struct shm_node *node, struct shm_breaker *b, int64_t now_ms, int threshold,
-                      int open_ms)
-{
-    int f = atomic_fetch_add(&b->failures, 1) + 1;
-    int state = atomic_load(&b->state);
-
-    if (state == BREAKER_HALF_OPEN || (state == BREAKER_CLOSED && f >= threshold)) {
-        atomic_store(&b->open_until_ms, now_ms + open_ms);
-        atomic_store(&b->probe_until_ms, 0);
-        if (atomic_exchange(&b->state, BREAKER_OPEN) == BREAKER_CLOSED) {
-            atomic_fetch_add(&node->m.breaker_opened, 1);
-            return 1;
-        }
-    }
-    return 0;
 }
 
 int shm_bucket_take(struct shm_node *node, int64_t now_us, int rps, int burst,

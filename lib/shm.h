@@ -141,14 +141,18 @@ struct shm_metrics {
     _Atomic uint64_t seized_shard[KEYS_SHARDS];  /* coupons granted, by shard */
 };
 
-/* A breaker of its own for one shard (Redis Cluster: a master failing
- * opens only the breakers of the shards it serves). */
+/* One circuit breaker (fcgi/breaker.c owns what it does): the node's on a
+ * single Redis, and one per shard on a cluster, where a master failing opens
+ * only the breakers of the shards it serves. */
 struct shm_breaker {
     _Atomic int state;
     _Atomic int failures;
     _Atomic int64_t open_until_ms;
-    _Atomic int64_t probe_until_ms;
-    _Atomic int64_t answer_ms;   /* cs_mono_ms() of the last seize Redis answered, ~5 ms */
+    _Atomic int64_t probe_until_ms;  /* lease of the one probing worker */
+    _Atomic int fault;           /* the node's: rconn_fault of the last seize call
+                                  * (health, metrics); a shard's stays 0 */
+    _Atomic int64_t answer_ms;   /* cs_mono_ms() of the last seize Redis answered
+                                  * (to within 5 ms: not a write per seize) */
 };
 
 /* Depth of each shard's sync queue (HLEN of QUEUE:COUPON:SEIZE:SYNC:{i}) for
@@ -166,13 +170,9 @@ struct shm_node {
     uint32_t size;
     _Atomic int64_t created_ms;
 
-    _Atomic int breaker_state;
-    _Atomic int breaker_failures;
-    _Atomic int64_t breaker_open_until_ms;
-    _Atomic int64_t breaker_probe_until_ms;  /* lease of the one probing worker */
-    _Atomic int redis_fault;                 /* rconn_fault of the last seize call */
-    _Atomic int64_t seize_answer_ms;         /* cs_mono_ms() of the last seize Redis answered
-                                              * (to within 5 ms: not a write per seize) */
+    /* The node's breaker, on a single Redis: the fields (and offsets) the
+     * node's breaker had before it was a struct shm_breaker. */
+    struct shm_breaker breaker;
 
     _Atomic int64_t bucket_tat_us;           /* GCRA theoretical arrival time */
 
@@ -230,22 +230,6 @@ int shm_node_unlink(const char *name);
 void shm_flag_set(struct shm_flag *tab, int64_t id, int64_t until_ms);
 int shm_flag_test(const struct shm_flag *tab, int64_t id, int64_t now_ms);
 void shm_flag_clear(struct shm_flag *tab, int64_t id);
-
-/* Breaker. shm_breaker_allow() returns 1 when a Redis call may be made now:
- * always when closed; when open and the open interval is over, to exactly one
- * caller at a time (the probe, holding a lease of lease_ms). */
-int shm_breaker_allow(struct shm_node *node, int64_t now_ms, int64_t lease_ms);
-/* Returns 1 when this success closed an open breaker. */
-int shm_breaker_success(struct shm_node *node);
-/* Returns 1 when this failure opened the breaker. */
-int shm_breaker_failure(struct shm_node *node, int64_t now_ms, int threshold, int open_ms);
-
-/* The same for one shard's breaker b; shm_shard_failure() counts an opening
- * in the node's breaker_opened metric. */
-int shm_shard_allow(struct shm_breaker *b, int64_t now_ms, int64_t lease_ms);
-int shm_shard_success(struct shm_breaker *b);
-int shm_shard_failure(struct shm_node *node, struct shm_breaker *b, int64_t now_ms, int threshold,
-                      int open_ms);
 
 /* Node token bucket as GCRA: RPS per second with BURST extra. Returns 1 when
  * the request may go on, else 0 and *retry_after_s (>= 1). rps 0 = no limit. */

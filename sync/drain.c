@@ -6,6 +6,7 @@
 #include "log.h"
 #include "mconn.h"
 #include "rconn.h"
+#include "scripts.h"
 #include "smetrics.h"
 
 #include <inttypes.h>
@@ -36,13 +37,6 @@ static const char SQL_INSERT_HEAD[] =
 static const char SQL_INSERT_ROW[] =
     "(?,?,?,FROM_UNIXTIME(?),FROM_UNIXTIME(?) + INTERVAL ? DAY)";
 
-/* The owner holds the lock only while the stored token is its own. */
-static const char LUA_RENEW[] =
-    "if redis.call('get', KEYS[1]) == ARGV[1] then "
-    "return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end";
-static const char LUA_RELEASE[] =
-    "if redis.call('get', KEYS[1]) == ARGV[1] then "
-    "return redis.call('del', KEYS[1]) else return 0 end";
 
 struct drain_entry {
     const char *field, *value;
@@ -148,9 +142,7 @@ static int drain_prepare(struct drain_worker *w)
 struct drain_worker *drain_worker_new(const struct cs_conf *conf)
 {
     struct drain_worker *w = xcalloc(1, sizeof(*w));
-    struct rconn_opts ro;
-    rconn_opts_from_conf(&ro, conf, conf->sync_redis_timeout_ms);
-    w->rc = rconn_new(&ro);
+    w->rc = rconn_new_conf(conf, conf->sync_redis_timeout_ms);
     w->mc = mconn_new(conf);
     w->wait_replicas = conf->redis_wait_replicas;
     w->wait_timeout_ms = conf->redis_wait_timeout_ms;
@@ -526,7 +518,7 @@ static int drain_fence(struct drain_worker *w)
 
     if (w->wait_replicas <= 0)
         return CS_OK;
-    int held = drain_lock_eval(w->rc, w->shard, LUA_RENEW, w->token, w->lock_ttl_ms, &site);
+    int held = drain_lock_eval(w->rc, w->shard, script_lock_renew, w->token, w->lock_ttl_ms, &site);
     if (held < 0)
         return drain_fail(w, SM_DEP_REDIS);
     if (held == 0) {
@@ -646,12 +638,12 @@ static int drain_lock_eval(struct rconn *rc, int shard, const char *script, cons
 
 int drain_lock_renew(struct rconn *rc, int shard, const char *token, int ttl_ms)
 {
-    return drain_lock_eval(rc, shard, LUA_RENEW, token, ttl_ms, NULL);
+    return drain_lock_eval(rc, shard, script_lock_renew, token, ttl_ms, NULL);
 }
 
 int drain_lock_release(struct rconn *rc, int shard, const char *token)
 {
-    return drain_lock_eval(rc, shard, LUA_RELEASE, token, 0, NULL);
+    return drain_lock_eval(rc, shard, script_lock_release, token, 0, NULL);
 }
 
 /* ---- the task ------------------------------------------------------------------------------ */

@@ -139,12 +139,10 @@ static void syncd_task_run(void *ctx, void *arg)
 static int syncd_start(struct syncd *d)
 {
     const struct cs_conf *c = &d->conf;
-    struct rconn_opts ro;
 
     if (!syncd_got_term)
         atomic_store(&syncd_stop_tasks, 0);
-    rconn_opts_from_conf(&ro, c, c->sync_redis_timeout_ms);
-    d->rc = rconn_new(&ro);
+    d->rc = rconn_new_conf(c, c->sync_redis_timeout_ms);
     d->mc = mconn_new(c);
     d->pool = pool_new(c->sync_threads, syncd_worker_new, syncd_worker_free, d);
     if (d->pool == NULL) {

@@ -172,16 +172,6 @@ END_TEST
 
 START_TEST(outcome_mapping)
 {
-    ck_assert_int_eq(http_seize_outcome(0), CODE_SEIZED);
-    ck_assert_int_eq(http_seize_outcome(999), CODE_SEIZED);
-    ck_assert_int_eq(http_seize_outcome(-1), CODE_ALREADY_SEIZED);
-    ck_assert_int_eq(http_seize_outcome(-2), CODE_SOLD_OUT);
-    ck_assert_int_eq(http_seize_outcome(-3), CODE_NO_SUCH_ACTIVITY);
-    ck_assert_int_eq(http_seize_outcome(-4), CODE_NOT_STARTED);
-    ck_assert_int_eq(http_seize_outcome(-5), CODE_ENDED);
-    /* -6: no stock now, but node reserves are open (not final). */
-    ck_assert_int_eq(http_seize_outcome(-6), CODE_SOLD_OUT);
-    ck_assert_int_eq(http_seize_outcome(-7), CODE_INTERNAL_ERROR);
     ck_assert_int_eq(http_code_status(CODE_UNKNOWN_OUTCOME), 503);
     ck_assert_str_eq(http_code_name(CODE_UNKNOWN_OUTCOME), "UNKNOWN_OUTCOME");
     ck_assert_int_eq(http_code_status(CODE_SEIZED), 200);

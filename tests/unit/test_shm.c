@@ -1,4 +1,4 @@
-/* test_shm.c - node shared memory: flags, breaker, token bucket, across processes. */
+/* test_shm.c - node shared memory: flags, token bucket, across processes. */
 #include <check.h>
 #include <signal.h>
 #include <stdio.h>
@@ -43,53 +43,6 @@ START_TEST(flags_hold_until_deadline)
     for (int64_t id = 1; id <= 500; id++)
         ck_assert(shm_flag_test(node->voided, id * 7919, now));
     ck_assert(!shm_flag_test(node->voided, 3, now));
-}
-END_TEST
-
-START_TEST(breaker_opens_probes_and_closes)
-{
-    int64_t t = 1000000;
-    ck_assert(shm_breaker_allow(node, t, 100));
-    for (int i = 0; i < 2; i++)
-        ck_assert_int_eq(shm_breaker_failure(node, t, 3, 500), 0);
-    ck_assert_int_eq(shm_breaker_failure(node, t, 3, 500), 1); /* third opens */
-    ck_assert_int_eq(atomic_load(&node->breaker_state), BREAKER_OPEN);
-    ck_assert(!shm_breaker_allow(node, t + 499, 100));
-    /* After the open interval exactly one caller probes. */
-    ck_assert(shm_breaker_allow(node, t + 500, 100));
-    ck_assert(!shm_breaker_allow(node, t + 501, 100));
-    /* A failed probe opens it again. */
-    shm_breaker_failure(node, t + 510, 3, 500);
-    ck_assert_int_eq(atomic_load(&node->breaker_state), BREAKER_OPEN);
-    ck_assert(!shm_breaker_allow(node, t + 600, 100));
-    ck_assert(shm_breaker_allow(node, t + 1010, 100));
-    ck_assert_int_eq(shm_breaker_success(node), 1);
-    ck_assert_int_eq(atomic_load(&node->breaker_state), BREAKER_CLOSED);
-    ck_assert(shm_breaker_allow(node, t + 1011, 100));
-    ck_assert_int_eq(atomic_load(&node->m.breaker_opened), 1);
-}
-END_TEST
-
-START_TEST(probe_of_a_killed_worker_expires)
-{
-    int64_t t = cs_mono_ms();
-    for (int i = 0; i < 5; i++)
-        shm_breaker_failure(node, t - 1000, 5, 100);
-    pid_t pid = fork();
-    if (pid == 0) {
-        char err[256];
-        struct shm_node *mine = shm_node_open(name, 0, err, sizeof(err));
-        /* Take the probe, then die without reporting. */
-        if (mine && shm_breaker_allow(mine, cs_mono_ms(), 1000))
-            raise(SIGKILL);
-        _exit(1);
-    }
-    int status;
-    waitpid(pid, &status, 0);
-    ck_assert(WIFSIGNALED(status));
-    ck_assert(!shm_breaker_allow(node, cs_mono_ms(), 1000)); /* lease still held */
-    usleep(1100 * 1000);
-    ck_assert(shm_breaker_allow(node, cs_mono_ms(), 1000));  /* lease ran out */
 }
 END_TEST
 
@@ -196,8 +149,6 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, flags_hold_until_deadline);
-    tcase_add_test(tc, breaker_opens_probes_and_closes);
-    tcase_add_test(tc, probe_of_a_killed_worker_expires);
     tcase_add_test(tc, bucket_limits_rate);
     tcase_add_test(tc, flags_are_seen_by_other_processes);
     tcase_add_test(tc, latency_histogram);

@@ -1,15 +1,19 @@
-/* admin.c - preheat, revoke, reconcile and health routes. */
+/* api_admin.c - preheat, revoke, reconcile and health routes. */
 #include "alist.h"
+#include "api.h"
+#include "breaker.h"
 #include "conf.h"
 #include "cs.h"
+#include "durability.h"
 #include "keys.h"
-#include "rcluster.h"
 #include "log.h"
 #include "mconn.h"
 #include "meta.h"
 #include "preheat.h"
+#include "rcluster.h"
 #include "reconcile.h"
-#include "route.h"
+#include "req.h"
+#include "revoke.h"
 #include "reserve.h"
 #include "shm.h"
 #include "worker.h"
@@ -18,7 +22,7 @@
 #include <malloc.h>
 #include <stdio.h>
 
-void admin_preheat(struct worker *w, struct req *r)
+void api_admin_preheat(struct worker *w, struct req *r)
 {
     struct auth_identity who;
     struct preheat_result res;
@@ -26,11 +30,11 @@ void admin_preheat(struct worker *w, struct req *r)
 
     /* Checked here, not only by nginx's snippet: behind lighttpd or Apache a
      * cross-site form (text/plain, urlencoded, multipart) reaches the app. */
-    if (req_auth(w, r, 2, &who) != CS_OK || req_read_optional_json(w, r) != CS_OK)
+    if (req_auth(r, 2, &who) != CS_OK || req_read_optional_json(r) != CS_OK)
         return;
     /* Its own connection, with coupon-sync's longer timeout: writing
      * thousands of activities takes longer than one seize may wait. */
-    struct rconn *rc = worker_long_rconn(w);
+    struct rconn *rc = rconn_new_conf(w->conf, w->conf->sync_redis_timeout_ms);
     int ok = activity_preheat(w->mc, rc, w->conf->preheat_horizon_days,
                               w->conf->sync_cleanup_grace_s, &res, err, sizeof(err));
     rconn_free(rc);
@@ -42,8 +46,8 @@ void admin_preheat(struct worker *w, struct req *r)
         req_reply(r, CODE_UNAVAILABLE, "preheat failed: MySQL or Redis unavailable", NULL, 5);
         return;
     }
-    meta_invalidate_node(w);
-    alist_invalidate(w);
+    meta_invalidate_node(w->shm);
+    alist_invalidate(w->conf, w->shm);
     log_notice("preheat by admin %" PRId64 ": %d loaded, %d created, %d restored "
                "(MySQL %" PRId64 " ms, Redis %" PRId64 " ms)",
                who.user_id, res.loaded, res.created, res.restored, res.select_ms, res.write_ms);
@@ -54,7 +58,7 @@ void admin_preheat(struct worker *w, struct req *r)
     req_reply(r, CODE_OK, NULL, extra, 0);
 }
 
-void admin_revoke(struct worker *w, struct req *r)
+void api_admin_revoke(struct worker *w, struct req *r)
 {
     struct auth_identity who;
     const char *why;
@@ -62,15 +66,15 @@ void admin_revoke(struct worker *w, struct req *r)
     int64_t id;
     int found = 0;
 
-    if (req_auth(w, r, 2, &who) != CS_OK || req_read_body(w, r) != CS_OK)
+    if (req_auth(r, 2, &who) != CS_OK || req_read_body(r) != CS_OK)
         return;
     if (http_parse_id_body(r->body, r->body_len, &id, &why) != CS_OK) {
         req_reply(r, CODE_BAD_REQUEST, why, NULL, 0);
         return;
     }
     r->audit_id = id;
-    struct rconn *rc = worker_long_rconn(w);
-    int ok = activity_revoke(w->mc, rc, id, w->conf->preheat_horizon_days, &found, err,
+    struct rconn *rc = rconn_new_conf(w->conf, w->conf->sync_redis_timeout_ms);
+    int ok = revoke_activity(w->mc, rc, id, w->conf->preheat_horizon_days, &found, err,
                              sizeof(err));
     rconn_free(rc);
     if (ok != CS_OK) {
@@ -84,14 +88,14 @@ void admin_revoke(struct worker *w, struct req *r)
     }
     /* Every worker of this node answers VOIDED from now on. */
     shm_flag_set(w->shm->voided, id, INT64_MAX);
-    meta_invalidate_node(w);
-    alist_invalidate(w);
+    meta_invalidate_node(w->shm);
+    alist_invalidate(w->conf, w->shm);
     log_notice("activity %" PRId64 " revoked by admin %" PRId64, id, who.user_id);
     snprintf(extra, sizeof(extra), "\"activityId\":%" PRId64, id);
     req_reply(r, CODE_OK, "activity revoked", extra, 0);
 }
 
-void admin_reconcile(struct worker *w, struct req *r)
+void api_admin_reconcile(struct worker *w, struct req *r)
 {
     struct auth_identity who;
     struct reconcile_result res;
@@ -99,7 +103,7 @@ void admin_reconcile(struct worker *w, struct req *r)
     char err[256], extra[192];
     int64_t id;
 
-    if (req_auth(w, r, 2, &who) != CS_OK || req_read_body(w, r) != CS_OK)
+    if (req_auth(r, 2, &who) != CS_OK || req_read_body(r) != CS_OK)
         return;
     if (http_parse_id_body(r->body, r->body_len, &id, &why) != CS_OK) {
         req_reply(r, CODE_BAD_REQUEST, why, NULL, 0);
@@ -137,7 +141,7 @@ void admin_reconcile(struct worker *w, struct req *r)
     }
     if (res.after > 0)
         shm_flag_clear(w->shm->soldout, id);
-    meta_invalidate_node(w);
+    meta_invalidate_node(w->shm);
     if (res.after != res.before)
         log_notice("activity %" PRId64 " reconciled by admin %" PRId64 ": Redis stock %" PRId64
                    " -> %" PRId64 " (MySQL total %" PRId64 ", %" PRId64 " seized)",
@@ -194,7 +198,7 @@ static void admin_health_cluster(struct worker *w, struct req *r)
     size_t sl = 0;
 
     rcluster_each_master(w->rc, w->conf->redis_wait_replicas, health_master, &h);
-    int degraded = worker_durability(w, copies);
+    int degraded = durability_read(w->conf, w->rc, w->shm, copies);
     for (int i = 0; i < KEYS_SHARDS && degraded > 0; i++)
         if (copies[i] >= 0 && copies[i] < w->conf->redis_wait_replicas)
             sl += (size_t)snprintf(shards + sl, sizeof(shards) - sl, "%s%d", sl ? "," : "", i);
@@ -207,10 +211,10 @@ static void admin_health_cluster(struct worker *w, struct req *r)
         req_reply(r, CODE_OK, NULL, extra, 0);
     else
         req_reply(r, CODE_UNAVAILABLE, "no redis master is reachable", extra,
-                  worker_retry_after(w));
+                  breaker_retry_after(w->conf));
 }
 
-void admin_health(struct worker *w, struct req *r)
+void api_admin_health(struct worker *w, struct req *r)
 {
     static const char *const bnames[] = {"closed", "open", "half-open"};
     char extra[160];
@@ -229,17 +233,17 @@ void admin_health(struct worker *w, struct req *r)
      * node that a load balancer took out of rotation on this answer (and
      * that therefore sees no seizes) still comes back by itself.
      */
-    if (atomic_load(&w->shm->breaker_state) == BREAKER_CLOSED) {
+    if (atomic_load(&w->shm->breaker.state) == BREAKER_CLOSED) {
         fault = admin_health_probe(w);
-    } else if (worker_redis_allowed(w)) {
+    } else if (breaker_seize_allowed(w->conf, w->shm, 0)) {
         fault = admin_health_probe(w);
-        worker_redis_done(w, fault);
+        breaker_seize_done(w->conf, w->shm, 0, fault, w->rc);
     } else {
-        fault = (enum rconn_fault)atomic_load(&w->shm->redis_fault);
+        fault = (enum rconn_fault)atomic_load(&w->shm->breaker.fault);
         if (fault == RCONN_FAULT_NONE)
             fault = RCONN_FAULT_DOWN;
     }
-    int bstate = atomic_load(&w->shm->breaker_state);
+    int bstate = atomic_load(&w->shm->breaker.state);
     /* "seize": where a seize can be granted from now: "redis", "reserve"
      * (Redis is away, and this node holds an open reserve within its lease)
      * or "none". */
@@ -252,5 +256,5 @@ void admin_health(struct worker *w, struct req *r)
         req_reply(r, CODE_OK, NULL, extra, 0);
     else
         req_reply(r, CODE_UNAVAILABLE, "redis cannot grant a seize now", extra,
-                  worker_retry_after(w));
+                  breaker_retry_after(w->conf));
 }

@@ -1,10 +1,11 @@
-/* reserve_api.c - the admin routes of node reserves: the list per node
+/* api_reserve.c - the admin routes of node reserves: the list per node
  * incarnation, and the return of a lost node's reserve (lib/reserve_admin.c). */
+#include "api.h"
 #include "conf.h"
 #include "cs.h"
 #include "log.h"
+#include "req.h"
 #include "reserve_admin.h"
-#include "route.h"
 #include "shm.h"
 #include "worker.h"
 
@@ -36,14 +37,14 @@ static void rsv_add_known(cJSON *o, const char *name, int64_t v)
         rsv_add_int(o, name, v);
 }
 
-void reserve_list_handle(struct worker *w, struct req *r)
+void api_reserve_list(struct worker *w, struct req *r)
 {
     struct auth_identity who;
     struct reserve_list l;
     char idbuf[32], err[256];
     int64_t id = 0;
 
-    if (req_auth(w, r, 2, &who) != CS_OK)
+    if (req_auth(r, 2, &who) != CS_OK)
         return;
     if (http_query_param(r->query, "id", idbuf, sizeof(idbuf)) == CS_OK
         && cs_parse_id(idbuf, strlen(idbuf), &id) != CS_OK) {
@@ -151,7 +152,7 @@ static int rsv_parse_incarnation(struct req *r, char inc[JOURNAL_ID_LEN + 1], in
     return CS_OK;
 }
 
-void reserve_return_handle(struct worker *w, struct req *r)
+void api_reserve_return(struct worker *w, struct req *r)
 {
     struct auth_identity who;
     struct reserve_return res;
@@ -159,7 +160,7 @@ void reserve_return_handle(struct worker *w, struct req *r)
     char inc[JOURNAL_ID_LEN + 1], err[384], extra[256];
     int64_t id;
 
-    if (req_auth(w, r, 2, &who) != CS_OK || req_read_body(w, r) != CS_OK)
+    if (req_auth(r, 2, &who) != CS_OK || req_read_body(r) != CS_OK)
         return;
     if (http_parse_id_body(r->body, r->body_len, &id, &why) != CS_OK) {
         rsv_bad(r, "id", why);

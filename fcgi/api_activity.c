@@ -1,8 +1,9 @@
-/* activity_api.c - /market/admin/coupon/activity: create, read, page and update
+/* api_activity.c - /market/admin/coupon/activity: create, read, page and update
  * activities (stock top-up included) over HTTP. */
 #include "actinput.h"
 #include "activity.h"
 #include "alist.h"
+#include "api.h"
 #include "conf.h"
 #include "cs.h"
 #include "keys.h"
@@ -10,7 +11,7 @@
 #include "mconn.h"
 #include "meta.h"
 #include "preheat.h"
-#include "route.h"
+#include "req.h"
 #include "shm.h"
 #include "worker.h"
 
@@ -200,14 +201,14 @@ static int act_refresh(struct worker *w, int64_t id, struct preheat_result *res)
     char err[256];
     /* Its own connection, with coupon-sync's longer timeout: the list it
      * rewrites may be megabytes, more than a seize may wait for. */
-    struct rconn *lrc = worker_long_rconn(w);
+    struct rconn *lrc = rconn_new_conf(w->conf, w->conf->sync_redis_timeout_ms);
     int rc = activity_preheat_one(w->mc, lrc, id, w->conf->preheat_horizon_days,
                                   w->conf->sync_cleanup_grace_s, res, err, sizeof(err));
     rconn_free(lrc);
     if (rc != CS_OK)
         log_error("preheat after an activity change failed: %s", err);
-    meta_invalidate_node(w);
-    alist_invalidate(w);
+    meta_invalidate_node(w->shm);
+    alist_invalidate(w->conf, w->shm);
     return rc;
 }
 
@@ -445,7 +446,7 @@ static void act_get(struct worker *w, struct req *r)
     } else {
         cJSON_AddNullToObject(root, "queueDepth");
     }
-    int bstate = atomic_load(&w->shm->breaker_state);
+    int bstate = atomic_load(&w->shm->breaker.state);
     cJSON_AddStringToObject(root, "breaker", bnames[bstate >= 0 && bstate < 3 ? bstate : 1]);
     cJSON_AddBoolToObject(root, "stale", stale || qsum < 0);
     free(kind);
@@ -464,7 +465,7 @@ static void act_create(struct worker *w, struct req *r)
 
     const char *why;
 
-    if (req_read_body(w, r) != CS_OK)
+    if (req_read_body(r) != CS_OK)
         return;
     /* No string may hold NUL: cJSON would cut "a\u0000b" to "a". */
     if (http_json_check(r->body, r->body_len, &why) != CS_OK) {
@@ -616,155 +617,248 @@ static int act_is_topup(const char *body, size_t len)
     return add == 1 && other == 0;
 }
 
-static void act_update(struct worker *w, struct req *r)
-{
-    struct actinput in;
-    struct actinput_err e;
-    struct act_row row;
-    const char *why;
-    int64_t id;
-    int found;
+/* Why an update is refused, answered once its transaction is rolled back. */
+struct act_refusal {
+    enum cs_code code;         /* 0: not refused; CODE_BAD_REQUEST: e names the field */
+    struct actinput_err e;     /* the field and message (or the message alone) */
+    int retry_after_s;
+    int mysql_down;            /* MySQL failed: act_mysql_down() */
+};
 
-    if (req_read_body(w, r) != CS_OK)
-        return;
-    r->audit_action = act_is_topup(r->body, r->body_len) ? "topup" : "update";
-    if (http_parse_id_body(r->body, r->body_len, &id, &why) != CS_OK) {
-        act_bad_field(r, "id", "%s", why);
-        return;
+static int act_refuse_field(struct act_refusal *no, const char *field, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int act_refuse_field(struct act_refusal *no, const char *field, const char *fmt, ...)
+{
+    va_list ap;
+    no->code = CODE_BAD_REQUEST;
+    no->e.field = field;
+    va_start(ap, fmt);
+    vsnprintf(no->e.msg, sizeof(no->e.msg), fmt, ap);
+    va_end(ap);
+    return CS_ERR;
+}
+
+static int act_refuse(struct act_refusal *no, enum cs_code code, const char *msg, int retry_s)
+{
+    no->code = code;
+    snprintf(no->e.msg, sizeof(no->e.msg), "%s", msg ? msg : "");
+    no->retry_after_s = retry_s;
+    return CS_ERR;
+}
+
+static void act_refusal_answer(struct worker *w, struct req *r, const struct act_refusal *no,
+                               const char *what)
+{
+    if (no->mysql_down)
+        act_mysql_down(w, r, what);
+    else if (no->code == CODE_BAD_REQUEST)
+        act_bad(r, &no->e);
+    else
+        req_reply(r, no->code, no->e.msg[0] ? no->e.msg : NULL, NULL, no->retry_after_s);
+}
+
+/* What an accepted update changes: the fields (ACTIN_* bits), the stock by
+ * delta, and what Redis held of the stock before (for the answer). */
+struct act_change {
+    unsigned ch;
+    int64_t delta;
+    enum act_stock kind;
+    int64_t rstock;
+};
+
+/*
+ * The checks of an update against the row locked for it: what may change
+ * before the start and what after it (only a later end and a top-up), the
+ * window, the total against the coupons issued, and, when the stock moves,
+ * against what Redis has granted. CS_OK with *c filled, else CS_ERR with
+ * *no saying why; nothing answered, nothing written.
+ */
+static int act_update_check(struct worker *w, const struct actinput *in,
+                            const struct act_row *row, struct act_change *c,
+                            struct act_refusal *no)
+{
+    int64_t now = row->db_now_ms;
+
+    if (row->a.status == ACT_VOIDED)
+        return act_refuse(no, CODE_VOIDED, "the activity was revoked; it cannot change", 0);
+    if (row->a.status == ACT_ENDED || now >= row->a.end_ms)
+        return act_refuse(no, CODE_ENDED, "the activity has ended; it cannot change", 0);
+    c->ch = act_changed(in, row);
+    c->delta = 0;
+    if (now >= row->a.start_ms) {
+        unsigned fixed = c->ch & ~(unsigned)(ACTIN_END | ACTIN_ADD);
+        if (fixed != 0) {
+            unsigned bit = fixed & -fixed;
+            return act_refuse_field(no, actinput_field(bit),
+                                    "%s cannot change once the sale has started "
+                                    "(only a later distributeEndTime and addStock)",
+                                    actinput_field(bit));
+        }
+        if ((c->ch & ACTIN_END) && in->end_s * 1000 < row->a.end_ms)
+            return act_refuse_field(no, "distributeEndTime",
+                                    "distributeEndTime can only move later once the sale has "
+                                    "started");
+    } else {
+        int64_t start = (c->ch & ACTIN_START) ? in->start_s * 1000 : row->a.start_ms;
+        int64_t end = (c->ch & ACTIN_END) ? in->end_s * 1000 : row->a.end_ms;
+        if (end <= start)
+            return act_refuse_field(no, "distributeEndTime",
+                                    "distributeEndTime must be after distributeStartTime");
+        if (c->ch & ACTIN_TOTAL) {
+            int64_t issued = row->a.total_num - row->stock_num;
+            if (in->total_num < issued)
+                return act_refuse_field(no, "totalNum",
+                                        "totalNum is below the %" PRId64
+                                        " coupons already issued", issued);
+            c->delta = in->total_num - row->a.total_num;
+        }
     }
-    r->audit_id = id;
+    if (c->ch & ACTIN_ADD) {
+        if (row->a.total_num + in->add_stock > ACTIN_MAX_TOTAL)
+            return act_refuse_field(no, "addStock", "addStock would take totalNum past %lld",
+                                    ACTIN_MAX_TOTAL);
+        c->delta = in->add_stock;
+    }
+    c->kind = STOCK_UNKNOWN;
+    c->rstock = 0;
+    if (c->delta != 0) {
+        if (act_redis_stock(w, row, 1, &c->kind, &c->rstock) != CS_OK) {
+            log_error("top-up of activity %" PRId64 ": Redis unreadable: %s", row->a.id,
+                      w->rc->errstr);
+            return act_refuse(no, CODE_UNAVAILABLE, "Redis unavailable: nothing was changed",
+                              5);
+        }
+        if (c->kind == STOCK_PRESENT && c->rstock + c->delta < 0)
+            return act_refuse_field(no, "totalNum",
+                                    "totalNum is below what Redis has already granted");
+    }
+    return CS_OK;
+}
+
+/* The UPDATE of an accepted change, inside the update's transaction. */
+static int act_update_write(struct worker *w, const struct actinput *in,
+                            const struct act_change *c, int64_t id)
+{
+    unsigned ch = c->ch;
+    struct mval p[] = {
+        act_opt_txt(ch, ACTIN_NAME, in->name),
+        act_opt_txt(ch, ACTIN_COUPON_NAME, in->coupon_name),
+        act_opt_int(ch, ACTIN_COUPON_TYPE, in->coupon_type),
+        act_opt_txt(ch, ACTIN_COUPON_AMOUNT, in->coupon_amount),
+        act_opt_txt(ch, ACTIN_COUPON_THRESHOLD, in->coupon_threshold),
+        MV_INT(c->delta),
+        MV_INT(c->delta),
+        act_opt_int(ch, ACTIN_START, in->start_s),
+        act_opt_int(ch, ACTIN_END, in->end_s),
+        act_opt_int(ch, ACTIN_VALIDITY, in->validity_days),
+        act_opt_int(ch, ACTIN_RETURN, in->return_on_expiry),
+        act_opt_txt(ch, ACTIN_GROUPS, in->groups),
+        act_opt_txt(ch, ACTIN_GROUPS, in->groups),
+        MV_INT(id),
+    };
+    return mconn_exec(w->mc, SQL_UPDATE, p, (int)CS_ARRAY_LEN(p), NULL);
+}
+
+/* The body of an update: its id and the fields it changes. CS_OK, else
+ * CS_ERR after answering 400. */
+static int act_update_parse(struct req *r, struct actinput *in, int64_t *id)
+{
+    struct actinput_err e;
+    const char *why;
+
+    if (req_read_body(r) != CS_OK)
+        return CS_ERR;
+    r->audit_action = act_is_topup(r->body, r->body_len) ? "topup" : "update";
+    if (http_parse_id_body(r->body, r->body_len, id, &why) != CS_OK) {
+        act_bad_field(r, "id", "%s", why);
+        return CS_ERR;
+    }
+    r->audit_id = *id;
     if (http_json_check(r->body, r->body_len, &why) != CS_OK) {
         req_reply(r, CODE_BAD_REQUEST, why, NULL, 0);
-        return;
+        return CS_ERR;
     }
     cJSON *doc = cJSON_ParseWithLengthOpts(r->body, r->body_len + 1, NULL, 1);
-    int rc = actinput_parse(doc, 1, &in, &e);
+    int rc = actinput_parse(doc, 1, in, &e);
     cJSON_Delete(doc);
     if (rc != CS_OK) {
         act_bad(r, &e);
-        return;
+        return CS_ERR;
     }
-    if (in.set == 0) {
+    if (in->set == 0) {
         act_bad_field(r, "", "nothing to change: give at least one field besides id");
-        return;
+        return CS_ERR;
     }
-    if ((in.set & ACTIN_TOTAL) && (in.set & ACTIN_ADD)) {
+    if ((in->set & ACTIN_TOTAL) && (in->set & ACTIN_ADD)) {
         act_bad_field(r, "addStock", "give totalNum or addStock, not both");
-        return;
+        return CS_ERR;
     }
+
+    return CS_OK;
+}
+
+/* What the answer says of the Redis stock after an update that moved the
+ * stock by delta (the refresh preheated, with res, or not; kind what Redis
+ * held before). */
+static const char *act_update_note(int64_t id, int64_t delta, int preheated,
+                                   const struct preheat_result *res, enum act_stock kind)
+{
+    if (delta == 0)
+        return "unchanged";
+    if (!preheated) {
+        log_error("activity %" PRId64 ": MySQL stock moved by %+" PRId64
+                  " but Redis was not reached; the next preheat pass moves the Redis "
+                  "stock (POST /market/admin/coupon/preheat to do it now)", id, delta);
+        return "failed";
+    }
+    if (res->clamped > 0) {
+        log_error("activity %" PRId64 ": the total fell below what Redis had granted; "
+                  "Redis stock held at 0", id);
+        return "failed";
+    }
+    if (res->adjusted > 0)
+        return "updated";
+    if (res->created > 0)
+        return "not preheated"; /* absent until now: made from MySQL's new total */
+    if (kind == STOCK_VOIDED)
+        return "revoked";
+    if (res->stale > 0 || res->written > 0)
+        return "updated"; /* another writer of this version (a preheat pass) moved it first */
+    return "not preheated";
+}
+
+static void act_update(struct worker *w, struct req *r)
+{
+    struct actinput in;
+    struct act_row row;
+    int64_t id;
+    int found;
+
+    if (act_update_parse(r, &in, &id) != CS_OK)
+        return;
 
     if (mconn_begin(w->mc) != CS_OK) {
         act_mysql_down(w, r, "updating an activity");
         return;
     }
-    if (act_load(w, SQL_LOCK, id, &row, &found) != CS_OK) {
+    /* Checks, then the write; every refusal rolls back here, once. */
+    struct act_refusal no = {.code = 0};
+    struct act_change c;
+    if (act_load(w, SQL_LOCK, id, &row, &found) != CS_OK)
+        no.mysql_down = 1;
+    else if (!found)
+        act_refuse(&no, CODE_NO_SUCH_ACTIVITY, NULL, 0);
+    else if (act_update_check(w, &in, &row, &c, &no) == CS_OK
+             && act_update_write(w, &in, &c, id) != CS_OK)
+        no.mysql_down = 1;
+    if (no.mysql_down || no.code != 0) {
         mconn_rollback(w->mc);
-        act_mysql_down(w, r, "updating an activity");
+        act_refusal_answer(w, r, &no, "updating an activity");
         return;
     }
-    if (!found) {
-        mconn_rollback(w->mc);
-        req_reply(r, CODE_NO_SUCH_ACTIVITY, NULL, NULL, 0);
-        return;
-    }
-    int64_t now = row.db_now_ms;
-    if (row.a.status == ACT_VOIDED) {
-        mconn_rollback(w->mc);
-        req_reply(r, CODE_VOIDED, "the activity was revoked; it cannot change", NULL, 0);
-        return;
-    }
-    if (row.a.status == ACT_ENDED || now >= row.a.end_ms) {
-        mconn_rollback(w->mc);
-        req_reply(r, CODE_ENDED, "the activity has ended; it cannot change", NULL, 0);
-        return;
-    }
-    unsigned ch = act_changed(&in, &row);
-    int started = now >= row.a.start_ms;
-    int64_t delta = 0;
-    if (started) {
-        unsigned fixed = ch & ~(unsigned)(ACTIN_END | ACTIN_ADD);
-        if (fixed != 0) {
-            unsigned bit = fixed & -fixed;
-            mconn_rollback(w->mc);
-            act_bad_field(r, actinput_field(bit),
-                          "%s cannot change once the sale has started "
-                          "(only a later distributeEndTime and addStock)",
-                          actinput_field(bit));
-            return;
-        }
-        if ((ch & ACTIN_END) && in.end_s * 1000 < row.a.end_ms) {
-            mconn_rollback(w->mc);
-            act_bad_field(r, "distributeEndTime",
-                          "distributeEndTime can only move later once the sale has started");
-            return;
-        }
-    } else {
-        int64_t start = (ch & ACTIN_START) ? in.start_s * 1000 : row.a.start_ms;
-        int64_t end = (ch & ACTIN_END) ? in.end_s * 1000 : row.a.end_ms;
-        if (end <= start) {
-            mconn_rollback(w->mc);
-            act_bad_field(r, "distributeEndTime",
-                          "distributeEndTime must be after distributeStartTime");
-            return;
-        }
-        if (ch & ACTIN_TOTAL) {
-            int64_t issued = row.a.total_num - row.stock_num;
-            if (in.total_num < issued) {
-                mconn_rollback(w->mc);
-                act_bad_field(r, "totalNum", "totalNum is below the %" PRId64
-                              " coupons already issued", issued);
-                return;
-            }
-            delta = in.total_num - row.a.total_num;
-        }
-    }
-    if (ch & ACTIN_ADD) {
-        if (row.a.total_num + in.add_stock > ACTIN_MAX_TOTAL) {
-            mconn_rollback(w->mc);
-            act_bad_field(r, "addStock", "addStock would take totalNum past %lld",
-                          ACTIN_MAX_TOTAL);
-            return;
-        }
-        delta = in.add_stock;
-    }
-
-    enum act_stock kind = STOCK_UNKNOWN;
-    int64_t rstock = 0;
-    if (delta != 0) {
-        if (act_redis_stock(w, &row, 1, &kind, &rstock) != CS_OK) {
-            mconn_rollback(w->mc);
-            log_error("top-up of activity %" PRId64 ": Redis unreadable: %s", id,
-                      w->rc->errstr);
-            req_reply(r, CODE_UNAVAILABLE, "Redis unavailable: nothing was changed", NULL, 5);
-            return;
-        }
-        if (kind == STOCK_PRESENT && rstock + delta < 0) {
-            mconn_rollback(w->mc);
-            act_bad_field(r, "totalNum", "totalNum is below what Redis has already granted");
-            return;
-        }
-    }
-    struct mval p[] = {
-        act_opt_txt(ch, ACTIN_NAME, in.name),
-        act_opt_txt(ch, ACTIN_COUPON_NAME, in.coupon_name),
-        act_opt_int(ch, ACTIN_COUPON_TYPE, in.coupon_type),
-        act_opt_txt(ch, ACTIN_COUPON_AMOUNT, in.coupon_amount),
-        act_opt_txt(ch, ACTIN_COUPON_THRESHOLD, in.coupon_threshold),
-        MV_INT(delta),
-        MV_INT(delta),
-        act_opt_int(ch, ACTIN_START, in.start_s),
-        act_opt_int(ch, ACTIN_END, in.end_s),
-        act_opt_int(ch, ACTIN_VALIDITY, in.validity_days),
-        act_opt_int(ch, ACTIN_RETURN, in.return_on_expiry),
-        act_opt_txt(ch, ACTIN_GROUPS, in.groups),
-        act_opt_txt(ch, ACTIN_GROUPS, in.groups),
-        MV_INT(id),
-    };
-    if (mconn_exec(w->mc, SQL_UPDATE, p, (int)CS_ARRAY_LEN(p), NULL) != CS_OK) {
-        mconn_rollback(w->mc);
-        act_mysql_down(w, r, "updating an activity");
-        return;
-    }
+    int64_t delta = c.delta;
+    enum act_stock kind = c.kind;
     char pause[48];
     snprintf(pause, sizeof(pause), "update-commit:%" PRId64, id);
     cs_pause_point(pause);
@@ -783,34 +877,10 @@ static void act_update(struct worker *w, struct req *r)
      * the read above: the publish script moves the stock field by the new
      * total minus the one Redis last saw, so a preheat that read MySQL
      * before this commit neither undoes the change nor lets it count twice,
-     * and a pass after a failure here still brings it (see PUBLISH_LUA). */
+     * and a pass after a failure here still brings it (see script_preheat_publish). */
     struct preheat_result res;
     int preheated = act_refresh(w, id, &res) == CS_OK;
-    const char *redis_note = "unchanged";
-    if (delta != 0) {
-        if (!preheated) {
-            log_error("activity %" PRId64 ": MySQL stock moved by %+" PRId64
-                      " but Redis was not reached; the next preheat pass moves the Redis "
-                      "stock (POST /market/admin/coupon/preheat to do it now)", id, delta);
-            redis_note = "failed";
-        } else if (res.clamped > 0) {
-            log_error("activity %" PRId64 ": the total fell below what Redis had granted; "
-                      "Redis stock held at 0", id);
-            redis_note = "failed";
-        } else if (res.adjusted > 0) {
-            redis_note = "updated";
-        } else if (res.created > 0) {
-            /* Absent until now: made from MySQL's new total. */
-            redis_note = "not preheated";
-        } else if (kind == STOCK_VOIDED) {
-            redis_note = "revoked";
-        } else if (res.stale > 0 || res.written > 0) {
-            /* Another writer of this version (a preheat pass) moved it first. */
-            redis_note = "updated";
-        } else {
-            redis_note = "not preheated";
-        }
-    }
+    const char *redis_note = act_update_note(id, delta, preheated, &res, kind);
     /* This node sells again at once; other nodes' sold-out hints expire
      * within limits.soldout_recheck_ms. */
     if (delta > 0)
@@ -826,7 +896,7 @@ static void act_update(struct worker *w, struct req *r)
     act_answer_one(w, r, 200, delta > 0 ? "stock added" : "activity updated", id, root);
 }
 
-void activity_handle(struct worker *w, struct req *r)
+void api_activity(struct worker *w, struct req *r)
 {
     int is_get = strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0;
     int is_post = strcmp(r->method, "POST") == 0, is_put = strcmp(r->method, "PUT") == 0;
@@ -838,7 +908,7 @@ void activity_handle(struct worker *w, struct req *r)
         return;
     }
     struct auth_identity who;
-    if (req_auth(w, r, 2, &who) != CS_OK)
+    if (req_auth(r, 2, &who) != CS_OK)
         return;
     if (is_get) {
         act_get(w, r);

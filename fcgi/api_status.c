@@ -1,11 +1,13 @@
-/* status.c - GET /market/consumer/coupon/status[?id=N]. */
+/* api_status.c - GET /market/consumer/coupon/status[?id=N]. */
 #include "alist.h"
+#include "api.h"
+#include "breaker.h"
 #include "conf.h"
 #include "cs.h"
 #include "keys.h"
 #include "log.h"
 #include "meta.h"
-#include "route.h"
+#include "req.h"
 #include "worker.h"
 
 #include <cjson/cJSON.h>
@@ -41,7 +43,7 @@ static void status_stock(struct worker *w, const struct activity *acts, size_t n
         out[i] = meta_last_remaining(w->meta, acts[i].id);
     if (n == 0)
         return;
-    if (*stale || !worker_redis_readable(w)) {
+    if (*stale || !breaker_readable(w->shm)) {
         *stale = 1;
         return;
     }
@@ -79,7 +81,7 @@ static int status_mine(struct worker *w, int64_t aid, int64_t uid, cJSON *mine, 
         cJSON_AddBoolToObject(mine, "pending", 1);
         return CS_OK;
     }
-    if (stale || !worker_redis_readable(w))
+    if (stale || !breaker_readable(w->shm))
         return CS_ERR;
     keys_seize_list(klist, aid);
     keys_queue(kqueue, keys_shard(aid));
@@ -156,7 +158,7 @@ static enum meta_kind status_lookup(struct worker *w, const struct req *r, int64
 {
     int64_t deadline = status_deadline(w, r);
     rconn_set_deadline(w->rc, deadline);
-    enum meta_kind kind = meta_lookup_within(w, id, a, stale, deadline);
+    enum meta_kind kind = meta_lookup_within(w->meta, w->rc, id, a, stale, deadline);
     rconn_set_deadline(w->rc, 0);
     return kind;
 }
@@ -173,7 +175,7 @@ static void status_one(struct worker *w, struct req *r, int64_t id, int64_t uid)
         req_reply(r, CODE_NO_SUCH_ACTIVITY, NULL, NULL, 0);
         return;
     case META_UNAVAILABLE:
-        req_reply(r, CODE_UNAVAILABLE, NULL, NULL, worker_retry_after(w));
+        req_reply(r, CODE_UNAVAILABLE, NULL, NULL, breaker_retry_after(w->conf));
         return;
     case META_VOIDED:
         root = status_root();
@@ -219,7 +221,7 @@ static int status_page_param(const char *query, const char *name, size_t dflt, s
     return CS_OK;
 }
 
-void status_handle(struct worker *w, struct req *r)
+void api_status(struct worker *w, struct req *r)
 {
     struct auth_identity who;
     char idbuf[32];
@@ -232,7 +234,7 @@ void status_handle(struct worker *w, struct req *r)
             return;
         }
         /* The token is optional here; a bad one is still refused. */
-        if (req_auth(w, r, 0, &who) != CS_OK)
+        if (req_auth(r, 0, &who) != CS_OK)
             return;
         status_one(w, r, id, who.user_id);
         return;
@@ -248,8 +250,8 @@ void status_handle(struct worker *w, struct req *r)
     if (size > STATUS_PAGE_MAX)
         size = STATUS_PAGE_MAX;
     struct alist_page pg;
-    if (alist_page(w, page, size, &pg) != CS_OK) {
-        req_reply(r, CODE_UNAVAILABLE, NULL, NULL, worker_retry_after(w));
+    if (alist_page(w->conf, w->shm, page, size, &pg) != CS_OK) {
+        req_reply(r, CODE_UNAVAILABLE, NULL, NULL, breaker_retry_after(w->conf));
         return;
     }
     int64_t now = cs_now_ms();

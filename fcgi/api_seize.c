@@ -1,13 +1,18 @@
-/* seize.c - POST /market/consumer/coupon/seize: one EVALSHA per seize, or a
+/* api_seize.c - POST /market/consumer/coupon/seize: one EVALSHA per seize, or a
  * place in the shard's next batch call (seize_batch.c). */
+#include "api.h"
+#include "breaker.h"
 #include "conf.h"
 #include "cs.h"
+#include "durability.h"
 #include "keys.h"
 #include "log.h"
 #include "meta.h"
 #include "params.h"
-#include "route.h"
+#include "req.h"
+#include "scripts.h"
 #include "seize_batch.h"
+#include "seize_rules.h"
 #include "shm.h"
 #include "worker.h"
 
@@ -17,29 +22,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The window check on cached metadata; CODE_OK when a seize may be tried. */
 /*
- * The fast path's window check (the script, by Redis' clock, is the
- * authority): CODE_OK, or the refusal. Redis' clock as the keeper's last
- * lease renewal on the activity's shard bounds it judges where there is one,
- * and only a window missed by the whole bound is refused, so a node whose
- * own clock is off never turns users away from an open sale. Without a
- * renewal (reserves off, none open, lease over) this host's clock, now_ms.
+ * The bounds [*lo, *hi] of Redis' clock that the fast path's window check
+ * judges by (seize_rules_admit(); the script, by Redis' clock, is the
+ * authority): Redis' clock as the keeper's last lease renewal on the
+ * activity's shard bounds it where there is one, so a node whose own clock
+ * is off never turns users away from an open sale. Without a renewal
+ * (reserves off, none open, lease over) this host's clock, now_ms.
  */
-static enum cs_code seize_window(const struct worker *w, const struct activity *a,
-                                 int64_t now_ms)
+static void seize_clock(const struct worker *w, int64_t id, int64_t now_ms, int64_t *lo,
+                        int64_t *hi)
 {
-    int64_t lo = now_ms, hi = now_ms;
-    if (a->status == ACT_VOIDED)
-        return CODE_VOIDED;
+    *lo = *hi = now_ms;
     if (w->conf->fallback_reserve > 0)
-        (void)reserve_lease(&w->shm->rsv, keys_shard(a->id), w->conf->fallback_lease_ms,
-                            cs_boot_ms(), &lo, &hi, NULL); /* leases run on CLOCK_BOOTTIME */
-    if (hi < a->start_ms)
-        return CODE_NOT_STARTED;
-    if (lo >= a->end_ms)
-        return CODE_ENDED;
-    return CODE_OK;
+        (void)reserve_lease(&w->shm->rsv, keys_shard(id), w->conf->fallback_lease_ms,
+                            cs_boot_ms(), lo, hi, NULL); /* leases run on CLOCK_BOOTTIME */
 }
 
 /*
@@ -69,12 +66,12 @@ static void seize_unreached(struct worker *w, struct req *r, int64_t id, int64_t
         req_reply(r, CODE_ALREADY_SEIZED, NULL, NULL, 0);
         return;
     case RESERVE_UNKNOWN:
-        req_reply(r, CODE_UNKNOWN_OUTCOME, NULL, NULL, worker_retry_after(w));
+        req_reply(r, CODE_UNKNOWN_OUTCOME, NULL, NULL, breaker_retry_after(w->conf));
         return;
     case RESERVE_NONE:
         break;
     }
-    req_reply(r, CODE_UNAVAILABLE, NULL, NULL, worker_retry_after(w));
+    req_reply(r, CODE_UNAVAILABLE, NULL, NULL, breaker_retry_after(w->conf));
 }
 
 /* The EVALSHA of one seize: keys and arguments, built once, sent up to
@@ -108,48 +105,13 @@ static void seize_call_init(struct seize_call *sc, int64_t id, int64_t uid)
     sc->argv[5] = sc->s_uid;
 }
 
-/* A tenth of the budget, at most 100 ms. */
-static int seize_margin(const struct worker *w)
-{
-    int budget = w->conf->fallback_budget_ms;
-    return budget / 10 < 100 ? budget / 10 : 100;
-}
-
-/*
- * The seize's own deadline: fallback.budget_ms from when the web server got
- * the request (or the worker took it), less a margin (seize_margin()) for
- * the answer's way back to the client through a busy machine.
- */
+/* The seize's deadline (seize_rules_deadline()): fallback.budget_ms from
+ * when the web server got the request (or the worker took it). */
 static int64_t seize_deadline(const struct worker *w, const struct req *r)
 {
-    int budget = w->conf->fallback_budget_ms;
-    int margin = seize_margin(w);
-    int64_t taken = r->start_us / 1000, deadline = taken + budget - margin;
     int64_t got = params_request_start_ms(FCGX_GetParam("HTTP_X_REQUEST_START", r->fr->envp));
-    if (got > 0) {
-        /* The time it waited for a worker (the shipped snippets send when
-         * the web server got it) counts too. By the web server's clock
-         * against ours, so only a plausible wait is believed: it can only
-         * shorten the deadline, and a clock far off changes nothing. */
-        int64_t queued = cs_now_ms() - (cs_mono_ms() - taken) - got;
-        if (queued > 0 && queued < 10 * (int64_t)budget)
-            deadline -= queued;
-    }
-    return deadline;
-}
-
-/*
- * How long the first EVALSHA may wait for its answer, with `left` ms to the
- * deadline: a slow Redis is waited for, but room is kept for the one resend
- * on a fresh connection that settles a lost reply (a command timeout, at
- * most a quarter of what is left).
- */
-static int seize_first_wait(const struct worker *w, int64_t left)
-{
-    int64_t reserve = w->conf->redis_command_timeout_ms;
-    if (reserve > left / 4)
-        reserve = left / 4;
-    return (int)(left - reserve);
+    return seize_rules_deadline(w->conf->fallback_budget_ms, r->start_us / 1000, got,
+                                cs_now_ms(), cs_mono_ms());
 }
 
 /* One EVALSHA that waits at most wait_ms for its answer (and at least wait_ms
@@ -177,24 +139,16 @@ static redisReply *seize_send(struct worker *w, struct seize_call *sc, int wait_
 static void seize_no_answer(struct worker *w, const struct seize_call *sc)
 {
     if (w->rc->err != RCONN_ERR_TIMEOUT) {
-        worker_seize_done(w, sc->shard, RCONN_FAULT_DOWN);
+        seize_breaker_done(w, sc->shard, RCONN_FAULT_DOWN);
         return;
     }
-    if (worker_seize_silence_ms(w, sc->shard) < w->conf->fallback_budget_ms) {
+    if (breaker_seize_silence_ms(w->conf, w->shm, sc->shard) < w->conf->fallback_budget_ms) {
         atomic_fetch_add(&w->shm->m.redis_timeouts, 1);
         return;
     }
     /* Silent for a whole budget: the seizes queued behind this one must not
      * each wait out theirs before the breaker opens. */
-    worker_seize_silent(w, sc->shard);
-}
-
-static void seize_count_failure(struct worker *w)
-{
-    if (w->rc->err == RCONN_ERR_TIMEOUT)
-        atomic_fetch_add(&w->shm->m.redis_timeouts, 1);
-    else
-        atomic_fetch_add(&w->shm->m.redis_errors, 1);
+    breaker_seize_silent(w->conf, w->shm, sc->shard);
 }
 
 /*
@@ -278,13 +232,13 @@ static enum cs_code seize_eval(struct worker *w, struct seize_call *sc, long lon
         rconn_set_err(w->rc, RCONN_ERR_DEADLINE, "seize", "no time left in the budget");
         return CODE_UNAVAILABLE;
     }
-    redisReply *rep = seize_send(w, sc, seize_first_wait(w, left));
+    redisReply *rep = seize_send(w, sc, seize_rules_first_wait(w->conf->redis_command_timeout_ms, left));
     if (rep != NULL)
-        worker_seize_answered(w, sc->shard);
+        breaker_seize_answered(w->conf, w->shm, sc->shard);
     if (rep == NULL && w->rc->maybe_sent) {
         /* The script is idempotent per user, so the same call once more
          * tells the truth (rconn dropped the old connection). */
-        seize_count_failure(w);
+        breaker_count_failure(w->shm, w->rc);
         left = sc->deadline_ms - cs_mono_ms();
         if (left < 5) {
             log_debug("seize %s for %s: %s; no time left to ask again", sc->s_aid, sc->s_uid,
@@ -298,13 +252,13 @@ static enum cs_code seize_eval(struct worker *w, struct seize_call *sc, long lon
         *resent = 1;
         rep = seize_send(w, sc, (int)left);
         if (rep != NULL)
-            worker_seize_answered(w, sc->shard);
+            breaker_seize_answered(w->conf, w->shm, sc->shard);
         if (rep == NULL || rep->type != REDIS_REPLY_INTEGER) {
             log_debug("seize %s for %s: no answer to the resend either (%s)", sc->s_aid,
                       sc->s_uid, rep != NULL && rep->type == REDIS_REPLY_ERROR ? rep->str
                                                                                : w->rc->errstr);
             if (rep != NULL)
-                worker_seize_done(w, sc->shard, rconn_reply_fault(rep));
+                seize_breaker_done(w, sc->shard, rconn_reply_fault(rep));
             else
                 seize_no_answer(w, sc);
             if (rep != NULL)
@@ -313,7 +267,7 @@ static enum cs_code seize_eval(struct worker *w, struct seize_call *sc, long lon
         }
     }
     if (rep == NULL) {
-        worker_seize_done(w, sc->shard, RCONN_FAULT_DOWN);
+        seize_breaker_done(w, sc->shard, RCONN_FAULT_DOWN);
         log_debug("seize %s for %s: %s", sc->s_aid, sc->s_uid, w->rc->errstr);
         return CODE_UNAVAILABLE;
     }
@@ -322,8 +276,7 @@ static enum cs_code seize_eval(struct worker *w, struct seize_call *sc, long lon
         log_error("EVALSHA seize.lua for activity %s: %s", sc->s_aid,
                   rep->type == REDIS_REPLY_ERROR ? rep->str : "non-integer reply");
         freeReplyObject(rep);
-        worker_seize_done(w, sc->shard,
-                          fault == RCONN_FAULT_NONE ? RCONN_FAULT_ERROR : fault);
+        seize_breaker_done(w, sc->shard, fault == RCONN_FAULT_NONE ? RCONN_FAULT_ERROR : fault);
         return CODE_UNAVAILABLE;
     }
     *res = rep->integer;
@@ -347,7 +300,7 @@ static int seize_replicated(struct worker *w, struct seize_call *sc, int fence)
         return CS_OK;
     int copies = rconn_copies(w->rc, &sc->site, c->redis_wait_replicas);
     if (c->redis_cluster)
-        worker_note_copies(w, sc->shard, copies);
+        durability_note(w->shm, sc->shard, copies);
     /* The fence key is needed only on this rare path: built here, not per seize. */
     if (fence)
         keys_fence(sc->k_fence, sc->shard);
@@ -365,27 +318,27 @@ static void seize_grant(struct worker *w, struct req *r, struct seize_call *sc,
     long long res;
 
     enum cs_code code = seize_eval(w, sc, &res, &resent);
-    if (code == CODE_OK && res == -3 && seize_heal_window(w, sc, a) == CS_OK)
+    if (code == CODE_OK && res == SCRIPT_SEIZE_UNKNOWN && seize_heal_window(w, sc, a) == CS_OK)
         code = seize_eval(w, sc, &res, &resent); /* -3 changed nothing: ask again */
     if (code == CODE_UNAVAILABLE) {
         seize_unreached(w, r, a->id, uid, 1); /* Redis certainly did not run it */
         return;
     }
     if (code != CODE_OK) {
-        req_reply(r, code, NULL, NULL, worker_retry_after(w));
+        req_reply(r, code, NULL, NULL, breaker_retry_after(w->conf));
         return;
     }
 
-    if (res == -6) {
+    if (res == SCRIPT_SEIZE_FOR_NOW) {
         /* No stock in Redis, but reserves are open: they may come back, so
          * this is not final, and no sold-out hint is kept. */
-        worker_seize_done(w, sc->shard, RCONN_FAULT_NONE);
+        seize_breaker_done(w, sc->shard, RCONN_FAULT_NONE);
         req_reply(r, CODE_SOLD_OUT, "sold out for now; coupons held in node reserves may return",
                   "\"final\":false", 1);
         return;
     }
-    code = http_seize_outcome(res);
-    int settled = resent && res == -1;
+    code = seize_rules_outcome(res);
+    int settled = resent && res == SCRIPT_SEIZE_ALREADY;
     if (settled)
         code = seize_settle_resent(w, sc, cs_mono_ms() - sent_at, &res);
     int64_t recheck = cs_mono_ms() + c->limits_soldout_recheck_ms;
@@ -402,11 +355,11 @@ static void seize_grant(struct worker *w, struct req *r, struct seize_call *sc,
              * now, so its breaker hears of it like of any failure. */
             log_warn("seize %" PRId64 " for %s granted, not confirmed: %s", id, sc->s_uid,
                      w->rc->errstr);
-            worker_seize_done(w, sc->shard, RCONN_FAULT_ERROR);
-            req_reply(r, CODE_UNKNOWN_OUTCOME, NULL, NULL, worker_retry_after(w));
+            seize_breaker_done(w, sc->shard, RCONN_FAULT_ERROR);
+            req_reply(r, CODE_UNKNOWN_OUTCOME, NULL, NULL, breaker_retry_after(w->conf));
             return;
         }
-        worker_seize_done(w, sc->shard, RCONN_FAULT_NONE);
+        seize_breaker_done(w, sc->shard, RCONN_FAULT_NONE);
         if (res >= 0)
             snprintf(extra, sizeof(extra), "\"activityId\":%" PRId64 ",\"remaining\":%lld", id,
                      res);
@@ -415,12 +368,12 @@ static void seize_grant(struct worker *w, struct req *r, struct seize_call *sc,
         req_reply(r, CODE_SEIZED, NULL, extra, 0);
         return;
     }
-    worker_seize_done(w, sc->shard, RCONN_FAULT_NONE);
+    seize_breaker_done(w, sc->shard, RCONN_FAULT_NONE);
     if (code == CODE_NO_SUCH_ACTIVITY) {
         /* The stock field is gone: Redis lost its data, or the activity was
          * revoked elsewhere before the tombstone landed. */
         meta_forget(w->meta, id);
-        if (meta_lookup(w, id, a, &stale) == META_VOIDED)
+        if (meta_lookup(w->meta, w->rc, id, a, &stale) == META_VOIDED)
             code = CODE_VOIDED;
     }
     req_reply(r, code, NULL, NULL, 0);
@@ -442,83 +395,95 @@ static void seize_unreached_op(struct worker *w, struct req *r, struct activity 
 
 static const struct seize_batch_ops seize_ops = {seize_alone, seize_unreached_op};
 
-void seize_handle(struct worker *w, struct req *r)
+/*
+ * The request's own checks, before anything costs the node: a known user,
+ * a well-formed body, then the node's rate (only such a request spends it:
+ * a flood of garbage must not lock real users out) and its void hint.
+ * CS_OK with the activity in *id, else CS_ERR after answering.
+ */
+static int seize_admission(struct worker *w, struct req *r, struct auth_identity *who,
+                           int64_t *id)
 {
     const struct cs_conf *c = w->conf;
-    struct auth_identity who;
-    struct activity a;
-    struct seize_call sc;
-    int64_t id, now = cs_now_ms();
     const char *why;
-    int retry, stale;
+    int retry;
 
-    if (req_auth(w, r, 1, &who) != CS_OK || req_read_body(w, r) != CS_OK)
-        return;
-    if (http_parse_id_body(r->body, r->body_len, &id, &why) != CS_OK) {
+    if (req_auth(r, 1, who) != CS_OK || req_read_body(r) != CS_OK)
+        return CS_ERR;
+    if (http_parse_id_body(r->body, r->body_len, id, &why) != CS_OK) {
         req_reply(r, CODE_BAD_REQUEST, why, NULL, 0);
-        return;
+        return CS_ERR;
     }
-    /* Only a well-formed request from a known user spends the node's rate:
-     * a flood of garbage must not lock real users out. */
     if (!shm_bucket_take(w->shm, cs_mono_us(), c->limits_node_rps, c->limits_burst, &retry)) {
         atomic_fetch_add_explicit(&w->shm->m.rate_limited, 1, memory_order_relaxed);
         req_reply(r, CODE_TOO_MANY_REQUESTS, NULL, NULL, retry);
-        return;
+        return CS_ERR;
     }
-
     /* Node-wide hints first: they cost no Redis round trip. */
-    if (shm_flag_test(w->shm->voided, id, cs_mono_ms())) {
+    if (shm_flag_test(w->shm->voided, *id, cs_mono_ms())) {
         req_reply(r, CODE_VOIDED, NULL, NULL, 0);
-        return;
+        return CS_ERR;
     }
-    /* A seize that waited for a worker until its budget was (nearly) gone
-     * still gets one short try, the margin: a Redis that answers at once
-     * (another shard, a stall that just ended) serves it, a silent one holds
-     * it no longer than that. A metadata read gets at most a third of what
-     * is left. */
-    sc.deadline_ms = seize_deadline(w, r);
-    int64_t left = sc.deadline_ms - cs_mono_ms();
-    if (left < seize_margin(w)) {
-        left = seize_margin(w);
-        sc.deadline_ms = cs_mono_ms() + left;
-    }
-    if (left / 3 < c->redis_command_timeout_ms)
+    return CS_OK;
+}
+
+/*
+ * The activity's metadata, read within the seize's deadline (a metadata
+ * read gets at most a third of what is left). CS_OK with it in *a, else
+ * CS_ERR after answering (unknown, voided, or unreadable: the reserve's
+ * business then, its eligibility unknown).
+ */
+static int seize_lookup(struct worker *w, struct req *r, int64_t id, int64_t uid,
+                        int64_t deadline_ms, struct activity *a)
+{
+    int stale;
+    int64_t left = deadline_ms - cs_mono_ms();
+
+    if (left / 3 < w->conf->redis_command_timeout_ms)
         rconn_set_timeout(w->rc, (int)(left / 3));
-    rconn_set_deadline(w->rc, sc.deadline_ms);
-    enum meta_kind kind = meta_lookup(w, id, &a, &stale);
+    rconn_set_deadline(w->rc, deadline_ms);
+    enum meta_kind kind = meta_lookup(w->meta, w->rc, id, a, &stale);
     rconn_set_deadline(w->rc, 0);
     rconn_set_timeout(w->rc, 0);
     switch (kind) {
     case META_ABSENT:
         req_reply(r, CODE_NO_SUCH_ACTIVITY, NULL, NULL, 0);
-        return;
+        return CS_ERR;
     case META_VOIDED:
         req_reply(r, CODE_VOIDED, NULL, NULL, 0);
-        return;
+        return CS_ERR;
     case META_UNAVAILABLE:
-        seize_unreached(w, r, id, who.user_id, 0); /* its eligibleGroups unknown */
-        return;
+        seize_unreached(w, r, id, uid, 0); /* its eligibleGroups unknown */
+        return CS_ERR;
     case META_FOUND:
         break;
     }
-    /* Eligibility is the activity's rule alone: decided here, before the
-     * script, so a user outside its groups never costs Redis a call. */
-    if (!activity_groups_allow(&a, (const char (*)[40])who.groups, who.ngroups)) {
-        req_reply(r, CODE_NOT_ELIGIBLE, NULL, NULL, 0);
+    return CS_OK;
+}
+
+void api_seize(struct worker *w, struct req *r)
+{
+    struct auth_identity who;
+    struct activity a;
+    struct seize_call sc;
+    int64_t id, now = cs_now_ms(), lo, hi;
+
+    if (seize_admission(w, r, &who, &id) != CS_OK)
+        return;
+    sc.deadline_ms = seize_deadline(w, r);
+    if (seize_lookup(w, r, id, who.user_id, sc.deadline_ms, &a) != CS_OK)
+        return;
+    /* Cached facts only; the script judges the window by Redis' clock. */
+    seize_clock(w, id, now, &lo, &hi);
+    enum cs_code code = seize_rules_admit(&a, (const char (*)[40])who.groups, who.ngroups, lo,
+                                          hi, shm_flag_test(w->shm->soldout, id, cs_mono_ms()));
+    if (code != CODE_OK) {
+        if (code == CODE_SOLD_OUT)
+            atomic_fetch_add_explicit(&w->shm->m.soldout_hint_hits, 1, memory_order_relaxed);
+        req_reply(r, code, NULL, NULL, 0);
         return;
     }
-    /* A fast path only: the script judges the window by Redis' clock. */
-    enum cs_code window = seize_window(w, &a, now);
-    if (window != CODE_OK) {
-        req_reply(r, window, NULL, NULL, 0);
-        return;
-    }
-    if (shm_flag_test(w->shm->soldout, id, cs_mono_ms())) {
-        atomic_fetch_add_explicit(&w->shm->m.soldout_hint_hits, 1, memory_order_relaxed);
-        req_reply(r, CODE_SOLD_OUT, NULL, NULL, 0);
-        return;
-    }
-    if (!worker_seize_allowed(w, keys_shard(id))) {
+    if (!breaker_seize_allowed(w->conf, w->shm, keys_shard(id))) {
         seize_unreached(w, r, id, who.user_id, 1);
         return;
     }

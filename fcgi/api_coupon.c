@@ -1,12 +1,13 @@
-/* coupon_api.c - /market/consumer/coupon/mine and /market/service/coupon/{use,release}:
+/* api_coupon.c - /market/consumer/coupon/mine and /market/service/coupon/{use,release}:
  * parse, call lib/coupon.c, answer. */
+#include "api.h"
 #include "conf.h"
 #include "coupon.h"
 #include "cs.h"
 #include "http.h"
 #include "log.h"
 #include "mconn.h"
-#include "route.h"
+#include "req.h"
 #include "worker.h"
 
 #include <cjson/cJSON.h>
@@ -78,14 +79,14 @@ static cJSON *coupon_json(const struct coupon_row *c)
     return o;
 }
 
-void coupon_mine_handle(struct worker *w, struct req *r)
+void api_coupon_mine(struct worker *w, struct req *r)
 {
     struct auth_identity who;
     char sbuf[16];
     int status = 0;
     int64_t page, size, total;
 
-    if (req_auth(w, r, 1, &who) != CS_OK)
+    if (req_auth(r, 1, &who) != CS_OK)
         return;
     if (http_query_param(r->query, "status", sbuf, sizeof(sbuf)) == CS_OK
         && coupon_status_parse(sbuf, &status) != CS_OK) {
@@ -263,7 +264,7 @@ static void coupon_change(struct worker *w, struct req *r, int release)
     const char *field;
     int as_user = 0;
 
-    if (req_auth(w, r, 1, &who) != CS_OK)
+    if (req_auth(r, 1, &who) != CS_OK)
         return;
     if (who.is_admin)
         r->audit_action = verb;
@@ -278,7 +279,7 @@ static void coupon_change(struct worker *w, struct req *r, int release)
         }
         as_user = 1;
     }
-    if (req_read_body(w, r) != CS_OK)
+    if (req_read_body(r) != CS_OK)
         return;
     if (coupon_body(r->body, r->body_len, &q, why, sizeof(why), &field) != CS_OK) {
         snprintf(extra, sizeof(extra), "\"field\":\"%s\"", field);
@@ -335,12 +336,12 @@ static void coupon_change(struct worker *w, struct req *r, int release)
     coupon_send(r, root);
 }
 
-void coupon_use_handle(struct worker *w, struct req *r)
+void api_coupon_use(struct worker *w, struct req *r)
 {
     coupon_change(w, r, 0);
 }
 
-void coupon_release_handle(struct worker *w, struct req *r)
+void api_coupon_release(struct worker *w, struct req *r)
 {
     coupon_change(w, r, 1);
 }

@@ -1,0 +1,32 @@
+-- restore.lua - used by lib/restore.c (lib/scripts.h: script_restore).
+-- The stock field and the reserve fields of one activity, written in one
+-- step (DESIGN.md rule 18): a keeper renewing in between must never see a
+-- reserve without its sale's stock, nor the stock without the reserves it
+-- leaves out. KEYS: stock, reserve, epochs. ARGV: activityId, stock, the
+-- restore generation, 1 to recreate the reserves (0: the stock only), then
+-- per open epoch its incarnation, epoch and amount. Nothing is written when
+-- the stock field exists (a live sale, or a restore that raced this one:
+-- that one wrote both): 0; else 1.
+--
+-- The reserve fields are recreated as set-aside wrote them (each epoch's
+-- full amount, so that what its node gives back or replays balances what
+-- the stock leaves out), and the shard's restore generation is set to a
+-- value of this restore's own, so nodes stop spending until they have
+-- replayed. Each reserve field is set only where absent.
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
+if ARGV[4] == '1' then
+  local n, sum = 0, 0
+  for i = 5, #ARGV - 2, 3 do
+    redis.call('HSETNX', KEYS[2], ARGV[1] .. ':' .. ARGV[i], ARGV[i + 2])
+    redis.call('HSETNX', KEYS[3], ARGV[i] .. ':' .. ARGV[i + 1], 'open:' .. ARGV[i + 2])
+    n = n + 1
+    sum = sum + tonumber(ARGV[i + 2])
+  end
+  if n > 0 then
+    redis.call('HSETNX', KEYS[2], ARGV[1], n)
+    redis.call('HSETNX', KEYS[2], ARGV[1] .. ':held', sum)
+  end
+  redis.call('HSET', KEYS[2], 'restored', ARGV[3])
+end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return 1

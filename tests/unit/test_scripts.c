@@ -1,0 +1,136 @@
+/* test_scripts.c - every script of lua/ on its own: it is built in, and a
+ * throwaway redis-server compiles it (SCRIPT LOAD). */
+#include <check.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cs.h"
+#include "rconn.h"
+#include "scripts.h"
+#include "runner.h"
+
+static pid_t redis_pid;
+static int redis_port;
+
+/* A port nothing listens on now. */
+static int free_port(void)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+    ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+static struct rconn *redis_conn(void)
+{
+    struct rconn_opts o = {.host = "127.0.0.1", .port = redis_port, .password = "",
+                           .connect_timeout_ms = 500, .command_timeout_ms = 2000,
+                           .no_backoff = 1};
+    return rconn_new(&o);
+}
+
+static void redis_start(void)
+{
+    char port[16];
+    redis_port = free_port();
+    snprintf(port, sizeof(port), "%d", redis_port);
+    redis_pid = fork();
+    if (redis_pid == 0) {
+        if (freopen("/dev/null", "w", stdout) == NULL)
+            _exit(127);
+        execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1",
+               "--save", "", "--appendonly", "no", (char *)NULL);
+        _exit(127);
+    }
+    struct rconn *rc = redis_conn();
+    for (int i = 0; i < 100; i++) {
+        redisReply *r = rconn_command(rc, NULL, "PING");
+        if (r) {
+            freeReplyObject(r);
+            break;
+        }
+        usleep(50000);
+    }
+    rconn_free(rc);
+}
+
+static void redis_stop(void)
+{
+    if (redis_pid > 0) {
+        kill(redis_pid, SIGKILL);
+        waitpid(redis_pid, NULL, 0);
+    }
+}
+
+/* Script _i compiles: SCRIPT LOAD answers its SHA1. */
+START_TEST(script_loads)
+{
+    const struct script_text *s = &script_all[_i];
+    if (system("command -v redis-server >/dev/null 2>&1") != 0)
+        ck_abort_msg("redis-server is not installed (./bootstrap installs it)");
+    struct rconn *rc = redis_conn();
+    redisReply *r = rconn_command(rc, NULL, "SCRIPT LOAD %s", s->text);
+    ck_assert_msg(r != NULL, "%s: %s", s->name, rc->errstr);
+    ck_assert_msg(r->type == REDIS_REPLY_STRING && r->len == 40, "lua/%s.lua: %s", s->name,
+                  r->type == REDIS_REPLY_ERROR ? r->str : "no SHA1");
+    freeReplyObject(r);
+    rconn_free(rc);
+}
+END_TEST
+
+/* Every file of lua/ is built in, none twice, and no built-in one keeps a
+ * comment line. */
+START_TEST(every_file_is_built_in)
+{
+    const char *src = getenv("top_srcdir");
+    char dir[512];
+    snprintf(dir, sizeof(dir), "%s/lua", src ? src : ".");
+    DIR *d = opendir(dir);
+    ck_assert_msg(d != NULL, "%s", dir);
+    struct dirent *e;
+    int files = 0;
+    while ((e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        if (n < 5 || strcmp(e->d_name + n - 4, ".lua") != 0)
+            continue;
+        files++;
+        int found = 0;
+        for (int i = 0; i < script_count; i++)
+            found += strlen(script_all[i].name) == n - 4
+                     && strncmp(script_all[i].name, e->d_name, n - 4) == 0;
+        ck_assert_msg(found == 1, "lua/%s is built in %d times (LUA_FILES in Makefile.am)",
+                      e->d_name, found);
+    }
+    closedir(d);
+    ck_assert_int_eq(files, script_count);
+    for (int i = 0; i < script_count; i++)
+        ck_assert_msg(strncmp(script_all[i].text, "--", 2) != 0
+                          && strstr(script_all[i].text, "\n--") == NULL,
+                      "%s keeps a comment line", script_all[i].name);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("scripts");
+    TCase *tf = tcase_create("files");
+    tcase_add_test(tf, every_file_is_built_in);
+    suite_add_tcase(s, tf);
+    TCase *tr = tcase_create("redis");
+    tcase_add_unchecked_fixture(tr, redis_start, redis_stop);
+    tcase_add_loop_test(tr, script_loads, 0, script_count);
+    suite_add_tcase(s, tr);
+    /* Fork mode would kill the fixture's server with the first test child. */
+    return cs_run_suite(s, 1);
+}

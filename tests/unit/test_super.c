@@ -1,0 +1,46 @@
+/* test_super.c - the supervisor's back-off before starting again a worker
+ * or keeper that died (fcgi/super.h). */
+#include <check.h>
+
+#include "super.h"
+#include "runner.h"
+
+START_TEST(young_deaths_wait_longer_and_longer)
+{
+    int64_t b = 0;
+    static const int64_t want[] = {100, 200, 400, 800, 1600, 3200, 5000, 5000};
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        b = super_backoff(b, 10);
+        ck_assert_int_eq(b, want[i]);
+    }
+}
+END_TEST
+
+START_TEST(a_long_life_starts_again_at_once)
+{
+    ck_assert_int_eq(super_backoff(0, 1000), 0);
+    ck_assert_int_eq(super_backoff(3200, 1000), 0);
+    ck_assert_int_eq(super_backoff(5000, 60000), 0);
+    /* ...and a young death after it starts the climb from the bottom. */
+    ck_assert_int_eq(super_backoff(super_backoff(5000, 60000), 999), 100);
+}
+END_TEST
+
+START_TEST(never_past_the_cap)
+{
+    ck_assert_int_eq(super_backoff(SUPER_BACKOFF_MAX_MS, 0), SUPER_BACKOFF_MAX_MS);
+    ck_assert_int_eq(super_backoff(SUPER_BACKOFF_MAX_MS - 1, 0), SUPER_BACKOFF_MAX_MS);
+    ck_assert_int_eq(super_backoff(2400, 0), 4800);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("super");
+    TCase *tc = tcase_create("backoff");
+    tcase_add_test(tc, young_deaths_wait_longer_and_longer);
+    tcase_add_test(tc, a_long_life_starts_again_at_once);
+    tcase_add_test(tc, never_past_the_cap);
+    suite_add_tcase(s, tc);
+    return cs_run_suite(s, 0);
+}
