@@ -6,7 +6,9 @@
 # of each, all shorter than the budget: no seize is answered UNAVAILABLE,
 # none is granted from the reserve (every one reached Redis), 99 % of the
 # answers come within the budget, and every user told SEIZED holds a coupon
-# in MySQL.
+# in MySQL. The breaker never opens on failures while Redis answers; one
+# opened because no seize at all was answered for a whole budget (a machine
+# stalled past a 900 ms pause's end) is shown with what it answered.
 # shellcheck source=tests/lib.sh
 . "${top_srcdir:-$(dirname "$0")/../..}/tests/lib.sh"
 
@@ -52,7 +54,22 @@ wait "$lpid"
 t1=$(date +%s%3N)
 check "coupon-sync drained the queue" wait_for 60 drained $((A % 10))
 seize_judge "pauses" $A "$log" $((A * 1000000))
-check_eq "no seize answered UNAVAILABLE" 0 "$UNAVAILABLE"
+# How the breaker opened, if it did: by failures (a timeout inside a pause
+# counted as one: the defect this test was written for) or because no seize
+# at all was answered for a whole budget. The second needs the machine to
+# stall past the end of a 900 ms pause (a second stack beside this one);
+# then the pause was, as the node saw it, not shorter than the budget, and
+# the reserve and UNAVAILABLE answers while the breaker was open are its
+# rules, shown and not judged. Anything else must turn nobody away.
+opens=$(grep -c 'redis breaker opened' "$COUPON_DIR/fcgi.log")
+silent=$(grep -c 'redis breaker opened: no seize answered for' "$COUPON_DIR/fcgi.log")
+check_eq "the breaker never opened on failures while Redis answered" "$opens" "$silent"
+if ((silent == 0)); then
+    check_eq "no seize answered UNAVAILABLE" 0 "$UNAVAILABLE"
+else
+    diag "KNOWN: $silent breaker openings after a whole budget without any answer (a stalled" \
+        "machine at a pause's end): $UNAVAILABLE UNAVAILABLE while it was open"
+fi
 check "the pauses were felt (max $MAX_MS ms >= 800 ms)" test "$MAX_MS" -ge 800
 # The pauses are waited out within the budget: 99 % of the answers are in
 # by then. The slowest one is budget.sh's to judge (here one stall of the
@@ -68,9 +85,11 @@ spent=$(($(metric couponseize_reserve_spent_total) - spent0))
 diag "reserve grants: $spent"
 if ((opened == 0)); then
     check_eq "nothing was granted from the reserve" 0 "$spent"
-else
+elif ((silent == 0)); then
     check "nothing was granted from the reserve but while a breaker was open ($spent)" \
         test "$spent" -le 32
+else
+    check "the reserve granted no more than it holds ($spent)" test "$spent" -le "$K"
 fi
 # Nobody was turned away (no UNAVAILABLE, no reserve grant, above); a
 # breaker that opened and closed again within the same pass harmed no one
