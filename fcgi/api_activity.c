@@ -356,22 +356,6 @@ static void act_answer_one(struct worker *w, struct req *r, int status, const ch
 
 /* ---- GET ------------------------------------------------------------------------- */
 
-static int act_query_int(const char *query, const char *name, int64_t dflt, int64_t lo,
-                         int64_t hi, int64_t *out)
-{
-    char buf[24];
-    if (http_query_param(query, name, buf, sizeof(buf)) != CS_OK) {
-        *out = dflt;
-        return CS_OK;
-    }
-    char *end;
-    long long v = strtoll(buf, &end, 10);
-    if (buf[0] == '\0' || *end != '\0' || v < lo || v > hi)
-        return CS_ERR;
-    *out = v;
-    return CS_OK;
-}
-
 static int act_count_cb(void *arg, int ncols, char **c)
 {
     if (ncols != 1)
@@ -404,11 +388,11 @@ static void act_get(struct worker *w, struct req *r)
         act_answer_one(w, r, 200, "ok", id, NULL);
         return;
     }
-    if (act_query_int(r->query, "page", 1, 1, 1000000, &page) != CS_OK) {
+    if (http_query_int(r->query, "page", 1, 1, 1000000, &page) != CS_OK) {
         act_bad_field(r, "page", "page must be an integer 1..1000000");
         return;
     }
-    if (act_query_int(r->query, "size", ACT_PAGE_DEFAULT, 1, ACT_PAGE_MAX, &size) != CS_OK) {
+    if (http_query_int(r->query, "size", ACT_PAGE_DEFAULT, 1, ACT_PAGE_MAX, &size) != CS_OK) {
         act_bad_field(r, "size", "size must be an integer 1..%d", ACT_PAGE_MAX);
         return;
     }

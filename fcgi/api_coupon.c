@@ -39,22 +39,6 @@ static void coupon_mysql_down(struct worker *w, struct req *r, const char *what)
     req_reply(r, CODE_UNAVAILABLE, "MySQL unavailable", NULL, 5);
 }
 
-static int query_int(const char *query, const char *name, int64_t dflt, int64_t lo, int64_t hi,
-                     int64_t *out)
-{
-    char buf[24];
-    if (http_query_param(query, name, buf, sizeof(buf)) != CS_OK) {
-        *out = dflt;
-        return CS_OK;
-    }
-    char *end;
-    long long v = strtoll(buf, &end, 10);
-    if (buf[0] == '\0' || *end != '\0' || v < lo || v > hi)
-        return CS_ERR;
-    *out = v;
-    return CS_OK;
-}
-
 /* ---- GET /market/consumer/coupon/mine ------------------------------------------------ */
 
 static cJSON *coupon_json(const struct coupon_row *c)
@@ -94,12 +78,12 @@ void api_coupon_mine(struct worker *w, struct req *r)
                   "\"field\":\"status\"", 0);
         return;
     }
-    if (query_int(r->query, "page", 1, 1, 1000000, &page) != CS_OK) {
+    if (http_query_int(r->query, "page", 1, 1, 1000000, &page) != CS_OK) {
         req_reply(r, CODE_BAD_REQUEST, "page must be an integer 1..1000000", "\"field\":\"page\"",
                   0);
         return;
     }
-    if (query_int(r->query, "size", MINE_PAGE_DEFAULT, 1, MINE_PAGE_MAX, &size) != CS_OK) {
+    if (http_query_int(r->query, "size", MINE_PAGE_DEFAULT, 1, MINE_PAGE_MAX, &size) != CS_OK) {
         req_reply(r, CODE_BAD_REQUEST, "size must be an integer 1..100", "\"field\":\"size\"", 0);
         return;
     }

@@ -478,6 +478,22 @@ int http_query_param(const char *query, const char *name, char *out, size_t outl
     return CS_ERR;
 }
 
+int http_query_int(const char *query, const char *name, int64_t dflt, int64_t lo, int64_t hi,
+                   int64_t *out)
+{
+    char buf[24];
+    if (http_query_param(query, name, buf, sizeof(buf)) != CS_OK) {
+        *out = dflt;
+        return CS_OK;
+    }
+    char *end;
+    long long v = strtoll(buf, &end, 10);
+    if (buf[0] == '\0' || *end != '\0' || v < lo || v > hi)
+        return CS_ERR;
+    *out = v;
+    return CS_OK;
+}
+
 static struct http_capture *capture;
 
 void http_capture_start(struct http_capture *c)

@@ -69,6 +69,11 @@ int http_is_json_type(const char *content_type);
  * truncated to outlen-1) and returns CS_OK, or CS_ERR when absent. */
 int http_query_param(const char *query, const char *name, char *out, size_t outlen);
 
+/* The integer query parameter name: *out = dflt when absent; CS_ERR when
+ * present but not a decimal integer within [lo, hi]. */
+int http_query_int(const char *query, const char *name, int64_t dflt, int64_t lo, int64_t hi,
+                   int64_t *out);
+
 /* Writes a complete response: status line, JSON headers, optional
  * Retry-After (retry_after_s > 0), and the body {"code","msg"[,extra]}.
  * extra, when not NULL, is a JSON fragment of members without braces,
