@@ -127,31 +127,6 @@ static redisReply *seize_send(struct worker *w, struct seize_call *sc, int wait_
 }
 
 /*
- * A seize written to Redis that got no answer in its budget. A slow Redis
- * is not a missing one: while Redis answered some seize within the last
- * budget (a write pause, a busy moment shorter than the budget), a timeout
- * is not a breaker failure. Counted as one, a few requests whose budget
- * ran out inside a 900 ms pause opened the breaker, and everyone after them
- * was turned away (UNAVAILABLE) or served from the reserve, though Redis
- * was there. A failed connection counts as before; a Redis silent for a
- * whole budget opens the breaker at once.
- */
-static void seize_no_answer(struct worker *w, const struct seize_call *sc)
-{
-    if (w->rc->err != RCONN_ERR_TIMEOUT) {
-        seize_breaker_done(w, sc->shard, RCONN_FAULT_DOWN);
-        return;
-    }
-    if (breaker_seize_silence_ms(w->conf, w->shm, sc->shard) < w->conf->fallback_budget_ms) {
-        atomic_fetch_add(&w->shm->m.redis_timeouts, 1);
-        return;
-    }
-    /* Silent for a whole budget: the seizes queued behind this one must not
-     * each wait out theirs before the breaker opens. */
-    breaker_seize_silent(w->conf, w->shm, sc->shard);
-}
-
-/*
  * After a resend answered -1 (already seized): was the coupon granted by
  * this request's first EVALSHA, whose reply was lost, or by an earlier
  * request? The seize list holds the grant's time by Redis' clock; a grant
@@ -243,7 +218,7 @@ static enum cs_code seize_eval(struct worker *w, struct seize_call *sc, long lon
         if (left < 5) {
             log_debug("seize %s for %s: %s; no time left to ask again", sc->s_aid, sc->s_uid,
                       w->rc->errstr);
-            seize_no_answer(w, sc);
+            seize_unanswered(w, sc->shard, &sc->site);
             return CODE_UNKNOWN_OUTCOME;
         }
         atomic_fetch_add_explicit(&w->shm->m.seize_resends, 1, memory_order_relaxed);
@@ -260,7 +235,7 @@ static enum cs_code seize_eval(struct worker *w, struct seize_call *sc, long lon
             if (rep != NULL)
                 seize_breaker_done(w, sc->shard, rconn_reply_fault(rep));
             else
-                seize_no_answer(w, sc);
+                seize_unanswered(w, sc->shard, &sc->site);
             if (rep != NULL)
                 freeReplyObject(rep);
             return CODE_UNKNOWN_OUTCOME;

@@ -6,6 +6,7 @@
 #include "log.h"
 #include "shm.h"
 
+#include <inttypes.h>
 #include <stdatomic.h>
 
 int breaker_allow(struct shm_breaker *b, int64_t now_ms, int64_t lease_ms)
@@ -130,15 +131,57 @@ void breaker_count_failure(struct shm_node *shm, const struct rconn *rc)
         atomic_fetch_add(&shm->m.redis_errors, 1);
 }
 
-void breaker_seize_silent(const struct cs_conf *c, struct shm_node *shm, int shard)
+/* Opens shard's breaker at once: Redis answered no seize for a budget. */
+static void breaker_open_silent(const struct cs_conf *c, struct shm_node *shm, int shard)
 {
-    atomic_fetch_add(&shm->m.redis_timeouts, 1);
     struct shm_breaker *b = breaker_of(c, shm, shard);
     if (b == NULL)
         return;
     if (!c->redis_cluster)
         breaker_note_fault(shm, RCONN_FAULT_DOWN);
     breaker_fail(c, shm, b, shard, 1, NULL, NULL);
+}
+
+void breaker_seize_silent(const struct cs_conf *c, struct shm_node *shm, int shard)
+{
+    atomic_fetch_add(&shm->m.redis_timeouts, 1);
+    breaker_open_silent(c, shm, shard);
+}
+
+enum breaker_unanswered breaker_seize_unanswered(const struct cs_conf *c, struct shm_node *shm,
+                                                 int shard, const struct rconn *rc)
+{
+    if (rc->err != RCONN_ERR_TIMEOUT) {
+        breaker_seize_done(c, shm, shard, RCONN_FAULT_DOWN, rc);
+        return BREAKER_OPENED;
+    }
+    int64_t silence = breaker_seize_silence_ms(c, shm, shard);
+    if (silence < c->fallback_budget_ms) {
+        atomic_fetch_add(&shm->m.redis_timeouts, 1);
+        return BREAKER_WAITED;
+    }
+    if (silence < 2 * (int64_t)c->fallback_budget_ms) {
+        atomic_fetch_add(&shm->m.redis_timeouts, 1);
+        return BREAKER_ASK;
+    }
+    breaker_seize_silent(c, shm, shard);
+    return BREAKER_OPENED;
+}
+
+int breaker_seize_ask(const struct cs_conf *c, struct shm_node *shm, int shard, struct rconn *rc,
+                      const struct rconn_site *site)
+{
+    int64_t silence = breaker_seize_silence_ms(c, shm, shard);
+    if (silence < c->fallback_budget_ms)
+        return 1; /* another worker's seize was answered meanwhile */
+    if (rconn_ping_fresh(rc, site, c->redis_connect_timeout_ms)) {
+        atomic_fetch_add(&shm->m.breaker_asked_alive, 1);
+        log_notice("redis answered no seize for %" PRId64 " ms but answers a PING: slow, "
+                   "not gone; the breaker stays closed", silence);
+        return 1;
+    }
+    breaker_open_silent(c, shm, shard);
+    return 0;
 }
 
 /* Where the last answer to a seize on shard is noted: the shard's breaker on

@@ -52,6 +52,36 @@ void breaker_count_failure(struct shm_node *shm, const struct rconn *rc);
  * after redis.breaker_failures more seizes each waited out their budget. */
 void breaker_seize_silent(const struct cs_conf *c, struct shm_node *shm, int shard);
 
+enum breaker_unanswered {
+    BREAKER_WAITED,            /* slow, not gone: counted as a timeout only */
+    BREAKER_ASK,               /* silent for a budget: ask Redis once answered */
+    BREAKER_OPENED             /* counted as a failure, or silent for two */
+};
+
+/*
+ * A seize call (or a batch) was written to Redis on shard and got no answer
+ * within its budget; rc is the connection it waited on. A slow Redis is not
+ * a missing one, and a machine that stalled is not a silent Redis:
+ *   - a failed connection (not a timeout) is a breaker failure;
+ *   - while Redis answered some seize within the last budget, a timeout is
+ *     counted and nothing more (a write pause shorter than the budget);
+ *   - no seize answered for a whole budget, but not for two: BREAKER_ASK,
+ *     the caller answers its user and then calls breaker_seize_ask(), which
+ *     opens the breaker unless Redis answers a PING on a new connection
+ *     (a write pause or a stalled machine answers at once, a cut or stopped
+ *     Redis does not);
+ *   - silent for two budgets: the breaker opens at once.
+ */
+enum breaker_unanswered breaker_seize_unanswered(const struct cs_conf *c, struct shm_node *shm,
+                                                 int shard, const struct rconn *rc);
+
+/* After BREAKER_ASK, once the user is answered: opens shard's breaker
+ * (breaker_seize_silent()) unless a seize was answered meanwhile or the
+ * Redis of site answers a PING on a new connection within
+ * redis.connect_timeout_ms. Returns 1 when Redis answered. */
+int breaker_seize_ask(const struct cs_conf *c, struct shm_node *shm, int shard, struct rconn *rc,
+                      const struct rconn_site *site);
+
 /* Redis answered a seize script on shard (any reply): it is there, if slow. */
 void breaker_seize_answered(const struct cs_conf *c, struct shm_node *shm, int shard);
 

@@ -194,6 +194,10 @@ size_t metrics_render(const struct shm_node *node, char *buf, size_t cap)
          atomic_load((_Atomic int *)&node->breaker.state));
     counter(&o, "couponseize_breaker_opened_total", "Times the Redis breaker opened.",
             LOAD(m->breaker_opened));
+    counter(&o, "couponseize_breaker_asked_alive_total",
+            "Times no seize was answered for a budget but Redis answered a PING on a new "
+            "connection, so the breaker stayed closed (a write pause, a stalled machine).",
+            LOAD(m->breaker_asked_alive));
     counter(&o, "couponseize_seize_resends_total",
             "Seize scripts sent once more on a fresh connection after a lost reply.",
             LOAD(m->seize_resends));

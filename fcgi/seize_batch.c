@@ -113,13 +113,15 @@ static redisReply *sb_eval(struct worker *w, struct batch_take *t, int64_t deadl
     if (keep > left / 4)
         keep = left / 4;
     redisReply *rep = sb_send(w, &call, (int)(left - keep));
+    if (rep != NULL)
+        breaker_seize_answered(w->conf, w->shm, t->shard);
     if (rep == NULL && w->rc->maybe_sent) {
         /* The script is idempotent per user: the same call once more tells
          * each user the truth. */
         breaker_count_failure(w->shm, w->rc);
         left = deadline_ms - cs_mono_ms();
         if (left < 5) {
-            seize_breaker_done(w, t->shard, RCONN_FAULT_DOWN);
+            seize_unanswered(w, t->shard, &call.site);
             sb_all(t, BATCH_OUT_UNKNOWN);
             return NULL;
         }
@@ -128,9 +130,13 @@ static redisReply *sb_eval(struct worker *w, struct batch_take *t, int64_t deadl
                   w->rc->errstr);
         *resent = 1;
         rep = sb_send(w, &call, (int)left);
+        if (rep != NULL)
+            breaker_seize_answered(w->conf, w->shm, t->shard);
         if (rep == NULL || rep->type != REDIS_REPLY_ARRAY) {
-            seize_breaker_done(w, t->shard,
-                               rep != NULL ? rconn_reply_fault(rep) : RCONN_FAULT_DOWN);
+            if (rep != NULL)
+                seize_breaker_done(w, t->shard, rconn_reply_fault(rep));
+            else
+                seize_unanswered(w, t->shard, &call.site);
             if (rep != NULL)
                 freeReplyObject(rep);
             sb_all(t, BATCH_OUT_UNKNOWN);

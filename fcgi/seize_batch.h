@@ -35,4 +35,16 @@ static inline void seize_breaker_done(struct worker *w, int shard, enum rconn_fa
     breaker_seize_done(w->conf, w->shm, shard, fault, w->rc);
 }
 
+/* A seize call on shard, written at site, got no answer within its budget
+ * (breaker_seize_unanswered()): a Redis silent for a budget is asked
+ * whether it is there once the user is answered (the worker loop). */
+static inline void seize_unanswered(struct worker *w, int shard, const struct rconn_site *site)
+{
+    if (breaker_seize_unanswered(w->conf, w->shm, shard, w->rc) == BREAKER_ASK) {
+        w->ask_pending = 1;
+        w->ask_shard = shard;
+        w->ask_site = *site;
+    }
+}
+
 #endif

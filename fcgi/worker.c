@@ -1,5 +1,6 @@
 /* worker.c - the accept loop of one worker. */
 #include "worker.h"
+#include "breaker.h"
 #include "conf.h"
 #include "cs.h"
 #include "log.h"
@@ -176,6 +177,10 @@ int worker_main(const struct cs_conf *conf, int listen_fd, struct shm_node *shm,
         route_dispatch(&w, &r);
         worker_account(&w, &r);
         req_finish(&fr);
+        if (w.ask_pending) {
+            w.ask_pending = 0;
+            breaker_seize_ask(conf, shm, w.ask_shard, w.rc, &w.ask_site);
+        }
         /* The keeper moved the node to a new journal segment: let go of
          * the old one, so it can be deleted once replayed. */
         if (w.rj.seg != 0 && w.rj.seg != atomic_load(&shm->rsv.journal_seg)) {

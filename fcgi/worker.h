@@ -26,6 +26,11 @@ struct worker {
     int index;
     int slot;                  /* in the node's worker registry; -1 none */
     struct reserve_journal rj; /* grants from the node's reserve */
+    /* A seize found Redis silent for a budget: once its user is answered,
+     * the loop asks Redis whether it is there (breaker_seize_ask()). */
+    int ask_pending;
+    int ask_shard;
+    struct rconn_site ask_site;
 };
 
 /* Set by SIGTERM: finish the request in flight, then leave the accept loop. */

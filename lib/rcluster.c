@@ -775,6 +775,16 @@ redisContext *rcluster_site_ctx(struct rcluster *cl, const struct rconn_site *si
     return nd->ctx != NULL && nd->conn_id == site->conn_id ? nd->ctx : NULL;
 }
 
+int rcluster_site_addr(const struct rcluster *cl, const struct rconn_site *site, char *host,
+                       size_t hostlen, int *port)
+{
+    if (site == NULL || site->node < 0 || site->node >= cl->nnodes)
+        return CS_ERR;
+    snprintf(host, hostlen, "%s", cl->nodes[site->node].host);
+    *port = cl->nodes[site->node].port;
+    return CS_OK;
+}
+
 void rcluster_site_fail(struct rcluster *cl, const struct rconn_site *site)
 {
     if (rcluster_site_ctx(cl, site) != NULL)

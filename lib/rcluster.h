@@ -144,6 +144,11 @@ int rcluster_each_master(struct rconn *rc, int wanted,
  * (see rcluster_copies()); -1 when no node serves the slot or it is down. */
 int rcluster_slot_copies(struct rconn *rc, unsigned slot, int wanted);
 
+/* The address of the node a call at site went to, into host (hostlen bytes)
+ * and *port; CS_ERR when site names no node. */
+int rcluster_site_addr(const struct rcluster *cl, const struct rconn_site *site, char *host,
+                       size_t hostlen, int *port);
+
 /* "host:port" of the master serving slot, or "" when unknown. */
 const char *rcluster_slot_addr(struct rcluster *cl, unsigned slot);
 

@@ -227,6 +227,42 @@ redisContext *rconn_open(struct rconn *rc, const char *host, int port)
     return c;
 }
 
+int rconn_ping_fresh(struct rconn *rc, const struct rconn_site *site, int timeout_ms)
+{
+    char host[256];
+    int port = rc->opts.port;
+
+    if (rc->cl != NULL) {
+        if (rcluster_site_addr(rc->cl, site, host, sizeof(host), &port) != CS_OK)
+            return 0;
+    } else {
+        snprintf(host, sizeof(host), "%s", rc->opts.host);
+    }
+    int err = rc->err;
+    char errstr[sizeof(rc->errstr)];
+    memcpy(errstr, rc->errstr, sizeof(errstr));
+    const redisContext *tmo_ctx = rc->tmo_ctx;
+    int tmo_ms = rc->tmo_ms, connect_ms = rc->opts.connect_timeout_ms;
+
+    rc->opts.connect_timeout_ms = timeout_ms;
+    redisContext *c = rconn_open(rc, host, port);
+    rc->opts.connect_timeout_ms = connect_ms;
+    int alive = 0;
+    if (c != NULL) {
+        redisSetTimeout(c, ms_to_tv(timeout_ms));
+        redisReply *r = redisCommand(c, "PING");
+        alive = r != NULL; /* any answer, even an error: it is there */
+        if (r != NULL)
+            freeReplyObject(r);
+        redisFree(c);
+    }
+    rc->tmo_ctx = tmo_ctx;
+    rc->tmo_ms = tmo_ms;
+    rc->err = err;
+    memcpy(rc->errstr, errstr, sizeof(errstr));
+    return alive;
+}
+
 int rconn_ensure(struct rconn *rc)
 {
     /* A cluster connects to each node when a command first needs it. */

@@ -242,5 +242,12 @@ int rconn_copies(struct rconn *rc, const struct rconn_site *site, int wanted);
 int rconn_wait_at(struct rconn *rc, const struct rconn_site *site, const char *fence_key,
                   int replicas, int timeout_ms);
 
+/* Whether the Redis a call at site went to (a single Redis: the one) answers
+ * a PING on a new connection, made and answered within timeout_ms: is it
+ * there at all, when a call on the usual connection got no answer. The
+ * connection is closed again; rc's usual connection and its last error are
+ * left as they were. 0 when site names no cluster node. */
+int rconn_ping_fresh(struct rconn *rc, const struct rconn_site *site, int timeout_ms);
+
 
 #endif

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #define SHM_MAGIC 0x4353484d4e4f4445ULL /* "CSHMNODE" */
-#define SHM_VERSION 12
+#define SHM_VERSION 13
 #define SHM_PROBES 16
 
 _Static_assert(BATCH_ENTRIES == SHM_MAX_WORKERS, "one queue entry per worker slot");

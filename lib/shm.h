@@ -129,6 +129,7 @@ struct shm_metrics {
     _Atomic uint64_t redis_timeouts;
     _Atomic uint64_t seize_resends;     /* EVALSHAs sent again after a lost reply */
     _Atomic uint64_t breaker_opened;
+    _Atomic uint64_t breaker_asked_alive; /* silent for a budget, but answered a PING */
     _Atomic uint64_t rate_limited;
     _Atomic uint64_t soldout_hint_hits;
     _Atomic uint64_t cache_hits;

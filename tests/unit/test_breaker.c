@@ -178,6 +178,57 @@ START_TEST(silence_opens_at_once)
 }
 END_TEST
 
+/* A seize left unanswered: slow (a seize answered within the budget), to be
+ * asked about (silent for one budget), or gone (silent for two). */
+START_TEST(unanswered_waits_asks_or_opens)
+{
+    struct rconn_opts o = {.host = "127.0.0.1", .port = 1, .connect_timeout_ms = 100,
+                           .command_timeout_ms = 100, .no_backoff = 1};
+    struct rconn *rc = rconn_new(&o);
+    _Atomic int64_t *at = &node->breaker.answer_ms;
+    conf.fallback_budget_ms = 1000;
+    rconn_set_err(rc, RCONN_ERR_TIMEOUT, "seize", "timed out");
+
+    atomic_store(at, cs_mono_ms() - 900);
+    ck_assert_int_eq(breaker_seize_unanswered(&conf, node, 0, rc), BREAKER_WAITED);
+    atomic_store(at, cs_mono_ms() - 1500);
+    ck_assert_int_eq(breaker_seize_unanswered(&conf, node, 0, rc), BREAKER_ASK);
+    ck_assert_int_eq(atomic_load(&node->breaker.state), BREAKER_CLOSED);
+    ck_assert_uint_eq(atomic_load(&node->m.redis_timeouts), 2);
+    ck_assert_int_eq(atomic_load(&node->breaker.failures), 0); /* neither is a failure */
+
+    /* Asked, and a seize was answered meanwhile: nothing to do. */
+    atomic_store(at, cs_mono_ms());
+    ck_assert_int_eq(breaker_seize_ask(&conf, node, 0, rc, &(struct rconn_site){0, -1}), 1);
+    ck_assert_int_eq(atomic_load(&node->breaker.state), BREAKER_CLOSED);
+    /* Asked, and nothing listens where Redis was: open, counted once. */
+    atomic_store(at, cs_mono_ms() - 1500);
+    ck_assert_int_eq(breaker_seize_ask(&conf, node, 0, rc, &(struct rconn_site){0, -1}), 0);
+    ck_assert_int_eq(atomic_load(&node->breaker.state), BREAKER_OPEN);
+    ck_assert_int_eq(atomic_load(&node->breaker.fault), RCONN_FAULT_DOWN);
+    ck_assert_uint_eq(atomic_load(&node->m.redis_timeouts), 2);
+    ck_assert_uint_eq(atomic_load(&node->m.breaker_asked_alive), 0);
+    /* The ask left the seize's own error as it was. */
+    ck_assert_int_eq(rc->err, RCONN_ERR_TIMEOUT);
+    ck_assert_str_eq(rc->errstr, "seize: timed out");
+
+    /* Silent for two budgets: open at once, without asking. */
+    ck_assert_int_eq(breaker_success(&node->breaker), 1);
+    atomic_store(at, cs_mono_ms() - 2500);
+    ck_assert_int_eq(breaker_seize_unanswered(&conf, node, 0, rc), BREAKER_OPENED);
+    ck_assert_int_eq(atomic_load(&node->breaker.state), BREAKER_OPEN);
+
+    /* A failed connection, not a timeout: a failure like any other. */
+    ck_assert_int_eq(breaker_success(&node->breaker), 1);
+    atomic_store(at, cs_mono_ms());
+    rconn_set_err(rc, RCONN_ERR_CONNECT, "connect", "refused");
+    ck_assert_int_eq(breaker_seize_unanswered(&conf, node, 0, rc), BREAKER_OPENED);
+    ck_assert_int_eq(atomic_load(&node->breaker.failures), 1);
+    ck_assert_int_eq(atomic_load(&node->breaker.state), BREAKER_CLOSED);
+    rconn_free(rc);
+}
+END_TEST
+
 START_TEST(retry_after_and_probe_lease)
 {
     conf.redis_breaker_open_ms = 1;
@@ -208,6 +259,7 @@ int main(void)
     tcase_add_test(tc, seize_failures_open_the_node_breaker);
     tcase_add_test(tc, seize_failures_open_one_shard);
     tcase_add_test(tc, silence_opens_at_once);
+    tcase_add_test(tc, unanswered_waits_asks_or_opens);
     tcase_add_test(tc, retry_after_and_probe_lease);
     suite_add_tcase(s, tc);
     return cs_run_suite(s, 0);
