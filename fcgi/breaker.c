@@ -4,6 +4,7 @@
 #include "cs.h"
 #include "keys.h"
 #include "log.h"
+#include "seize_rules.h"
 #include "shm.h"
 
 #include <inttypes.h>
@@ -174,7 +175,12 @@ int breaker_seize_ask(const struct cs_conf *c, struct shm_node *shm, int shard, 
     int64_t silence = breaker_seize_silence_ms(c, shm, shard);
     if (silence < c->fallback_budget_ms)
         return 1; /* another worker's seize was answered meanwhile */
-    if (rconn_ping_fresh(rc, site, c->redis_connect_timeout_ms)) {
+    /* No longer than the margin a late seize is given: the users queued
+     * behind this worker wait for it. */
+    int ms = seize_rules_margin(c->fallback_budget_ms);
+    if (ms > c->redis_connect_timeout_ms)
+        ms = c->redis_connect_timeout_ms;
+    if (rconn_ping_fresh(rc, site, ms)) {
         atomic_fetch_add(&shm->m.breaker_asked_alive, 1);
         log_notice("redis answered no seize for %" PRId64 " ms but answers a PING: slow, "
                    "not gone; the breaker stays closed", silence);

@@ -77,8 +77,9 @@ enum breaker_unanswered breaker_seize_unanswered(const struct cs_conf *c, struct
 
 /* After BREAKER_ASK, once the user is answered: opens shard's breaker
  * (breaker_seize_silent()) unless a seize was answered meanwhile or the
- * Redis of site answers a PING on a new connection within
- * redis.connect_timeout_ms. Returns 1 when Redis answered. */
+ * Redis of site answers a PING on a new connection within the margin
+ * (seize_rules_margin(), at most redis.connect_timeout_ms). Returns 1 when
+ * Redis answered. */
 int breaker_seize_ask(const struct cs_conf *c, struct shm_node *shm, int shard, struct rconn *rc,
                       const struct rconn_site *site);
 
