@@ -154,7 +154,7 @@ enum breaker_unanswered breaker_seize_unanswered(const struct cs_conf *c, struct
 {
     if (rc->err != RCONN_ERR_TIMEOUT) {
         breaker_seize_done(c, shm, shard, RCONN_FAULT_DOWN, rc);
-        return BREAKER_OPENED;
+        return BREAKER_FAILED;
     }
     int64_t silence = breaker_seize_silence_ms(c, shm, shard);
     if (silence < c->fallback_budget_ms) {
@@ -166,12 +166,15 @@ enum breaker_unanswered breaker_seize_unanswered(const struct cs_conf *c, struct
         return BREAKER_ASK;
     }
     breaker_seize_silent(c, shm, shard);
-    return BREAKER_OPENED;
+    return BREAKER_FAILED;
 }
 
 int breaker_seize_ask(const struct cs_conf *c, struct shm_node *shm, int shard, struct rconn *rc,
                       const struct rconn_site *site)
 {
+    struct shm_breaker *b = breaker_of(c, shm, shard);
+    if (b == NULL || atomic_load(&b->state) != BREAKER_CLOSED)
+        return 0; /* another worker opened it meanwhile: nothing to ask */
     int64_t silence = breaker_seize_silence_ms(c, shm, shard);
     if (silence < c->fallback_budget_ms)
         return 1; /* another worker's seize was answered meanwhile */

@@ -55,7 +55,8 @@ void breaker_seize_silent(const struct cs_conf *c, struct shm_node *shm, int sha
 enum breaker_unanswered {
     BREAKER_WAITED,            /* slow, not gone: counted as a timeout only */
     BREAKER_ASK,               /* silent for a budget: ask Redis once answered */
-    BREAKER_OPENED             /* counted as a failure, or silent for two */
+    BREAKER_FAILED             /* a failure (which opens it after the threshold),
+                                  or silent for two budgets (opened) */
 };
 
 /*
@@ -75,8 +76,8 @@ enum breaker_unanswered {
 enum breaker_unanswered breaker_seize_unanswered(const struct cs_conf *c, struct shm_node *shm,
                                                  int shard, const struct rconn *rc);
 
-/* After BREAKER_ASK, once the user is answered: opens shard's breaker
- * (breaker_seize_silent()) unless a seize was answered meanwhile or the
+/* After BREAKER_ASK, once the user is answered: opens shard's breaker at
+ * once unless it is no longer closed, a seize was answered meanwhile, or the
  * Redis of site answers a PING on a new connection within the margin
  * (seize_rules_margin(), at most redis.connect_timeout_ms). Returns 1 when
  * Redis answered. */

@@ -215,14 +215,14 @@ START_TEST(unanswered_waits_asks_or_opens)
     /* Silent for two budgets: open at once, without asking. */
     ck_assert_int_eq(breaker_success(&node->breaker), 1);
     atomic_store(at, cs_mono_ms() - 2500);
-    ck_assert_int_eq(breaker_seize_unanswered(&conf, node, 0, rc), BREAKER_OPENED);
+    ck_assert_int_eq(breaker_seize_unanswered(&conf, node, 0, rc), BREAKER_FAILED);
     ck_assert_int_eq(atomic_load(&node->breaker.state), BREAKER_OPEN);
 
     /* A failed connection, not a timeout: a failure like any other. */
     ck_assert_int_eq(breaker_success(&node->breaker), 1);
     atomic_store(at, cs_mono_ms());
     rconn_set_err(rc, RCONN_ERR_CONNECT, "connect", "refused");
-    ck_assert_int_eq(breaker_seize_unanswered(&conf, node, 0, rc), BREAKER_OPENED);
+    ck_assert_int_eq(breaker_seize_unanswered(&conf, node, 0, rc), BREAKER_FAILED);
     ck_assert_int_eq(atomic_load(&node->breaker.failures), 1);
     ck_assert_int_eq(atomic_load(&node->breaker.state), BREAKER_CLOSED);
     rconn_free(rc);
