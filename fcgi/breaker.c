@@ -189,7 +189,10 @@ int breaker_seize_ask(const struct cs_conf *c, struct shm_node *shm, int shard, 
                    "not gone; the breaker stays closed", silence);
         return 1;
     }
-    breaker_open_silent(c, shm, shard);
+    /* The ping took a while: open only what is still closed and silent. */
+    if (atomic_load(&b->state) == BREAKER_CLOSED
+        && breaker_seize_silence_ms(c, shm, shard) >= c->fallback_budget_ms)
+        breaker_open_silent(c, shm, shard);
     return 0;
 }
 

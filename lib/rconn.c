@@ -243,10 +243,14 @@ int rconn_ping_fresh(struct rconn *rc, const struct rconn_site *site, int timeou
     memcpy(errstr, rc->errstr, sizeof(errstr));
     const redisContext *tmo_ctx = rc->tmo_ctx;
     int tmo_ms = rc->tmo_ms, connect_ms = rc->opts.connect_timeout_ms;
+    int command_ms = rc->opts.command_timeout_ms;
 
+    /* The AUTH inside rconn_open() waits by the probe's timeout too. */
     rc->opts.connect_timeout_ms = timeout_ms;
+    rc->opts.command_timeout_ms = timeout_ms;
     redisContext *c = rconn_open(rc, host, port);
     rc->opts.connect_timeout_ms = connect_ms;
+    rc->opts.command_timeout_ms = command_ms;
     int alive = 0;
     if (c != NULL) {
         redisSetTimeout(c, ms_to_tv(timeout_ms));
