@@ -12,6 +12,7 @@
 #include "keys.h"
 #include "log.h"
 #include "meta.h"
+#include "rcluster.h"
 #include "req.h"
 #include "scripts.h"
 #include "shm.h"
@@ -291,16 +292,25 @@ static void sb_answer(struct worker *w, struct req *r, struct activity *a, int64
 
 /* A seize that waited for the call ahead of it (or for its own call) its
  * whole budget was left unanswered by Redis as surely as one that waited on
- * its own EVALSHA: the breaker hears of it as of that one, or a stalled
- * Redis would take one failure per call, not per seize, to open it. A
- * seize that gave up early (its leader died) says nothing of Redis. */
+ * its own EVALSHA: the breaker hears of it as of that one, by the silence
+ * rule (a budget with no seize answered asks the shard's master, two open
+ * it), or a stalled Redis would take one failure per call, not per seize,
+ * to open it. A seize that gave up early (its leader died) says nothing of
+ * Redis. */
 static void sb_unanswered(struct worker *w, int shard, int64_t deadline_ms)
 {
     if (cs_mono_ms() < deadline_ms)
         return;
     rconn_set_err(w->rc, RCONN_ERR_TIMEOUT, "seize batch",
                   "no answer within the budget behind the call in flight");
-    seize_breaker_done(w, shard, RCONN_FAULT_DOWN);
+    /* The leader wrote the call; the ask goes where the slot map says. */
+    struct rconn_site site = {.conn_id = 0, .node = -1};
+    if (w->rc->cl != NULL) {
+        char key[KEYS_MAX];
+        size_t len = keys_stock(key, shard);
+        rcluster_slot_site(w->rc->cl, keys_slot(key, len), &site);
+    }
+    seize_unanswered(w, shard, &site);
 }
 
 void seize_batched(struct worker *w, struct req *r, struct activity *a, int64_t uid,

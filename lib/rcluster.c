@@ -514,12 +514,14 @@ static redisReply *rc_exec_slot(struct rconn *rc, unsigned slot, const char *cmd
         }
         if (rc_arm(cl, i, deadline) != CS_OK)
             return NULL;
+        /* Noted before the send: a call that times out still names the
+         * node it was written to, so the breaker can ask that node. */
+        rc_site_set(cl, site, i);
         redisReply *r = rc_send(cl, i, ask >= 0, cmd, len);
         if (r == NULL)
             return NULL;
         rc->err = RCONN_OK;
         rc->errstr[0] = '\0';
-        rc_site_set(cl, site, i);
         if (r->type != REDIS_REPLY_ERROR)
             return r;
 
@@ -783,6 +785,12 @@ int rcluster_site_addr(const struct rcluster *cl, const struct rconn_site *site,
     snprintf(host, hostlen, "%s", cl->nodes[site->node].host);
     *port = cl->nodes[site->node].port;
     return CS_OK;
+}
+
+void rcluster_slot_site(struct rcluster *cl, unsigned slot, struct rconn_site *site)
+{
+    site->conn_id = 0;
+    site->node = slot < RCLUSTER_SLOTS ? rc_slot_node(cl, slot) : -1;
 }
 
 void rcluster_site_fail(struct rcluster *cl, const struct rconn_site *site)

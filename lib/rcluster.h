@@ -144,6 +144,11 @@ int rcluster_each_master(struct rconn *rc, int wanted,
  * (see rcluster_copies()); -1 when no node serves the slot or it is down. */
 int rcluster_slot_copies(struct rconn *rc, unsigned slot, int wanted);
 
+/* Into *site: the node the slot map names for slot, with no connection of
+ * its own (rcluster_site_ctx() answers NULL for it); only its address is
+ * for use, by a caller that sent nothing there itself. */
+void rcluster_slot_site(struct rcluster *cl, unsigned slot, struct rconn_site *site);
+
 /* The address of the node a call at site went to, into host (hostlen bytes)
  * and *port; CS_ERR when site names no node. */
 int rcluster_site_addr(const struct rcluster *cl, const struct rconn_site *site, char *host,

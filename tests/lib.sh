@@ -696,6 +696,53 @@ fill_queue() {
     }' | rcli --pipe >/dev/null
 }
 
+# --- Redis Cluster stacks (cs_stack_up --redis-cluster) --------------------------
+
+# The six nodes as host:port, in REDIS_NODES' order (redisN is NODES[N-1]).
+cluster_nodes() { ((${#NODES[@]} > 0)) || read -ra NODES <<<"${REDIS_NODES//,/ }"; }
+NODES=()
+# addr_of PORT: the node's own address (each node listens on 127.0.1.N).
+addr_of() {
+    local a
+    cluster_nodes
+    for a in "${NODES[@]}"; do [[ ${a##*:} == "$1" ]] && { echo "${a%:*}"; return 0; }; done
+    return 1
+}
+# ncli PORT ARGS...: redis-cli against that one node.
+ncli() { timeout 10 redis-cli -h "$(addr_of "$1")" -p "$1" "${@:2}"; }
+# any_port: a node that is up, skipping DOWN_PORT (a node the test killed).
+any_port() {
+    local a
+    cluster_nodes
+    for a in "${NODES[@]}"; do
+        [[ ${a##*:} == "${DOWN_PORT:-}" ]] && continue
+        [[ $(ncli "${a##*:}" ping 2>/dev/null) == PONG ]] && { echo "${a##*:}"; return 0; }
+    done
+    return 1
+}
+# ccli ARGS...: redis-cli -c through any live node.
+ccli() { local p; p=$(any_port) && timeout 10 redis-cli -c -h "$(addr_of "$p")" -p "$p" "$@"; }
+# slot_owner SLOT: the port of the master serving SLOT, as a live node sees it.
+slot_owner() {
+    ncli "$(any_port)" cluster nodes | awk -v s="$1" '
+        $3 ~ /master/ && $3 !~ /fail/ {
+            for (i = 9; i <= NF; i++) {
+                if ($i ~ /^\[/) continue
+                n = split($i, r, "-"); lo = r[1]; hi = (n == 2 ? r[2] : r[1])
+                if (s + 0 >= lo + 0 && s + 0 <= hi + 0) {
+                    split($2, a, "@"); m = split(a[1], b, ":"); print b[m]; exit
+                }
+            }
+        }'
+}
+# node_index PORT: N of the stack's redisN for the node on PORT.
+node_index() {
+    local i
+    cluster_nodes
+    for i in "${!NODES[@]}"; do [[ ${NODES[$i]##*:} == "$1" ]] && { echo $((i + 1)); return 0; }; done
+    return 1
+}
+
 # --- partitions between Redis Cluster nodes (nftables) ----------------------------
 
 # The test's own nftables table: rules of parallel tests never mix.

@@ -6,8 +6,9 @@
 # nobody two, nothing oversold), seizes really rode together, and first come
 # first served holds by send time; (c) Redis stopped (SIGSTOP) past the
 # budget, twice; (d) the leader of the call in flight killed with kill -9
-# while Redis is stopped, four times; (e) replies lost on the way (a proxy
-# that cuts 1 in 15 of Redis' answers). Every answer is judged per user:
+# while Redis is stopped, four times; (f) a write pause of 1.5 budgets,
+# waited out with the breaker closed; (e) replies lost on the way (a proxy
+# that cuts 1 in 15 of Redis' answers), last. Every answer is judged per user:
 # told SEIZED => holds one; holds one => was told SEIZED or UNKNOWN_OUTCOME
 # (or got no answer at all: its worker was killed).
 # shellcheck source=tests/lib.sh
@@ -135,6 +136,26 @@ diag "kill: $KILLED leaders killed; $deaths found dead by their followers"
 check "kill: leaders were killed mid-call ($KILLED)" test "$KILLED" -ge 4
 check "kill: their followers saw them die and went on ($deaths)" test "$deaths" -ge 1
 check "kill: seizes went on after it ($SEIZED SEIZED)" test "$SEIZED" -gt 100
+
+# --- (f) a write pause of 1.5 budgets: waited out, not fled ------------------------------
+# Seizes queued behind the call in flight wait their whole budget, as a lone
+# seize does on its own call, and the breaker hears them by the same silence
+# rule: Redis answers a PING on a new connection all along, so it stays
+# closed and nobody is told UNAVAILABLE (fallback.reserve = 0 here, so an
+# opened breaker would answer UNAVAILABLE). Each waiter counted as a plain
+# failure opened it before.
+pause='rcli CLIENT PAUSE 1500 WRITE >/dev/null
+    wait_past_ms $(($(date +%s%3N) + 1500))
+    wait_answers "$log" 300 || not_ok "pause: the load is answered after the pause"'
+opened0=$(metric couponseize_breaker_opened_total)
+alive0=$(metric couponseize_breaker_asked_alive_total)
+under_load pause 2305 "$pause"
+asked=$(($(metric couponseize_breaker_asked_alive_total) - alive0))
+diag "pause: $UNKNOWN UNKNOWN_OUTCOME, $UNAVAILABLE UNAVAILABLE; asked whether Redis is there and" \
+    "it answered: $asked"
+check "pause: seizes waited a budget and the breaker asked Redis ($asked)" test "$asked" -ge 1
+check_eq "pause: the breaker did not open" 0 "$(($(metric couponseize_breaker_opened_total) - opened0))"
+check_eq "pause: no seize answered UNAVAILABLE" 0 "$UNAVAILABLE"
 
 # --- (e) replies lost: a proxy between the workers and Redis cuts 1 in 15 answers --------
 PROXY_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')

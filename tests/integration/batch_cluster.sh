@@ -21,38 +21,6 @@ ID=2310              # shard 0: slot 13907
 SLOT=13907
 TOTAL=1000000
 read -ra NODES <<<"${REDIS_NODES//,/ }"
-addr_of() {
-    local a
-    for a in "${NODES[@]}"; do [[ ${a##*:} == "$1" ]] && { echo "${a%:*}"; return 0; }; done
-    return 1
-}
-ncli() { timeout 10 redis-cli -h "$(addr_of "$1")" -p "$1" "${@:2}"; }
-any_port() {
-    local a
-    for a in "${NODES[@]}"; do
-        [[ ${a##*:} == "${DOWN_PORT:-}" ]] && continue
-        [[ $(ncli "${a##*:}" ping 2>/dev/null) == PONG ]] && { echo "${a##*:}"; return 0; }
-    done
-    return 1
-}
-ccli() { local p; p=$(any_port) && timeout 10 redis-cli -c -h "$(addr_of "$p")" -p "$p" "$@"; }
-slot_owner() {
-    ncli "$(any_port)" cluster nodes | awk -v s="$1" '
-        $3 ~ /master/ && $3 !~ /fail/ {
-            for (i = 9; i <= NF; i++) {
-                if ($i ~ /^\[/) continue
-                n = split($i, r, "-"); lo = r[1]; hi = (n == 2 ? r[2] : r[1])
-                if (s + 0 >= lo + 0 && s + 0 <= hi + 0) {
-                    split($2, a, "@"); m = split(a[1], b, ":"); print b[m]; exit
-                }
-            }
-        }'
-}
-node_index() {
-    local i
-    for i in "${!NODES[@]}"; do [[ ${NODES[$i]##*:} == "$1" ]] && { echo $((i + 1)); return 0; }; done
-    return 1
-}
 
 mk_activity "$ID" "$TOTAL" -60 3600
 http POST /market/admin/coupon/preheat '' "$ADMIN"
