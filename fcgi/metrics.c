@@ -214,7 +214,8 @@ size_t metrics_render(const struct shm_node *node, char *buf, size_t cap)
     metrics_emit(&o, "couponseize_batch_size_sum %llu\ncouponseize_batch_size_count %llu\n",
          (unsigned long long)LOAD(bm->size_sum), (unsigned long long)LOAD(bm->calls));
     counter(&o, "couponseize_batch_unsent_total",
-            "Seizes whose deadline came while they waited for a call: nothing was sent.",
+            "Seizes whose deadline came while they waited for a call, or before theirs was "
+            "sent: nothing was sent.",
             LOAD(bm->unsent));
     counter(&o, "couponseize_batch_unknown_total",
             "Seizes taken into a call whose answer never reached them (leader dead or late).",

@@ -18,8 +18,10 @@ skip_unless_cmd cgi-fcgi || skip_all "cgi-fcgi is not installed (Debian libfcgi-
 K=20
 # The grants below must come within the lease that the last renewal before
 # the outage gave: on a loaded machine the breaker and four seizes take
-# longer, so the lease scales with the machine (3 s when idle).
-LEASE=$((3000 * CS_TIME_SCALE))
+# longer, so the lease scales with the machine (6 s when idle; with 3 s at
+# a load of 3 on 2 cores, so 6 s, the fourth seize came after it and was
+# answered UNAVAILABLE, truthfully). X's sale ends well after it.
+LEASE=$((6000 * CS_TIME_SCALE))
 export COUPON_WORKERS=2
 export COUPON_CONF_OVERRIDES="fallback.reserve=$K
 fallback.lease_ms=$LEASE
@@ -34,7 +36,7 @@ X=4301
 Y=4311
 node_up n2 workers=1
 INC2=$(cat "$COUPON_DIR/n2/journal/incarnation")
-mk_activity $X 1000 -60 25
+mk_activity $X 1000 -60 $((22 + LEASE / 1000))
 mk_activity $Y 1000 -60 3600
 X_END=$(end_ms $X)
 http POST /market/admin/coupon/preheat '' "$ADMIN"
