@@ -4,9 +4,11 @@
 #include "cs.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -52,9 +54,28 @@ static void futex_wake(_Atomic uint32_t *word)
     syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
+/* pid is dead: gone, or killed and not yet reaped by its parent (a zombie
+ * answers kill(pid, 0), but never its followers; a supervisor slow to reap
+ * on a loaded machine would keep them waiting out their whole budget). */
 static int pid_gone(int32_t pid)
 {
-    return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH;
+    if (pid <= 0)
+        return 0;
+    if (kill(pid, 0) != 0)
+        return errno == ESRCH;
+    char path[32], buf[128];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof(buf) - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    /* "pid (comm) S ...": the state follows the last ')'. */
+    const char *p = strrchr(buf, ')');
+    return p != NULL && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
 }
 
 static int sh_index(const struct batch_area *b, const struct batch_shard *sh)

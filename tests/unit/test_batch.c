@@ -173,6 +173,32 @@ START_TEST(killed_leader_queued_followers_take_over)
 }
 END_TEST
 
+/* The same with the dead leader not yet reaped (a zombie, as under a
+ * supervisor slow to reap): its followers still take over long before their
+ * deadline. */
+START_TEST(killed_leader_unreaped_followers_take_over)
+{
+    s->allow = 0;
+    pid_t a = worker(0, 100, 32, 5000);
+    wait_state(0, BATCH_TAKEN);
+    pid_t b = worker(1, 101, 32, 5000), c;
+    wait_state(1, BATCH_QUEUED);
+    c = worker(2, 102, 32, 5000);
+    wait_state(2, BATCH_QUEUED);
+    int64_t t0 = cs_mono_ms();
+    kill(a, SIGKILL);
+    s->allow = 1000;
+    reap(b);
+    reap(c);
+    int64_t took = cs_mono_ms() - t0;
+    reap(a);
+    ck_assert_int_lt(took, 1000);
+    ck_assert_int_eq(s->result[1], BATCH_LEADER);
+    ck_assert_int_eq(s->result[2], BATCH_ANSWERED);
+    ck_assert_uint_ge(atomic_load(&s->b.m.leader_deaths), 1);
+}
+END_TEST
+
 /* A leader killed with seizes taken into its call: they answer UNKNOWN at
  * once (never UNSENT: the call may have gone), and one that queued behind
  * it leads the next call. */
@@ -318,6 +344,7 @@ int main(void)
     tcase_add_test(tc, alone_leads_at_once);
     tcase_add_test(tc, followers_ride_in_arrival_order_up_to_max);
     tcase_add_test(tc, killed_leader_queued_followers_take_over);
+    tcase_add_test(tc, killed_leader_unreaped_followers_take_over);
     tcase_add_test(tc, killed_leader_taken_followers_are_unknown);
     tcase_add_test(tc, deadlines_tell_queued_from_taken);
     tcase_add_test(tc, dead_lock_owner_is_repaired);
