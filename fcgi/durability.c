@@ -23,12 +23,10 @@ int durability_read(const struct cs_conf *c, struct rconn *rc, struct shm_node *
     int degraded = 0;
 
     for (int i = 0; i < KEYS_SHARDS; i++) {
-        char key[KEYS_MAX];
-        size_t len = keys_stock(key, i);
         copies[i] = -1;
         if (!c->redis_cluster || c->redis_wait_replicas <= 0)
             continue;
-        copies[i] = rcluster_slot_copies(rc, keys_slot(key, len), c->redis_wait_replicas);
+        copies[i] = rcluster_slot_copies(rc, keys_shard_slot(i), c->redis_wait_replicas);
         durability_note(shm, i, copies[i]);
         degraded += copies[i] >= 0 && copies[i] < c->redis_wait_replicas;
     }

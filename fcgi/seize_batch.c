@@ -308,11 +308,8 @@ static void sb_unanswered(struct worker *w, int shard, int64_t deadline_ms)
                   "no answer within the budget behind the call in flight");
     /* The leader wrote the call; the ask goes where the slot map says. */
     struct rconn_site site = {.conn_id = 0, .node = -1};
-    if (w->rc->cl != NULL) {
-        char key[KEYS_MAX];
-        size_t len = keys_stock(key, shard);
-        rcluster_slot_site(w->rc->cl, keys_slot(key, len), &site);
-    }
+    if (w->rc->cl != NULL)
+        rcluster_slot_site(w->rc->cl, keys_shard_slot(shard), &site);
     seize_unanswered(w, shard, &site);
 }
 

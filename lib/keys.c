@@ -116,3 +116,9 @@ unsigned keys_slot(const char *key, size_t len)
     }
     return crc16(key, len) & 16383;
 }
+
+unsigned keys_shard_slot(int shard)
+{
+    char key[KEYS_MAX];
+    return keys_slot(key, keys_stock(key, shard));
+}

@@ -63,4 +63,7 @@ int keys_parse_queue_field(const char *field, size_t len, int64_t *activity_id,
 /* Redis Cluster slot of a key: CRC16 of its {hash tag} (or the whole key) mod 16384. */
 unsigned keys_slot(const char *key, size_t len);
 
+/* The Redis Cluster slot of shard's keys (its {shard} tag). */
+unsigned keys_shard_slot(int shard);
+
 #endif

@@ -568,6 +568,20 @@ PY
     check_eq "$1: nobody holds two" "" \
         "$(mysql_q "SELECT user_id FROM coupon WHERE activity_id = $2 GROUP BY user_id HAVING COUNT(*) > 1")"
 }
+# load_until_stopped ID USERBASE LOG: 32 connections of fresh users
+# (USERBASE, USERBASE + 1, ...) seizing activity ID through $COUPON_URL for
+# up to 300 s, each answer logged to LOG, the summary to LOG.json; sets
+# LOAD_PID (stopped at exit too) and returns once 200 answers are in (1 when
+# they were not, within 30 s x CS_TIME_SCALE).
+load_until_stopped() {
+    local lu_log=$3
+    "$LOADGEN" -p "${COUPON_URL##*:}" -s "$COUPON_JWT_SECRET" -a "$1" -c 32 -D 300 \
+        -n 100000000 -b "$2" -L "$lu_log" -j >"$lu_log.json" &
+    LOAD_PID=$!
+    cs_defer stop_bg "$LOAD_PID"
+    # shellcheck disable=SC2016 # expanded by wait_for's eval, in this scope
+    wait_for 30 eval '(($(answers "$lu_log") >= 200))'
+}
 # code_count JSON CODE: how many answers of a seize_load summary had CODE.
 code_count() {
     local v

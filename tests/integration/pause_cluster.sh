@@ -21,11 +21,9 @@ fallback.budget_ms=$BUDGET
 fallback.lease_ms=30000
 ${COUPON_CONF_OVERRIDES:-}"
 cs_stack_up --redis-cluster
-PORT=${COUPON_URL##*:}
 ADMIN=$(mint_jwt 1 admin)
 ID=4900              # shard 0: slot 13907
 SLOT=13907
-answered() { [[ -f $2 ]] && (($(wc -l <"$2") > $1 + 1)); }
 held() { local v; v=$(ccli HGET "COUPON:RESERVE:{0}" "$ID:held"); ((${v:-0} >= $1)); }
 drained_c() { [[ $(ccli HLEN "QUEUE:COUPON:SEIZE:SYNC:{0}") == 0 ]]; }
 
@@ -41,16 +39,12 @@ log=$COUPON_DIR/pause.log
 opened0=$(metric couponseize_breaker_opened_total)
 spent0=$(metric couponseize_reserve_spent_total)
 alive0=$(metric couponseize_breaker_asked_alive_total)
-"$LOADGEN" -p "$PORT" -s "$COUPON_JWT_SECRET" -a $ID -c 32 -D 300 -n 100000000 \
-    -b $((ID * 1000000)) -L "$log" -j >"$COUPON_DIR/pause.json" &
-lpid=$!
-cs_defer stop_bg "$lpid"
-wait_for 30 answered 200 "$log" || not_ok "(a) the load got going"
+load_until_stopped $ID $((ID * 1000000)) "$log" || not_ok "(a) the load got going"
 ncli "$MASTER" CLIENT PAUSE $((BUDGET * 3 / 2)) WRITE >/dev/null
 wait_past_ms $(($(date +%s%3N) + BUDGET * 3 / 2))
 wait_answers "$log" 500 || not_ok "(a) the load is answered after the pause"
-kill -TERM "$lpid"
-wait "$lpid"
+kill -TERM "$LOAD_PID"
+wait "$LOAD_PID"
 check "(a) coupon-sync drained the shard" wait_for 60 drained_c
 seize_judge_all "(a) a write pause of 1.5 budgets" $ID "$log"
 asked=$(($(metric couponseize_breaker_asked_alive_total) - alive0))
@@ -73,11 +67,7 @@ log2=$COUPON_DIR/stop.log
 opened0=$(metric couponseize_breaker_opened_total)
 spent0=$(metric couponseize_reserve_spent_total)
 replayed0=$(metric couponseize_reserve_replayed_total)
-"$LOADGEN" -p "$PORT" -s "$COUPON_JWT_SECRET" -a $ID -c 32 -D 300 -n 100000000 \
-    -b $((ID * 1000000 + 500000)) -L "$log2" -j >"$COUPON_DIR/stop.json" &
-lpid=$!
-cs_defer stop_bg "$lpid"
-wait_for 30 answered 200 "$log2" || not_ok "(b) the load got going"
+load_until_stopped $ID $((ID * 1000000 + 500000)) "$log2" || not_ok "(b) the load got going"
 pid=$(ncli "$MASTER" INFO server | sed -n 's/^process_id:\([0-9]*\).*/\1/p')
 check "(b) the master's pid is known ($pid)" test -n "$pid"
 kill -STOP "$pid"
@@ -87,8 +77,8 @@ kill -CONT "$pid"
 wait_answers "$log2" 500 || not_ok "(b) the load is answered after the stop"
 check_eq "(b) no replica took over (the stop was shorter than the node timeout)" "$MASTER" \
     "$(slot_owner $SLOT)"
-kill -TERM "$lpid"
-wait "$lpid"
+kill -TERM "$LOAD_PID"
+wait "$LOAD_PID"
 check "(b) the shard's breaker opened" test \
     "$(($(metric couponseize_breaker_opened_total) - opened0))" -ge 1
 spent=$(($(metric couponseize_reserve_spent_total) - spent0))

@@ -25,9 +25,7 @@ fallback.budget_ms=$BUDGET
 fallback.lease_ms=30000
 ${COUPON_CONF_OVERRIDES:-}"
 cs_stack_up
-PORT=${COUPON_URL##*:}
 ADMIN=$(mint_jwt 1 admin)
-answered() { [[ -f $2 ]] && (($(wc -l <"$2") > $1 + 1)); }
 
 A=4801
 mk_activity $A 1000000 -60 3600
@@ -36,12 +34,8 @@ check "the node set a reserve of $K aside and opened it" wait_for 20 reserves_op
 log=$COUPON_DIR/pause.log
 spent0=$(metric couponseize_reserve_spent_total)
 opened0=$(metric couponseize_breaker_opened_total)
-"$LOADGEN" -p "$PORT" -s "$COUPON_JWT_SECRET" -a $A -c 32 -D 300 -n 100000000 \
-    -b $((A * 1000000)) -L "$log" -j >"$COUPON_DIR/pause.json" &
-lpid=$!
 t0=$(date +%s%3N)
-cs_defer stop_bg "$lpid"
-wait_for 30 answered 200 "$log" || not_ok "the load got going"
+load_until_stopped $A $((A * 1000000)) "$log" || not_ok "the load got going"
 # Each pause ends by the clock; the next one comes once the load has been
 # answered again (50 answers after the pause), so a slow machine gets no
 # pauses back to back.
@@ -52,8 +46,8 @@ for round in 1 2 3 4 5 6 7 8 9 10; do
         wait_answers "$log" 50 || not_ok "round $round: the load is answered after a $ms ms pause"
     done
 done
-kill -TERM "$lpid"
-wait "$lpid"
+kill -TERM "$LOAD_PID"
+wait "$LOAD_PID"
 t1=$(date +%s%3N)
 check "coupon-sync drained the queue" wait_for 60 drained $((A % 10))
 seize_judge "pauses" $A "$log" $((A * 1000000))
@@ -123,16 +117,12 @@ log2=$COUPON_DIR/pause-long.log
 opened0=$(metric couponseize_breaker_opened_total)
 spent0=$(metric couponseize_reserve_spent_total)
 alive0=$(metric couponseize_breaker_asked_alive_total)
-"$LOADGEN" -p "$PORT" -s "$COUPON_JWT_SECRET" -a $A -c 32 -D 300 -n 100000000 \
-    -b $((A * 1000000 + 500000)) -L "$log2" -j >"$COUPON_DIR/pause-long.json" &
-lpid=$!
-cs_defer stop_bg "$lpid"
-wait_for 30 answered 200 "$log2" || not_ok "(long) the load got going"
+load_until_stopped $A $((A * 1000000 + 500000)) "$log2" || not_ok "(long) the load got going"
 rcli CLIENT PAUSE $((BUDGET * 3 / 2)) WRITE >/dev/null
 wait_past_ms $(($(date +%s%3N) + BUDGET * 3 / 2))
 wait_answers "$log2" 500 || not_ok "(long) the load is answered after the pause"
-kill -TERM "$lpid"
-wait "$lpid"
+kill -TERM "$LOAD_PID"
+wait "$LOAD_PID"
 check "(long) coupon-sync drained the queue" wait_for 60 drained $((A % 10))
 seize_judge "(long) a pause of 1.5 budgets" $A "$log2" $((A * 1000000 + 500000))
 asked=$(($(metric couponseize_breaker_asked_alive_total) - alive0))

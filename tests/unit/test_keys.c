@@ -49,6 +49,8 @@ START_TEST(slots_follow_hash_tags)
     size_t la = keys_stock(a, 4), lb = keys_seize_list(b, 14), lc = keys_queue(c, 4);
     ck_assert_uint_eq(keys_slot(a, la), keys_slot(b, lb));
     ck_assert_uint_eq(keys_slot(a, la), keys_slot(c, lc));
+    ck_assert_uint_eq(keys_shard_slot(4), keys_slot(a, la));
+    ck_assert_uint_eq(keys_shard_slot(0), 13907); /* the tag "0", as redis-cli says */
     lc = keys_window(c, 4);
     ck_assert_str_eq(c, "COUPON:ACTIVITY:WINDOW:{4}");
     ck_assert_uint_eq(keys_slot(a, la), keys_slot(c, lc));
