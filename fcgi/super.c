@@ -1,6 +1,7 @@
 /* super.c - prefork supervisor: bind, fork, reap, restart, reload, stop. */
 #include "super.h"
 #include "alist.h"
+#include "batch.h"
 #include "conf.h"
 #include "cs.h"
 #include "keeper.h"
@@ -296,6 +297,7 @@ static void super_on_exit(struct super *s, pid_t pid, int status, int64_t now)
         return;
     }
     shm_worker_unregister(s->shm, (int32_t)pid); /* a worker that crashed left it */
+    batch_reaped(&s->shm->batch, (int32_t)pid);  /* and any lead it held */
     for (int i = 0; i < s->nretiring; i++)
         if (s->retiring[i].pid == pid) {
             s->retiring[i] = s->retiring[--s->nretiring];

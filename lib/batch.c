@@ -303,6 +303,10 @@ enum batch_result batch_join(struct batch_area *b, int shard, int slot, int max,
             return BATCH_ANSWERED;
         }
         if (s == BATCH_LEAD) {
+            /* No time left to send a call: taking the queue would answer
+             * every seize in it "not sent". It passes the lead on instead. */
+            if (deadline_ms - cs_mono_ms() < BATCH_LEAD_MIN_MS)
+                return give_up(b, sh, e, mine, 0);
             wake = NULL;
             sh_lock(b, sh, &wake);
             /* Re-read under the lock: a repair may have changed the lead. */
@@ -401,4 +405,18 @@ void batch_finish(struct batch_area *b, struct batch_take *take)
      * not find it held. A wake of an entry reused since is only spurious. */
     for (int i = 0; i < nw; i++)
         futex_wake(&woken[i]->state);
+}
+
+void batch_reaped(struct batch_area *b, int32_t pid)
+{
+    if (pid <= 0 || !atomic_load(&b->ready))
+        return;
+    for (int i = 0; i < BATCH_SHARDS; i++) {
+        struct batch_shard *sh = &b->shard[i];
+        struct batch_entry *wake = NULL;
+        sh_lock(b, sh, &wake);
+        if (wake == NULL && sh->leader == pid)
+            wake = bury_locked(b, sh, pid);
+        sh_unlock(sh, wake);
+    }
 }

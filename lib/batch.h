@@ -15,6 +15,7 @@
 #define BATCH_ENTRIES 1024       /* one per worker registry slot (SHM_MAX_WORKERS) */
 #define BATCH_MAX 256            /* the upper bound of limits.batch_max */
 #define BATCH_SHARDS 10          /* KEYS_SHARDS */
+#define BATCH_LEAD_MIN_MS 10     /* a leader with less budget left sends nothing */
 #define BATCH_SIZE_BUCKETS 9     /* batch size histogram: le 1, 2, 4, ... 256 */
 
 /* How a seize of a batch went, written by its leader. */
@@ -160,5 +161,11 @@ void batch_handoff(struct batch_area *b, struct batch_take *take);
  * batch_handoff() did). The
  * leader's own answer stays in take->item[take->self]. */
 void batch_finish(struct batch_area *b, struct batch_take *take);
+
+/* A process of the node ended and was reaped (pid): it no longer leads any
+ * shard, and its waiting entries are dropped, so a later process given the
+ * same pid is never taken for that leader (followers tell a dead leader only
+ * by its pid). The supervisor calls it for each worker it reaps. */
+void batch_reaped(struct batch_area *b, int32_t pid);
 
 #endif

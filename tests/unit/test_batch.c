@@ -190,6 +190,30 @@ START_TEST(killed_leader_unreaped_followers_take_over)
 }
 END_TEST
 
+/* A leader reaped by the supervisor (batch_reaped()) leads nothing from
+ * then on, whether or not a follower noticed: a process that later gets the
+ * same pid is never waited on as that leader. */
+START_TEST(reaped_leader_is_cleared_at_once)
+{
+    static struct batch_take t;
+    struct batch_item mine = {.activity_id = 11, .user_id = 7};
+    s->allow = 0;
+    pid_t a = worker(0, 100, 32, 5000);
+    wait_state(0, BATCH_TAKEN);
+    kill(a, SIGKILL);
+    reap(a);
+    ck_assert_int_eq(s->b.shard[1].leader, a); /* nobody waits: nobody noticed */
+    batch_reaped(&s->b, a);
+    ck_assert_int_eq(s->b.shard[1].leader, 0);
+    s->allow = 1000;
+    ck_assert_int_eq(batch_join(&s->b, 1, 1, 32, &mine, cs_mono_ms() + 1000, &t), BATCH_LEADER);
+    batch_finish(&s->b, &t);
+    /* Reaping a process that led nothing changes nothing. */
+    batch_reaped(&s->b, a);
+    ck_assert_int_eq(s->b.shard[1].leader, 0);
+}
+END_TEST
+
 /* A leader killed with seizes taken into its call: they answer UNKNOWN at
  * once (never UNSENT: the call may have gone), and one that queued behind
  * it leads the next call. */
@@ -244,6 +268,38 @@ START_TEST(deadlines_tell_queued_from_taken)
     s->allow = 1000;
     reap(c);
     ck_assert_int_eq(s->result[2], BATCH_LEADER);
+    ck_assert_int_eq(s->b.shard[1].leader, 0);
+}
+END_TEST
+
+/* A seize handed the lead with no time left to send (its budget ran out
+ * while it waited, here held stopped) does not take the queue into a call
+ * it cannot make: it gives up, unsent, and the next one leads. */
+START_TEST(lead_without_time_passes_on)
+{
+    int st;
+    s->allow = 0;
+    pid_t a = worker(0, 100, 32, 5000);
+    wait_state(0, BATCH_TAKEN);
+    pid_t b = worker(1, 101, 32, 300);
+    wait_state(1, BATCH_QUEUED);
+    pid_t c = worker(2, 102, 32, 5000);
+    wait_state(2, BATCH_QUEUED);
+    ck_assert_int_eq(kill(b, SIGSTOP), 0);
+    ck_assert_int_eq(waitpid(b, &st, WUNTRACED), b);
+    usleep(400 * 1000);                      /* b's budget runs out while stopped */
+    s->allow = 1000;                         /* a finishes and hands the lead to b */
+    reap(a);
+    wait_state(1, BATCH_LEAD);
+    ck_assert_int_eq(kill(b, SIGCONT), 0);
+    reap(b);
+    reap(c);
+    ck_assert_int_eq(s->result[1], BATCH_UNSENT);
+    ck_assert_int_eq(s->result[2], BATCH_LEADER);
+    ck_assert_int_eq(s->res[2], 1020);
+    ck_assert_int_eq(s->ncalls, 2);
+    ck_assert_int_eq(s->callsize[1], 1);
+    ck_assert_int_eq(s->calls[1][0], 102);
     ck_assert_int_eq(s->b.shard[1].leader, 0);
 }
 END_TEST
@@ -337,7 +393,9 @@ int main(void)
     tcase_add_test(tc, killed_leader_queued_followers_take_over);
     tcase_add_test(tc, killed_leader_unreaped_followers_take_over);
     tcase_add_test(tc, killed_leader_taken_followers_are_unknown);
+    tcase_add_test(tc, reaped_leader_is_cleared_at_once);
     tcase_add_test(tc, deadlines_tell_queued_from_taken);
+    tcase_add_test(tc, lead_without_time_passes_on);
     tcase_add_test(tc, dead_lock_owner_is_repaired);
     tcase_add_test(tc, handoff_lets_the_next_call_go);
     tcase_add_test(tc, storm_answers_everyone);
