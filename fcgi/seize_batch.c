@@ -105,7 +105,7 @@ static redisReply *sb_eval(struct worker *w, struct batch_take *t, int64_t deadl
                            int *resent)
 {
     int64_t left = deadline_ms - cs_mono_ms();
-    if (left < 10) {
+    if (left < BATCH_LEAD_MIN_MS) {
         /* Handed the lead (or a call) with its budget gone: as a seize
          * whose deadline came while it waited, nothing is sent. */
         rconn_set_err(w->rc, RCONN_ERR_DEADLINE, "seize batch", "no time left in the budget");
@@ -306,10 +306,12 @@ static void sb_unanswered(struct worker *w, int shard, int64_t deadline_ms)
         return;
     rconn_set_err(w->rc, RCONN_ERR_TIMEOUT, "seize batch",
                   "no answer within the budget behind the call in flight");
-    /* The leader wrote the call; the ask goes where the slot map says. */
+    /* The leader wrote the call; the ask goes where the slot map says,
+     * refreshed within the margin the ask itself is given. */
     struct rconn_site site = {.conn_id = 0, .node = -1};
     if (w->rc->cl != NULL)
-        rcluster_slot_site(w->rc->cl, keys_shard_slot(shard), &site);
+        rcluster_slot_site(w->rc->cl, keys_shard_slot(shard), &site,
+                           cs_mono_ms() + seize_rules_margin(w->conf->fallback_budget_ms));
     seize_unanswered(w, shard, &site);
 }
 

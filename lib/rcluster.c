@@ -430,7 +430,9 @@ static int rc_script_load(struct rconn *rc, redisContext *c, int asking, struct 
     r = redisCommand(c, "SCRIPT LOAD %b", s->src, s->len);
     if (r == NULL) {
         *io = 1;
-        rconn_set_err(rc, RCONN_ERR_IO, "SCRIPT LOAD failed", c->errstr);
+        /* A timeout stays a timeout: the breaker's silence rule, not a
+         * node found down, decides what a stalled master means. */
+        rconn_set_err(rc, rconn_ctx_errno(c), "SCRIPT LOAD failed", c->errstr);
         return CS_ERR;
     }
     int ok = r->type == REDIS_REPLY_STRING && r->len == 40;
@@ -787,8 +789,12 @@ int rcluster_site_addr(const struct rcluster *cl, const struct rconn_site *site,
     return CS_OK;
 }
 
-void rcluster_slot_site(struct rcluster *cl, unsigned slot, struct rconn_site *site)
+void rcluster_slot_site(struct rcluster *cl, unsigned slot, struct rconn_site *site,
+                        int64_t deadline)
 {
+    /* A follower may have sent nothing since the failover that its leader
+     * saw: asking the old master would take a live shard for a dead one. */
+    rc_maybe_refresh(cl, deadline);
     site->conn_id = 0;
     site->node = slot < RCLUSTER_SLOTS ? rc_slot_node(cl, slot) : -1;
 }

@@ -146,8 +146,11 @@ int rcluster_slot_copies(struct rconn *rc, unsigned slot, int wanted);
 
 /* Into *site: the node the slot map names for slot, with no connection of
  * its own (rcluster_site_ctx() answers NULL for it); only its address is
- * for use, by a caller that sent nothing there itself. */
-void rcluster_slot_site(struct rcluster *cl, unsigned slot, struct rconn_site *site);
+ * for use, by a caller that sent nothing there itself. The map is brought
+ * up to date first when another process of the node saw it change (a
+ * failover), within deadline (monotonic ms). */
+void rcluster_slot_site(struct rcluster *cl, unsigned slot, struct rconn_site *site,
+                        int64_t deadline);
 
 /* The address of the node a call at site went to, into host (hostlen bytes)
  * and *port; CS_ERR when site names no node. */
