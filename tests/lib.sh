@@ -329,7 +329,8 @@ node_down() {
 }
 
 # node_http NAME METHOD PATH [JSON_BODY] [TOKEN]: http() straight to node
-# NAME's FastCGI socket (cgi-fcgi); sets HTTP_CODE and HTTP_BODY.
+# NAME's FastCGI socket (cgi-fcgi); sets HTTP_CODE and HTTP_BODY. Gives up
+# after NODE_HTTP_TIMEOUT seconds (10).
 node_http() {
     local sockvar="NODE_SOCK_$1" method=$2 uri=$3 body=${4:-} token=${5:-} out path query=""
     path=${uri%%\?*}
@@ -339,7 +340,7 @@ node_http() {
         GATEWAY_INTERFACE=CGI/1.1 REMOTE_ADDR=127.0.0.1 SERVER_NAME=localhost \
         CONTENT_LENGTH="${#body}" CONTENT_TYPE="${body:+application/json}" \
         ${token:+HTTP_AUTHORIZATION="Bearer $token"} \
-        timeout 10 cgi-fcgi -bind -connect "${!sockvar}" 2>/dev/null) || true
+        timeout "${NODE_HTTP_TIMEOUT:-10}" cgi-fcgi -bind -connect "${!sockvar}" 2>/dev/null) || true
     HTTP_CODE=$(sed -n 's/^Status: \([0-9]*\).*/\1/p' <<<"$out" | head -n1)
     HTTP_CODE=${HTTP_CODE:-200}
     # shellcheck disable=SC2034

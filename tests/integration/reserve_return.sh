@@ -15,7 +15,8 @@
 #      and the answer, the audit row, the log (error) and a metric say that
 #      the node's unreplayed grants are lost with it;
 #  (c) a grant whose fsync ends after the node's lease (the worker's
-#      fdatasync held 6 s by strace, lease 5 s) is answered UNKNOWN_OUTCOME,
+#      fdatasync held by strace a second past a lease of 5 s x
+#      CS_TIME_SCALE) is answered UNKNOWN_OUTCOME,
 #      not SEIZED; it is on disk and replayed like any other;
 #  (d) the same with Redis back (the lease renewed) before the fsync ends:
 #      still UNKNOWN_OUTCOME, the grant was made under the lease checked
@@ -140,7 +141,11 @@ check_eq "(b) ... and a metric" 1 "$(metric couponseize_reserve_journals_declare
 
 # --- (c) a grant whose fsync ends after the lease ------------------------------------------
 C=4603
-node_up n4 lease_ms=5000 workers=1
+# The lease scales with the machine: the first grant, the breaker's
+# opening and strace's attach all come within it; each held fsync ends a
+# second or two after it.
+LEASE_C=$((5000 * CS_TIME_SCALE))
+node_up n4 lease_ms=$LEASE_C workers=1
 mk_activity $C 1000 -60 3600
 http POST /market/admin/coupon/preheat '' "$ADMIN"
 check "(c) node 4 set aside its reserve" wait_for 20 field_is $C n4 $K
@@ -156,11 +161,12 @@ if command -v strace >/dev/null && [[ -n $W ]]; then
         wait_for 5 node_health_says n4 reserve
     seize_settled $C "$(mint_jwt $((C * 1000 + 1)))" n4
     check_eq "(c) a grant within the lease: SEIZED" SEIZED "$SEIZE_CODE"
-    strace -qq -o /dev/null -p "$W" -e trace=fdatasync -e inject=fdatasync:delay_enter=6000000 &
+    strace -qq -o /dev/null -p "$W" -e trace=fdatasync -e inject=fdatasync:delay_enter=$(((LEASE_C + 1000) * 1000)) &
     SPID=$!
     cs_defer stop_bg "$SPID"
     sleep 0.5
-    node_http n4 POST /market/consumer/coupon/seize "{\"id\":$C}" "$(mint_jwt $((C * 1000 + 2)))"
+    NODE_HTTP_TIMEOUT=$((LEASE_C / 1000 + 12)) \
+        node_http n4 POST /market/consumer/coupon/seize "{\"id\":$C}" "$(mint_jwt $((C * 1000 + 2)))"
     check_eq "(c) an fsync that ended after the lease: UNKNOWN_OUTCOME, not SEIZED" \
         UNKNOWN_OUTCOME "$(json_get "$HTTP_BODY" code)"
     check_eq "(c) ... though its record is on disk (two records)" 88 "$(jbytes)"
@@ -175,13 +181,14 @@ if command -v strace >/dev/null && [[ -n $W ]]; then
     stack stop-redis --kill
     check "(d) node 4 seizes from its reserve while Redis is down" \
         wait_for 5 node_health_says n4 reserve
-    strace -qq -o /dev/null -p "$W" -e trace=fdatasync -e inject=fdatasync:delay_enter=7000000 &
+    strace -qq -o /dev/null -p "$W" -e trace=fdatasync -e inject=fdatasync:delay_enter=$(((LEASE_C + 2000) * 1000)) &
     SPID=$!
     cs_defer stop_bg "$SPID"
     sleep 0.5
     LD=$COUPON_DIR/d.log
     : >"$LD"
-    ( node_http n4 POST /market/consumer/coupon/seize "{\"id\":$C}" "$(mint_jwt $((C * 1000 + 3)))"
+    ( NODE_HTTP_TIMEOUT=$((LEASE_C / 1000 + 12)) \
+        node_http n4 POST /market/consumer/coupon/seize "{\"id\":$C}" "$(mint_jwt $((C * 1000 + 3)))"
       echo "$(json_get "$HTTP_BODY" code)" >"$LD" ) &
     QPID=$!
     sleep 1
