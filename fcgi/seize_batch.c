@@ -306,13 +306,13 @@ static void sb_unanswered(struct worker *w, int shard, int64_t deadline_ms)
         return;
     rconn_set_err(w->rc, RCONN_ERR_TIMEOUT, "seize batch",
                   "no answer within the budget behind the call in flight");
-    /* The leader wrote the call; the ask goes where the slot map says,
-     * refreshed within the margin the ask itself is given. */
+    /* The leader wrote the call; where it went is resolved from the slot
+     * map by the worker loop, after the user is answered (a refresh of the
+     * map may take a connect's time). */
     struct rconn_site site = {.conn_id = 0, .node = -1};
-    if (w->rc->cl != NULL)
-        rcluster_slot_site(w->rc->cl, keys_shard_slot(shard), &site,
-                           cs_mono_ms() + seize_rules_margin(w->conf->fallback_budget_ms));
     seize_unanswered(w, shard, &site);
+    if (w->ask_pending && w->rc->cl != NULL)
+        w->ask_slot = (int)keys_shard_slot(shard);
 }
 
 void seize_batched(struct worker *w, struct req *r, struct activity *a, int64_t uid,

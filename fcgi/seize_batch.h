@@ -44,6 +44,7 @@ static inline void seize_unanswered(struct worker *w, int shard, const struct rc
         w->ask_pending = 1;
         w->ask_shard = shard;
         w->ask_site = *site;
+        w->ask_slot = -1;
     }
 }
 

@@ -26,6 +26,9 @@
 
 #define SUPER_STOP_GRACE_MS 30000
 #define SUPER_MAX_RETIRING 1024
+/* Reaped workers whose group-commit entries are still to be dropped (a
+ * shard's lock was held when they were reaped). */
+#define SUPER_MAX_UNBURIED 64
 
 struct slot {
     pid_t pid;
@@ -186,6 +189,8 @@ struct super {
     struct slot *slots;
     struct retiree retiring[SUPER_MAX_RETIRING];
     int nretiring;
+    int32_t unburied[SUPER_MAX_UNBURIED];
+    int nunburied;
     pid_t keeper;
     int64_t keeper_at, keeper_backoff, keeper_started;
     int stopping;
@@ -290,6 +295,31 @@ static void super_keeper_exited(struct super *s, pid_t pid, int status, int64_t 
 }
 
 /* A child ended: the keeper, a replaced worker, or a worker to start again. */
+/* Drops a reaped worker's group-commit entries and lead (batch_reaped());
+ * a shard whose lock another worker holds is tried again on the next tick. */
+static void super_bury(struct super *s, int32_t pid)
+{
+    if (batch_reaped(&s->shm->batch, pid) == 0)
+        return;
+    if (s->nunburied == SUPER_MAX_UNBURIED) {
+        /* Its followers still find it dead by its pid. */
+        log_warn("worker %d: group-commit queue busy; its entries left to its followers",
+                 (int)s->unburied[0]);
+        memmove(s->unburied, s->unburied + 1, sizeof(s->unburied[0]) * (SUPER_MAX_UNBURIED - 1));
+        s->nunburied--;
+    }
+    s->unburied[s->nunburied++] = pid;
+}
+
+static void super_bury_again(struct super *s)
+{
+    for (int i = 0; i < s->nunburied;)
+        if (batch_reaped(&s->shm->batch, s->unburied[i]) == 0)
+            s->unburied[i] = s->unburied[--s->nunburied];
+        else
+            i++;
+}
+
 static void super_on_exit(struct super *s, pid_t pid, int status, int64_t now)
 {
     if (pid == s->keeper) {
@@ -297,7 +327,7 @@ static void super_on_exit(struct super *s, pid_t pid, int status, int64_t now)
         return;
     }
     shm_worker_unregister(s->shm, (int32_t)pid); /* a worker that crashed left it */
-    batch_reaped(&s->shm->batch, (int32_t)pid);  /* and any lead it held */
+    super_bury(s, (int32_t)pid);                 /* and any lead it held */
     for (int i = 0; i < s->nretiring; i++)
         if (s->retiring[i].pid == pid) {
             s->retiring[i] = s->retiring[--s->nretiring];
@@ -433,6 +463,7 @@ int super_run(struct cs_conf *conf, const char *conf_path, int listen_fd, int ow
         /* Reap everything that exited. */
         while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
             super_on_exit(s, pid, status, now);
+        super_bury_again(s);
         if (s->stopping) {
             if (super_stop_tick(s, now))
                 break;

@@ -31,6 +31,7 @@ struct worker {
     int ask_pending;
     int ask_shard;
     struct rconn_site ask_site;
+    int ask_slot;              /* >= 0: ask_site is the slot map's node for it */
 };
 
 /* Set by SIGTERM: finish the request in flight, then leave the accept loop. */

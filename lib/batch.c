@@ -240,7 +240,8 @@ static enum batch_result give_up(struct batch_area *b, struct batch_shard *sh,
         break;
     case BATCH_LEAD:
         /* Handed the lead with no time left to use it: the next one leads. */
-        sh->leader = 0;
+        if (sh->leader == e->pid)
+            sh->leader = 0;
         atomic_store(&e->state, BATCH_IDLE);
         if (wake == NULL)
             wake = elect_locked(b, sh);
@@ -407,16 +408,73 @@ void batch_finish(struct batch_area *b, struct batch_take *take)
         futex_wake(&woken[i]->state);
 }
 
-void batch_reaped(struct batch_area *b, int32_t pid)
+/* Locks sh as sh_lock(), without waiting: EBUSY when another process holds
+ * it (a worker stopped with SIGSTOP mid-step must not hold the supervisor). */
+static int sh_trylock(struct batch_area *b, struct batch_shard *sh, struct batch_entry **wake)
 {
+    int err = pthread_mutex_trylock(&sh->lock);
+    if (err == EOWNERDEAD) {
+        pthread_mutex_consistent(&sh->lock);
+        struct batch_entry *w = NULL;
+        if (sh->leader != 0 && pid_gone(sh->leader))
+            w = bury_locked(b, sh, sh->leader);
+        else if (sh->leader == 0)
+            w = elect_locked(b, sh);
+        *wake = w;
+        err = 0;
+    }
+    return err;
+}
+
+/*
+ * Process pid is gone: every entry of it still waiting on sh is dropped, and
+ * its lead, if it held one, given on. A leader that others waited on counts
+ * as a death found; one that led nothing but its own call does not. Returns
+ * the entry to wake, as elect_locked().
+ * MUST be called with sh->lock held.
+ */
+static struct batch_entry *reap_locked(struct batch_area *b, struct batch_shard *sh,
+                                       int32_t pid)
+{
+    int shard = sh_index(b, sh), hi = atomic_load(&b->hi), waited = 0;
+
+    for (int i = 0; i < hi; i++) {
+        struct batch_entry *e = &b->entry[i];
+        uint32_t s = atomic_load(&e->state);
+        if (atomic_load(&e->shard) != shard)
+            continue;
+        if ((s == BATCH_QUEUED || s == BATCH_LEAD) && atomic_load(&e->pid) == pid)
+            atomic_store(&e->state, BATCH_IDLE);
+        else if (s == BATCH_QUEUED || (s == BATCH_TAKEN && atomic_load(&e->leader) == pid))
+            waited = 1;
+    }
+    if (sh->leader != pid)
+        return NULL;
+    sh->leader = 0;
+    if (waited)
+        atomic_fetch_add_explicit(&b->m.leader_deaths, 1, memory_order_relaxed);
+    return elect_locked(b, sh);
+}
+
+int batch_reaped(struct batch_area *b, int32_t pid)
+{
+    int busy = 0;
+
     if (pid <= 0 || !atomic_load(&b->ready))
-        return;
+        return 0;
     for (int i = 0; i < BATCH_SHARDS; i++) {
         struct batch_shard *sh = &b->shard[i];
-        struct batch_entry *wake = NULL;
-        sh_lock(b, sh, &wake);
-        if (wake == NULL && sh->leader == pid)
-            wake = bury_locked(b, sh, pid);
-        sh_unlock(sh, wake);
+        struct batch_entry *repaired = NULL;
+        if (sh_trylock(b, sh, &repaired) != 0) {
+            busy = 1;
+            continue;
+        }
+        struct batch_entry *wake = reap_locked(b, sh, pid);
+        pthread_mutex_unlock(&sh->lock);
+        if (repaired != NULL)
+            futex_wake(&repaired->state);
+        if (wake != NULL)
+            futex_wake(&wake->state);
     }
+    return busy;
 }

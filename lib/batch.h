@@ -163,9 +163,13 @@ void batch_handoff(struct batch_area *b, struct batch_take *take);
 void batch_finish(struct batch_area *b, struct batch_take *take);
 
 /* A process of the node ended and was reaped (pid): it no longer leads any
- * shard, and its waiting entries are dropped, so a later process given the
- * same pid is never taken for that leader (followers tell a dead leader only
- * by its pid). The supervisor calls it for each worker it reaps. */
-void batch_reaped(struct batch_area *b, int32_t pid);
+ * shard, and its waiting entries are dropped (never sent to Redis later, nor
+ * elected to lead, nor left QUEUED for the worker given its registry slot),
+ * so a later process given the same pid is never taken for that leader
+ * (followers tell a dead leader only by its pid). The supervisor calls it
+ * for each worker it reaps. It never waits for a shard's lock: returns 1
+ * when some shard's was held (call it again later; it is idempotent), else
+ * 0. */
+int batch_reaped(struct batch_area *b, int32_t pid);
 
 #endif

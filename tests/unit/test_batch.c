@@ -214,6 +214,62 @@ START_TEST(reaped_leader_is_cleared_at_once)
 }
 END_TEST
 
+/* A follower reaped while it still waits (QUEUED) is dropped from the
+ * queue: the call in flight never hands it the lead, the next call never
+ * carries it, and the worker given its registry slot starts clean. */
+START_TEST(reaped_follower_is_dropped)
+{
+    s->allow = 0;
+    pid_t a = worker(0, 100, 32, 5000);
+    wait_state(0, BATCH_TAKEN);
+    pid_t b = worker(1, 101, 32, 5000);
+    wait_state(1, BATCH_QUEUED);
+    kill(b, SIGKILL);
+    reap(b);
+    ck_assert_int_eq(batch_reaped(&s->b, b), 0);
+    ck_assert_uint_eq(atomic_load(&s->b.entry[1].state), BATCH_IDLE);
+    s->allow = 1000;
+    reap(a);
+    /* Nobody was left to lead: the lead is free, not handed to the dead. */
+    ck_assert_int_eq(s->b.shard[1].leader, 0);
+    ck_assert_int_eq(atomic_load(&s->ncalls), 1);
+    /* It led nothing others waited on: no leader death. */
+    ck_assert_uint_eq(atomic_load(&s->b.m.leader_deaths), 0);
+}
+END_TEST
+
+/* The supervisor never waits for a shard's lock: a worker stopped while it
+ * holds one (SIGSTOP) leaves the reap to be tried again, and the retry,
+ * once the lock is free, does it. */
+START_TEST(reaped_never_waits_for_a_held_lock)
+{
+    s->allow = 0;
+    pid_t a = worker(0, 100, 32, 5000);
+    wait_state(0, BATCH_TAKEN);
+    kill(a, SIGKILL);
+    reap(a);
+    pid_t h = fork();
+    if (h == 0) {
+        pthread_mutex_lock(&s->b.shard[1].lock);
+        raise(SIGSTOP);
+        pthread_mutex_unlock(&s->b.shard[1].lock);
+        _exit(0);
+    }
+    int st;
+    ck_assert_int_eq(waitpid(h, &st, WUNTRACED), h);
+    ck_assert(WIFSTOPPED(st));
+    int64_t t0 = cs_mono_ms();
+    ck_assert_int_eq(batch_reaped(&s->b, a), 1);
+    ck_assert_int_lt(cs_mono_ms() - t0, 500);
+    ck_assert_int_eq(s->b.shard[1].leader, a);
+    kill(h, SIGCONT);
+    reap(h);
+    ck_assert_int_eq(batch_reaped(&s->b, a), 0);
+    ck_assert_int_eq(s->b.shard[1].leader, 0);
+    s->allow = 1000;
+}
+END_TEST
+
 /* A leader killed with seizes taken into its call: they answer UNKNOWN at
  * once (never UNSENT: the call may have gone), and one that queued behind
  * it leads the next call. */
@@ -394,6 +450,8 @@ int main(void)
     tcase_add_test(tc, killed_leader_unreaped_followers_take_over);
     tcase_add_test(tc, killed_leader_taken_followers_are_unknown);
     tcase_add_test(tc, reaped_leader_is_cleared_at_once);
+    tcase_add_test(tc, reaped_follower_is_dropped);
+    tcase_add_test(tc, reaped_never_waits_for_a_held_lock);
     tcase_add_test(tc, deadlines_tell_queued_from_taken);
     tcase_add_test(tc, lead_without_time_passes_on);
     tcase_add_test(tc, dead_lock_owner_is_repaired);
