@@ -294,17 +294,21 @@ static void super_keeper_exited(struct super *s, pid_t pid, int status, int64_t 
     s->keeper_at = now + s->keeper_backoff;
 }
 
-/* A child ended: the keeper, a replaced worker, or a worker to start again. */
-/* Drops a reaped worker's group-commit entries and lead (batch_reaped());
- * a shard whose lock another worker holds is tried again on the next tick. */
+/* Drops a reaped worker's group-commit entries and lead (batch_reaped()),
+ * then its registry slot; a shard whose lock another worker holds is tried
+ * again on the next tick, the slot kept till then: a worker given it must
+ * not write an entry still queued on another shard. */
 static void super_bury(struct super *s, int32_t pid)
 {
-    if (batch_reaped(&s->shm->batch, pid) == 0)
+    if (batch_reaped(&s->shm->batch, pid) == 0) {
+        shm_worker_unregister(s->shm, pid);
         return;
+    }
     if (s->nunburied == SUPER_MAX_UNBURIED) {
         /* Its followers still find it dead by its pid. */
         log_warn("worker %d: group-commit queue busy; its entries left to its followers",
                  (int)s->unburied[0]);
+        shm_worker_unregister(s->shm, s->unburied[0]);
         memmove(s->unburied, s->unburied + 1, sizeof(s->unburied[0]) * (SUPER_MAX_UNBURIED - 1));
         s->nunburied--;
     }
@@ -314,20 +318,23 @@ static void super_bury(struct super *s, int32_t pid)
 static void super_bury_again(struct super *s)
 {
     for (int i = 0; i < s->nunburied;)
-        if (batch_reaped(&s->shm->batch, s->unburied[i]) == 0)
+        if (batch_reaped(&s->shm->batch, s->unburied[i]) == 0) {
+            shm_worker_unregister(s->shm, s->unburied[i]);
             s->unburied[i] = s->unburied[--s->nunburied];
-        else
+        } else {
             i++;
+        }
 }
 
+/* A child ended: the keeper, a replaced worker, or a worker to start again. */
 static void super_on_exit(struct super *s, pid_t pid, int status, int64_t now)
 {
     if (pid == s->keeper) {
         super_keeper_exited(s, pid, status, now);
         return;
     }
-    shm_worker_unregister(s->shm, (int32_t)pid); /* a worker that crashed left it */
-    super_bury(s, (int32_t)pid);                 /* and any lead it held */
+    /* A worker that crashed left its entries, its lead and its slot. */
+    super_bury(s, (int32_t)pid);
     for (int i = 0; i < s->nretiring; i++)
         if (s->retiring[i].pid == pid) {
             s->retiring[i] = s->retiring[--s->nretiring];

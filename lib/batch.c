@@ -445,7 +445,8 @@ static struct batch_entry *reap_locked(struct batch_area *b, struct batch_shard 
             continue;
         if ((s == BATCH_QUEUED || s == BATCH_LEAD) && atomic_load(&e->pid) == pid)
             atomic_store(&e->state, BATCH_IDLE);
-        else if (s == BATCH_QUEUED || (s == BATCH_TAKEN && atomic_load(&e->leader) == pid))
+        else if (atomic_load(&e->pid) != pid
+                 && (s == BATCH_QUEUED || (s == BATCH_TAKEN && atomic_load(&e->leader) == pid)))
             waited = 1;
     }
     if (sh->leader != pid)
