@@ -169,6 +169,13 @@ enum breaker_unanswered breaker_seize_unanswered(const struct cs_conf *c, struct
     return BREAKER_FAILED;
 }
 
+int breaker_seize_ask_due(const struct cs_conf *c, struct shm_node *shm, int shard)
+{
+    struct shm_breaker *b = breaker_of(c, shm, shard);
+    return b != NULL && atomic_load(&b->state) == BREAKER_CLOSED
+           && breaker_seize_silence_ms(c, shm, shard) >= c->fallback_budget_ms;
+}
+
 int breaker_seize_ask(const struct cs_conf *c, struct shm_node *shm, int shard, struct rconn *rc,
                       const struct rconn_site *site)
 {

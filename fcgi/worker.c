@@ -183,11 +183,16 @@ int worker_main(const struct cs_conf *conf, int listen_fd, struct shm_node *shm,
             w.ask_pending = 0;
             /* A follower of a group commit sent nothing itself: it asks the
              * node the slot map names, brought up to date first if another
-             * process of the node saw it change (a failover). */
-            if (w.ask_slot >= 0 && w.rc->cl != NULL)
-                rcluster_slot_site(w.rc->cl, (unsigned)w.ask_slot, &w.ask_site,
-                                   cs_mono_ms() + seize_rules_margin(conf->fallback_budget_ms));
-            breaker_seize_ask(conf, shm, w.ask_shard, w.rc, &w.ask_site);
+             * process of the node saw it change (a failover); not at all if
+             * another worker's seize was answered or opened the breaker
+             * meanwhile. */
+            if (breaker_seize_ask_due(conf, shm, w.ask_shard)) {
+                if (w.ask_slot >= 0 && w.rc->cl != NULL)
+                    rcluster_slot_site(w.rc->cl, (unsigned)w.ask_slot, &w.ask_site,
+                                       cs_mono_ms()
+                                           + seize_rules_margin(conf->fallback_budget_ms));
+                breaker_seize_ask(conf, shm, w.ask_shard, w.rc, &w.ask_site);
+            }
         }
         /* The keeper moved the node to a new journal segment: let go of
          * the old one, so it can be deleted once replayed. */

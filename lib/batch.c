@@ -135,19 +135,27 @@ static struct batch_entry *bury_locked(struct batch_area *b, struct batch_shard 
     return elect_locked(b, sh);
 }
 
-/* Locks sh. After its last owner died holding it (EOWNERDEAD), every step
- * under the lock having left the queue consistent, only the lead can be
- * stale: a dead leader is buried. *wake: an entry to wake once unlocked. */
+/* sh's lock came back EOWNERDEAD: its last owner died holding it. Every
+ * step under the lock having left the queue consistent, only the lead can
+ * be stale: a dead leader is buried. Returns the entry to wake once
+ * unlocked, as elect_locked().
+ * MUST be called with sh->lock held. */
+static struct batch_entry *sh_repair(struct batch_area *b, struct batch_shard *sh)
+{
+    pthread_mutex_consistent(&sh->lock);
+    if (sh->leader != 0 && pid_gone(sh->leader))
+        return bury_locked(b, sh, sh->leader);
+    if (sh->leader == 0)
+        return elect_locked(b, sh); /* it died handing the lead on */
+    return NULL;
+}
+
+/* Locks sh, repaired (sh_repair()) if its last owner died holding it.
+ * *wake: an entry to wake once unlocked. */
 static void sh_lock(struct batch_area *b, struct batch_shard *sh, struct batch_entry **wake)
 {
-    int err = pthread_mutex_lock(&sh->lock);
-    if (err == EOWNERDEAD) {
-        pthread_mutex_consistent(&sh->lock);
-        struct batch_entry *w = NULL;
-        if (sh->leader != 0 && pid_gone(sh->leader))
-            w = bury_locked(b, sh, sh->leader);
-        else if (sh->leader == 0)
-            w = elect_locked(b, sh); /* it died handing the lead on */
+    if (pthread_mutex_lock(&sh->lock) == EOWNERDEAD) {
+        struct batch_entry *w = sh_repair(b, sh);
         if (wake != NULL)
             *wake = w;
     }
@@ -414,13 +422,7 @@ static int sh_trylock(struct batch_area *b, struct batch_shard *sh, struct batch
 {
     int err = pthread_mutex_trylock(&sh->lock);
     if (err == EOWNERDEAD) {
-        pthread_mutex_consistent(&sh->lock);
-        struct batch_entry *w = NULL;
-        if (sh->leader != 0 && pid_gone(sh->leader))
-            w = bury_locked(b, sh, sh->leader);
-        else if (sh->leader == 0)
-            w = elect_locked(b, sh);
-        *wake = w;
+        *wake = sh_repair(b, sh);
         err = 0;
     }
     return err;
@@ -466,8 +468,11 @@ int batch_reaped(struct batch_area *b, int32_t pid)
     for (int i = 0; i < BATCH_SHARDS; i++) {
         struct batch_shard *sh = &b->shard[i];
         struct batch_entry *repaired = NULL;
-        if (sh_trylock(b, sh, &repaired) != 0) {
-            busy = 1;
+        int err = sh_trylock(b, sh, &repaired);
+        if (err != 0) {
+            /* Held: tried again later. Any other error (ENOTRECOVERABLE,
+             * which sh_repair() never leaves) would never clear. */
+            busy |= err == EBUSY;
             continue;
         }
         struct batch_entry *wake = reap_locked(b, sh, pid);

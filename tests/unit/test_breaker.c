@@ -197,17 +197,21 @@ START_TEST(unanswered_waits_asks_or_opens)
     ck_assert_uint_eq(atomic_load(&node->m.redis_timeouts), 2);
     ck_assert_int_eq(atomic_load(&node->breaker.failures), 0); /* neither is a failure */
 
-    /* Asked, and a seize was answered meanwhile: nothing to do. */
+    /* Asked, and a seize was answered meanwhile: nothing to do (the
+     * worker does not even bring its slot map up to date). */
     atomic_store(at, cs_mono_ms());
+    ck_assert_int_eq(breaker_seize_ask_due(&conf, node, 0), 0);
     ck_assert_int_eq(breaker_seize_ask(&conf, node, 0, rc, &(struct rconn_site){0, -1}), 1);
     ck_assert_int_eq(atomic_load(&node->breaker.state), BREAKER_CLOSED);
     /* Asked, and nothing listens where Redis was: open, counted once. */
     atomic_store(at, cs_mono_ms() - 1500);
+    ck_assert_int_eq(breaker_seize_ask_due(&conf, node, 0), 1);
     ck_assert_int_eq(breaker_seize_ask(&conf, node, 0, rc, &(struct rconn_site){0, -1}), 0);
     ck_assert_int_eq(atomic_load(&node->breaker.state), BREAKER_OPEN);
     ck_assert_int_eq(atomic_load(&node->breaker.fault), RCONN_FAULT_DOWN);
     ck_assert_uint_eq(atomic_load(&node->m.redis_timeouts), 2);
     ck_assert_uint_eq(atomic_load(&node->m.breaker_asked_alive), 0);
+    ck_assert_int_eq(breaker_seize_ask_due(&conf, node, 0), 0); /* open: nothing to ask */
     /* The ask left the seize's own error as it was. */
     ck_assert_int_eq(rc->err, RCONN_ERR_TIMEOUT);
     ck_assert_str_eq(rc->errstr, "seize: timed out");
