@@ -419,7 +419,9 @@ diag "(g2) $BALANCE"
 check "(g2) MySQL: total = stock_num + coupons" mysql_balanced $A2
 
 # --- (g3) Redis loses its data while reserves are open --------------------------------------
-A3=5003 TOTAL3=3000
+# A set-aside is at most a tenth of the stock: the total leaves room for K2
+# at any CS_TIME_SCALE (at 3000, K2 = 400 was cut to 299).
+A3=5003 TOTAL3=$((3000 * CS_TIME_SCALE))
 mk_activity $A3 $TOTAL3 -60 3600
 http POST /market/admin/coupon/preheat '' "$ADMIN"
 check "(g3) both nodes set their reserves aside" wait_for 15 held_is $A3 $((K + K2))
