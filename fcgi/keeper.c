@@ -499,7 +499,7 @@ static void keeper_slots(struct keeper *k, int stopping)
                     }
                 }
             }
-            if (l->closed_elsewhere && keeper_fenced(k, i) && l->pending == 0)
+            if (l->closed_elsewhere && keeper_fenced(k, i) && l->fenced && l->pending == 0)
                 keeper_slot_free(k, i);
             continue;
         }
@@ -526,7 +526,7 @@ static void keeper_slots(struct keeper *k, int stopping)
             l->giveback = 1;
         }
         if (l->giveback) {
-            if (keeper_fenced(k, i) && l->pending == 0)
+            if (keeper_fenced(k, i) && l->fenced && l->pending == 0)
                 keeper_give_back(k, i);
             continue;
         }
@@ -546,7 +546,7 @@ static void keeper_slots(struct keeper *k, int stopping)
                 continue;
         }
         if (l->resume) {
-            if (!keeper_fenced(k, i) || l->pending > 0)
+            if (!keeper_fenced(k, i) || !l->fenced || l->pending > 0)
                 continue;
             int64_t amount;
             if (keeper_epoch_amount(k, aid, epoch, &amount) != CS_OK)
@@ -609,11 +609,14 @@ static void keeper_pass(struct keeper *k, int stopping)
             k->renewed[s] = keeper_renew(k, s) == CS_OK;
     }
     /* Fences first (a stopped slot with nobody inside), then the replay
-     * that sees every record they will ever have, then the decisions. */
+     * that sees every record they will ever have, then the decisions. A
+     * slot stopped only by this pass's decisions waits for the next one: a
+     * grant made after the journal was read is not in its count. */
     for (int i = 0; i < SHM_RESERVES; i++)
-        if (atomic_load(&k->rv->slot[i].state) == RSV_STOPPED)
-            keeper_fenced(k, i);
+        k->loc[i].fenced = atomic_load(&k->rv->slot[i].state) == RSV_STOPPED
+                           && keeper_fenced(k, i);
     keeper_journal_replay(k);
+    cs_pause_point("keeper-decide"); /* for the tests, see lib/cs.h */
     /* The list says which sales are open to all: known before a slot of a
      * restarted keeper opens, so a worker without metadata may grant. */
     int any = 0;

@@ -24,6 +24,9 @@
 /* What the keeper knows of a slot beyond shared memory. */
 struct kslot {
     int giveback;              /* stopped to be given back */
+    int fenced;                /* stopped, no grant of its epoch in flight, before this
+                                  pass read the journal: the replay saw every record it
+                                  will ever have (rule 8) */
     int resume;                /* stopped until replayed (a restart, a restore) */
     int unconfirmed;           /* set aside, the durability rule not met yet */
     int in_doubt;              /* the set-aside script's answer was lost: ask again */

@@ -12,15 +12,27 @@
 #  (b) a token whose replay marker already names another user (spent
 #      twice) is an anomaly: it goes to the dead letters, the metrics count
 #      it and the keeper logs it at error level; it is never counted as the
-#      same grant replayed.
+#      same grant replayed;
+#  (c) a grant made after a keeper pass read the journal, in a pass that
+#      then decides to give the reserve back (the last token spent): the
+#      give-back waits for a pass whose replay saw it (rule 8: stop, wait
+#      for grants in flight, replay to the end, give back). Before, the
+#      token went back to stock with the reserve and its record was skipped
+#      as "replayed before its epoch was given back": a user told SEIZED
+#      held nothing. The keeper is held between its replay and its decisions
+#      (COUPONSEIZE_PAUSE_AT=keeper-decide), so the interleaving is made, not
+#      waited for.
 # shellcheck source=tests/lib.sh
 . "${top_srcdir:-$(dirname "$0")/../..}/tests/lib.sh"
 
 skip_unless_cmd cgi-fcgi || skip_all "cgi-fcgi is not installed (Debian libfcgi-bin)"
 K=20
 export COUPON_WORKERS=2
+# breaker_open_ms is the default, written out so that (c) can lengthen it
+# on one node.
 export COUPON_CONF_OVERRIDES="fallback.reserve=$K
-fallback.lease_ms=30000
+fallback.lease_ms=$((30000 * CS_TIME_SCALE))
+redis.breaker_open_ms=500
 ${COUPON_CONF_OVERRIDES:-}"
 cs_stack_up
 ADMIN=$(mint_jwt 1 admin)
@@ -129,5 +141,109 @@ check "(b) ... and logged at error level" \
     grep -q "error.*was replayed before for another user" "$COUPON_DIR/n2/fcgi.log"
 check_eq "(b) the marker still names the first user" 999 \
     "$(rcli HGET "COUPON:RESERVE:EPOCH:${B}_{$((B % 10))}" "$INC2:$EP:0")"
+
+# --- (c) a grant between the keeper's replay and its give-back ---------------------
+# Node 3's breaker, once open, stays open (no worker probes Redis for ten
+# minutes): its workers grant from the reserve while its keeper reaches
+# Redis. Its keeper stops after each pass's replay; a loop lets it go on
+# while $GO is there.
+C=4203
+GO=$COUPON_DIR/keeper-go
+cs_defer rm -f "$GO"
+cs_defer node_down n3 KILL # before node_up's own graceful stop: a held keeper would hang it
+NODE_ENV="COUPONSEIZE_PAUSE_AT=keeper-decide" node_up n3 breaker_open_ms=600000
+check_match "(c) node 3's breaker stays open for ten minutes" "breaker_open_ms = 600000;" \
+    "$(cat "$COUPON_DIR/n3/couponseize.conf")"
+# keeper_held: node 3's keeper is stopped at its pause point (the one child
+# of its supervisor that stops); sets KEEPER_PID. For wait_for.
+keeper_held() {
+    local c
+    for c in $(pgrep -P "$NODE_PID_n3"); do
+        [[ $(cut -d' ' -f3 "/proc/$c/stat" 2>/dev/null) == T ]] && { KEEPER_PID=$c; return 0; }
+    done
+    return 1
+}
+keeper_go() {
+    touch "$GO"
+    (while [[ -e $GO ]]; do
+        keeper_held && kill -CONT "$KEEPER_PID"
+        sleep 0.02
+    done) &
+    GO_PID=$!
+}
+keeper_hold() {
+    rm -f "$GO"
+    wait "$GO_PID"
+    wait_for 20 keeper_held
+}
+keeper_go
+mk_activity $C 1000000 -60 3600
+http POST /market/admin/coupon/preheat '' "$ADMIN"
+check "(c) node 3 set a reserve of $K aside" wait_for 20 field_is $C n3 $K
+check "(c) ... and opened it" wait_for 20 reserves_open_on n3
+INC3=$(cat "$COUPON_DIR/n3/journal/incarnation")
+EP3=$(mysql_q "SELECT epoch FROM reserve_epoch WHERE activity_id = $C AND incarnation = '$INC3'")
+# Warm-up through Redis: node 3's workers cache the sale, so that in the
+# outage a seize goes to Redis, fails and opens the breaker (a seize whose
+# metadata cannot be read goes to the reserve without counting).
+LW=$COUPON_DIR/c-warm.log
+: >"$LW"
+for u in $(seq 101 110); do seize_on n3 $C $((C * 1000 + u)) "$LW"; done
+check_eq "(c) ten warm-up users were told SEIZED by Redis" 10 "$(told_seized "$LW" | wc -l)"
+opened0=$(metric couponseize_breaker_opened_total n3)
+LC=$COUPON_DIR/c.log
+: >"$LC"
+stack stop-redis --kill
+check "(c) node 3 seizes from its reserve while Redis is down" \
+    wait_for 5 node_health_says n3 reserve
+# All but the last token: users until K - 1 are told SEIZED (a refusal is
+# shown, not judged here: every answer is judged per user below).
+for ((u = 1; u <= 3 * K && $(told_seized "$LC" | wc -l) < K - 1; u++)); do
+    seize_on n3 $C $((C * 1000 + u)) "$LC"
+done
+diag "(c) answers: $(awk '{ n[$2]++ } END { for (c in n) printf "%s:%d ", c, n[c] }' "$LC")"
+check_eq "(c) $((K - 1)) users were told SEIZED from the reserve" $((K - 1)) \
+    "$(told_seized "$LC" | wc -l)"
+(($(told_seized "$LC" | wc -l) == K - 1)) ||
+    diag "(c) node 3: $(grep -E "warning|error" "$COUPON_DIR/n3/fcgi.log" | tail -n 8)"
+check "(c) node 3's breaker opened (and stays open)" \
+    test "$(metric couponseize_breaker_opened_total n3)" -gt "${opened0:-0}"
+stack start-redis
+check "(c) node 3 replayed them" wait_for 20 metric_is couponseize_journal_depth 0 n3
+check_eq "(c) node 3's reserve in Redis holds its last token" 1 "$(field_of $C n3)"
+# The keeper stops after a pass's replay, before its decisions; the last
+# token is granted then, with Redis up (node 3's breaker still open).
+check "(c) node 3's keeper is held after its replay" keeper_hold
+seize_on n3 $C $((C * 1000 + 999)) "$LC"
+check_eq "(c) the last token's user was told SEIZED" SEIZED "$(tail -n 1 "$LC" | cut -d' ' -f2)"
+check "(c) ... while the keeper was still held" keeper_held
+keeper_go
+# Closed in MySQL once given back (the keeper may set a new reserve aside
+# at once, under the same field).
+epoch_closed() { [[ $(mysql_q "SELECT state FROM reserve_epoch WHERE activity_id = $C
+    AND incarnation = '$INC3' AND epoch = $EP3") == 2 ]]; }
+check "(c) node 3 gave its spent reserve back" wait_for 20 epoch_closed
+check "(c) node 3 replayed the last grant" wait_for 20 metric_is couponseize_journal_depth 0 n3
+check_match "(c) nothing went back to stock: every token was granted" \
+    "activity $C epoch [0-9]*: 0 given back" "$(grep "activity $C epoch" "$COUPON_DIR/n3/fcgi.log")"
+check "(c) coupon-sync drained the queue" wait_for 60 drained $((C % 10))
+bad=0
+while read -r u code; do
+    n=$(coupons_of $C "$u")
+    case $code in
+    SEIZED) [[ $n == 1 ]] ;;
+    UNKNOWN_OUTCOME) [[ $n == 0 || $n == 1 ]] ;;
+    *) [[ $n == 0 ]] ;;
+    esac || { bad=$((bad + 1)); diag "(c) user $u was told $code and holds $n"; }
+done < <(cat "$LW" "$LC")
+check_eq "(c) every user told SEIZED holds exactly one coupon, one refused none" 0 "$bad"
+check_eq "(c) $K users of the reserve and ten of the warm-up hold a coupon" $((K + 10)) \
+    "$(rows_of $C)"
+check_eq "(c) nothing went to the dead letters" 0 \
+    "$(rcli HLEN "COUPON:RESERVE:DEAD:{$((C % 10))}")"
+check "(c) stock + reserves + coupons = total" balanced $C 1000000
+rm -f "$GO"
+wait "$GO_PID"
+node_down n3 KILL
 
 finish
