@@ -157,6 +157,18 @@ class Nemesis:
             self.nft("add", "rule", "inet", self.table, name, "ip", "saddr", "{ %s }" % a,
                      "ip", "daddr", "{ %s }" % b, *extra, "drop")
 
+    def on_redis_ports(self, pairs):
+        """Each (A, B) pair limited to this stack's Redis client and cluster
+        bus ports, either end: every stack has the same loopback addresses,
+        and a cut by address alone would also cut a stack that runs beside
+        this one (make -j2 check, two campaigns at once)."""
+        ports = []
+        for hp in self.redis:
+            p = int(hp.rsplit(":", 1)[1])
+            ports += [str(p), str(p + 10000)]
+        ports = "{ %s }" % ", ".join(ports)
+        return [(a, b, ["tcp", d, ports]) for a, b in pairs for d in ("sport", "dport")]
+
     def uncut(self, name):
         self.nft("delete", "chain", "inet", self.table, name)
 
@@ -204,13 +216,14 @@ class Nemesis:
             self.stackcmd("stop-mysql", "--kill")
         elif kind == "part-node-redis":
             addrs = ",".join(hp.rsplit(":", 1)[0] for hp in self.redis)
-            self.cut("f%d" % idx, [("127.0.2.%d" % node, addrs, []), (addrs, "127.0.2.%d" % node, [])])
+            self.cut("f%d" % idx, self.on_redis_ports(
+                [("127.0.2.%d" % node, addrs), (addrs, "127.0.2.%d" % node)]))
         elif kind == "part-master":
             host, _ = self.redis_addr(target)
             rest = [hp.rsplit(":", 1)[0] for hp in self.redis if not hp.startswith(host + ":")]
             rest += ["127.0.2.%d" % n for n in range(1, self.nodes + 1)] + ["127.0.0.1"]
             rest = ",".join(rest)
-            self.cut("f%d" % idx, [(host, rest, []), (rest, host, [])])
+            self.cut("f%d" % idx, self.on_redis_ports([(host, rest), (rest, host)]))
         elif kind == "part-sync-mysql":
             port = self.env["MYSQL_PORT"]
             self.cut("f%d" % idx, [("127.0.0.1", "127.0.0.1", ["tcp", "dport", port]),
