@@ -646,6 +646,23 @@ seize_on() {
 }
 # coupons_of ID USER: the coupon rows of USER for activity ID.
 coupons_of() { mysql_q "SELECT COUNT(*) FROM coupon WHERE activity_id = $1 AND user_id = $2"; }
+# users_misjudged ID TAG LOG...: judges each "user code" line of the LOGs
+# against MySQL (told SEIZED: exactly one coupon of activity ID; told
+# UNKNOWN_OUTCOME: none or one; told anything else: none), shows each user
+# who does not hold what they were told, and prints how many.
+users_misjudged() {
+    local id=$1 tag=$2 bad=0 u code n
+    shift 2
+    while read -r u code; do
+        n=$(coupons_of "$id" "$u")
+        case $code in
+        SEIZED) [[ $n == 1 ]] ;;
+        UNKNOWN_OUTCOME) [[ $n == 0 || $n == 1 ]] ;;
+        *) [[ $n == 0 ]] ;;
+        esac || { bad=$((bad + 1)); diag "$tag user $u was told $code and holds $n" >&2; }
+    done < <(cat "$@")
+    echo "$bad"
+}
 
 # reserves_open_on [NODE]: every reserve that node NODE (none: the stack's
 # own) has in Redis is spendable on it: its keeper opened each set-aside
