@@ -397,12 +397,16 @@ fi
 export CS_TIME_SCALE
 
 # wait_for TIMEOUT_S CMD...: polls CMD every 0.1 s until it succeeds, for at
-# most TIMEOUT_S x CS_TIME_SCALE seconds.
+# most TIMEOUT_S x CS_TIME_SCALE seconds. A wait that runs out says so on
+# stderr (in the test's log), with what it waited for.
 wait_for() {
     local deadline=$((SECONDS + $1 * ${CS_TIME_SCALE:-1}))
     shift
     until "$@"; do
-        ((SECONDS < deadline)) || return 1
+        if ((SECONDS >= deadline)); then
+            printf '# wait_for: gave up: %s\n' "$*" >&2
+            return 1
+        fi
         sleep 0.1
     done
 }

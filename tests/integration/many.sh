@@ -147,7 +147,7 @@ check_eq "a changed activity's META field follows MySQL" renamed \
 # (seize list, queue, stock), which takes a second; a real sale of that size
 # through HTTP takes minutes on this machine (see make soak).
 END=400001 USERS=100000
-mk_activity $END $USERS -60 20
+mk_activity $END $USERS -60 $((12 * CS_TIME_SCALE))
 preheat
 check_eq "the short sale is on" SEIZED "$(seize_code $END 1)"
 wait_for 20 sql_is "SELECT COUNT(*) FROM coupon WHERE activity_id=$END" 1

@@ -188,13 +188,13 @@ mysql_q "UPDATE activity SET name = 'stamped in the past', updated_at = NOW() - 
     WHERE id = 1999979"
 check "... and a change of it stamped in the past, too" \
     wait_for 60 meta_has 1999979 'stamped in the past'
-# A sale whose start enters the horizon (a day) in 40 seconds, its row
+# A sale whose start enters the horizon (a day) in 12 seconds (scaled), its row
 # unchanged for hours, inserted with a sentinel inside the horizon: once the
 # sentinel is preheated a pass has run since, so the first sale's absence
 # then means the pass left it out, not that no pass ran yet.
 mysql_q "INSERT INTO activity (id, name, total_num, stock_num, distribute_start_time,
     distribute_end_time, validity_days, status, updated_at)
-    VALUES (1999969, 'entering the horizon', 10, 10, NOW() + INTERVAL 1 DAY + INTERVAL 40 SECOND,
+    VALUES (1999969, 'entering the horizon', 10, 10, NOW() + INTERVAL 1 DAY + INTERVAL $((12 * CS_TIME_SCALE)) SECOND,
     NOW() + INTERVAL 2 DAY, 30, 1, NOW() - INTERVAL 2 HOUR),
     (1999959, 'horizon sentinel', 10, 10, NOW() + INTERVAL 1 HOUR,
     NOW() + INTERVAL 2 DAY, 30, 1, NOW())"

@@ -18,19 +18,23 @@ stack stop-fcgi
 cs_defer bash -c "pkill -KILL -f -- '$FCGI -c $COUPON_CONF' || true"
 
 seized() { code_count "$(seize_load 501 8 200 "$1")" SEIZED; }
+# Counted in this shell: a "bash -c" whose command line holds the pattern
+# would count itself.
+fcgi_count() { pgrep -fc -- "$FCGI -c $COUPON_CONF"; }
+fcgi_count_is() { [[ $(fcgi_count) -eq $1 ]]; }
 
 # --- spawn-fcgi: four processes, each a worker on the inherited socket --------------
 rm -f "$COUPON_FCGI_SOCK"
 spawn-fcgi -s "$COUPON_FCGI_SOCK" -F 4 -- "$FCGI" -c "$COUPON_CONF" >/dev/null 2>&1
 check_eq "spawn-fcgi started" 0 "$?"
 wait_for 5 test -S "$COUPON_FCGI_SOCK"
-wait_for 10 bash -c "[[ \$(pgrep -fc -- '$FCGI -c $COUPON_CONF') -eq 4 ]]"
-check_eq "spawn-fcgi -F 4 gives four workers" 4 "$(pgrep -fc -- "$FCGI -c $COUPON_CONF")"
+wait_for 10 fcgi_count_is 4
+check_eq "spawn-fcgi -F 4 gives four workers" 4 "$(fcgi_count)"
 check_eq "seizes through nginx to spawn-fcgi workers" 200 "$(seized 100000)"
 check_eq "health through spawn-fcgi workers" 200 "$(http_code GET /market/health)"
 pkill -TERM -f -- "$FCGI -c $COUPON_CONF"
-wait_for 10 bash -c "! pgrep -f -- '$FCGI -c $COUPON_CONF' >/dev/null"
-check_eq "SIGTERM stops spawn-fcgi workers" 0 "$(pgrep -fc -- "$FCGI -c $COUPON_CONF")"
+wait_for 10 fcgi_count_is 0
+check_eq "SIGTERM stops spawn-fcgi workers" 0 "$(fcgi_count)"
 
 # --- systemd socket activation: the supervisor serves fd 3 ---------------------------
 rm -f "$COUPON_FCGI_SOCK"

@@ -26,6 +26,7 @@ export COUPON_WORKERS=2
 export COUPON_CONF_OVERRIDES="fallback.reserve=$K
 fallback.lease_ms=$LEASE
 sync.cleanup_grace_s=0
+sync.status_interval_s=1
 ${COUPON_CONF_OVERRIDES:-}"
 cs_stack_up
 ADMIN=$(mint_jwt 1 admin)

@@ -2,7 +2,8 @@
 # reserve_return.sh - an operator's return never unmakes a grant (DESIGN.md
 # "Selling through a slow or missing Redis", rule 16), with real servers,
 # kill -9 and every answer judged per user afterwards:
-#  (a) node 2 spends by a 20 s lease, the node answering the admin by 2 s.
+#  (a) node 2 spends by a 10 s lease (x CS_TIME_SCALE), the node answering
+#      the admin by 2 s.
 #      Redis is killed, node 2 grants three coupons and is killed (kill -9)
 #      before it could replay; Redis is back. The return waits for node 2's
 #      own lease (published with its lease stamp), not the caller's; then it
@@ -55,7 +56,8 @@ return_settled() {
 
 # --- (a) the node's own lease; possibly spent tokens stay out of stock --------------------
 A=4601
-node_up n2 lease_ms=20000
+LEASE_A=$((10000 * CS_TIME_SCALE))
+node_up n2 lease_ms=$LEASE_A
 mk_activity $A 300 -60 3600
 http POST /market/admin/coupon/preheat '' "$ADMIN"
 check "(a) node 2 set aside its reserve" wait_for 20 field_is $A n2 $K
@@ -71,9 +73,9 @@ check_eq "(a) node 2 told three users SEIZED" 3 "$(grep -c ' SEIZED$' "$L")"
 node_down n2 KILL
 stack start-redis
 return_settled $A n2
-check_eq "(a) within node 2's 20 s lease (the caller's is 2 s): 409 LEASE_NOT_EXPIRED" \
+check_eq "(a) within node 2's $((LEASE_A / 1000)) s lease (the caller's is 2 s): 409 LEASE_NOT_EXPIRED" \
     "409 LEASE_NOT_EXPIRED" "$HTTP_CODE $(json_get "$HTTP_BODY" code)"
-check_eq "(a) ... judged by node 2's lease" 20000 "$(json_get "$HTTP_BODY" leaseMs)"
+check_eq "(a) ... judged by node 2's lease" "$LEASE_A" "$(json_get "$HTTP_BODY" leaseMs)"
 check "(a) after node 2's lease the return is done" wait_for 30 returned_ok $A n2
 diag "(a) the return: $HTTP_BODY"
 check_eq "(a) nothing went back to stock; node 2's $K tokens are kept out" "0 $K false" \
@@ -95,7 +97,7 @@ check "(a) the sale sold out" wait_for 30 sold_out
 http POST /market/consumer/coupon/seize "{\"id\":$A}" "$(mint_jwt $((A * 1000 + 99)))"
 check_eq "(a) with node 2's tokens parked, SOLD_OUT is not final" "409 SOLD_OUT false" \
     "$HTTP_CODE $(json_get "$HTTP_BODY" code) $(json_get "$HTTP_BODY" final)"
-node_up n2 lease_ms=20000
+node_up n2 lease_ms=$LEASE_A
 check "(a) node 2 replayed its journal" wait_for 30 metric_is couponseize_journal_depth 0 n2
 released() { [[ $(stock_of $A) == $((K - 3)) ]]; }
 check "(a) what node 2 did not grant went back to stock" wait_for 60 released
