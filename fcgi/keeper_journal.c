@@ -311,7 +311,13 @@ void keeper_journal_replay(struct keeper *k)
             /* No stock field. Redis lost its data and is not restored yet:
              * nothing was written, the token waits. Or the sale is gone
              * (ended and cleaned up): the token has nowhere to go but the
-             * dead letters. Either way it stops no other token (rule 17). */
+             * dead letters. Either way it stops no other token (rule 17).
+             * A token of an epoch given back is done: its marker went with
+             * the sale's fields, and the give-back came after its replay. */
+            if (closed) {
+                kr->answered = 1;
+                continue;
+            }
             if (keeper_sale_gone(k, seen, &nseen, sizeof(seen) / sizeof(seen[0]),
                                  r->activity_id) != 1) {
                 log_debug("reserve keeper: activity %" PRId64 " has no stock field; its replay "
