@@ -273,11 +273,8 @@ void keeper_journal_replay(struct keeper *k)
         struct krec *kr = &s.v[i];
         const struct journal_rec *r = &kr->r;
         int shard = keys_shard(r->activity_id);
-        /* A record of an epoch this node gave back was replayed before the
-         * give-back (rule 8): the script finds its marker and answers 0. It
-         * still goes through the script, so a record the give-back missed
-         * takes from stock or goes to the dead letters, and is logged. */
-        int closed = keeper_is_closed(k, r->activity_id, r->epoch);
+        if (keeper_is_closed(k, r->activity_id, r->epoch))
+            continue; /* replayed before its epoch was given back */
         keeper_mark_granted(k, r->activity_id, r->user_id);
         if (!k->renewed[shard] || failed[shard])
             continue;
@@ -311,13 +308,7 @@ void keeper_journal_replay(struct keeper *k)
             /* No stock field. Redis lost its data and is not restored yet:
              * nothing was written, the token waits. Or the sale is gone
              * (ended and cleaned up): the token has nowhere to go but the
-             * dead letters. Either way it stops no other token (rule 17).
-             * A token of an epoch given back is done: its marker went with
-             * the sale's fields, and the give-back came after its replay. */
-            if (closed) {
-                kr->answered = 1;
-                continue;
-            }
+             * dead letters. Either way it stops no other token (rule 17). */
             if (keeper_sale_gone(k, seen, &nseen, sizeof(seen) / sizeof(seen[0]),
                                  r->activity_id) != 1) {
                 log_debug("reserve keeper: activity %" PRId64 " has no stock field; its replay "
@@ -342,10 +333,6 @@ void keeper_journal_replay(struct keeper *k)
         site[shard] = at;
         wrote[shard] = 1;
         replayed++;
-        if (closed && res != SCRIPT_REPLAY_BEFORE)
-            log_error("reserve keeper: activity %" PRId64 ": token %" PRIu64 "/%u of user %" PRId64
-                      " was not replayed before its epoch was given back (answer %lld)",
-                      r->activity_id, r->epoch, r->token, r->user_id, res);
         if (res == SCRIPT_REPLAY_SPENT_TWICE) {
             /* The token was replayed before for someone else: the node
              * spent it twice. This user's grant is in the dead letters (the
@@ -383,7 +370,8 @@ void keeper_journal_replay(struct keeper *k)
         struct krec *kr = &s.v[i];
         const struct journal_rec *r = &kr->r;
         int shard = keys_shard(r->activity_id);
-        int done = kr->answered && !failed[shard] && durable[shard];
+        int done = keeper_is_closed(k, r->activity_id, r->epoch)
+                   || (kr->answered && !failed[shard] && durable[shard]);
         if (done && kr->f->seen == 0 && kr->pos == kr->f->done) {
             kr->f->done = kr->pos + 1;
             continue;
