@@ -668,6 +668,54 @@ users_misjudged() {
     echo "$bad"
 }
 
+# A TCP proxy to the stack's Redis, that a test kills and starts again to cut
+# one node off from Redis while the others keep it: proxy_conf FILE writes
+# the stack's configuration with redis.port (only) pointing at the proxy
+# (PROXY_PORT); proxy_up starts the proxy and waits until it listens;
+# proxy_kill kills it (every connection through it drops at once). The exit
+# kills it too.
+PROXY_PID=""
+proxy_conf() {
+    if [[ -z ${PROXY_PORT:-} ]]; then
+        PROXY_PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+        cs_defer proxy_kill
+    fi
+    awk -v port="$PROXY_PORT" '/^redis = \{/ { r = 1 } r && /^ *port = / { sub(/=.*/, "= " port ";") }
+        /^\};/ { r = 0 } { print }' "$COUPON_CONF" >"$1"
+}
+proxy_open() { (exec 3<>"/dev/tcp/127.0.0.1/$PROXY_PORT") 2>/dev/null; }
+proxy_up() {
+    python3 - "$PROXY_PORT" "$REDIS_PORT" 2>/dev/null <<'PY' &
+import asyncio, sys
+async def pipe(r, w):
+    try:
+        while data := await r.read(65536):
+            w.write(data)
+            await w.drain()
+    except (ConnectionError, OSError):
+        pass
+    finally:
+        w.close()
+async def client(cr, cw):
+    try:
+        ur, uw = await asyncio.open_connection("127.0.0.1", int(sys.argv[2]))
+    except OSError:
+        cw.close()
+        return
+    await asyncio.gather(pipe(cr, uw), pipe(ur, cw))
+async def main():
+    srv = await asyncio.start_server(client, "127.0.0.1", int(sys.argv[1]))
+    async with srv:
+        await srv.serve_forever()
+asyncio.run(main())
+PY
+    PROXY_PID=$!
+    wait_for 10 proxy_open
+}
+proxy_kill() {
+    [[ -z $PROXY_PID ]] || { kill -KILL "$PROXY_PID" 2>/dev/null; wait "$PROXY_PID" 2>/dev/null; PROXY_PID=""; }
+}
+
 # reserves_open_on [NODE]: every reserve that node NODE (none: the stack's
 # own) has in Redis is spendable on it: its keeper opened each set-aside
 # (a pass after the script), so a Redis that goes away now finds them open.

@@ -230,43 +230,7 @@ check_eq "(c) every user told SEIZED holds one coupon in MySQL" 0 "$bad"
 # --- (d) a live node cut off from Redis finds its epoch returned ----------------------------
 # n2 reaches Redis through a TCP proxy that the test kills and starts again:
 # n2 alone loses Redis, node 1 (serving the admin routes) keeps it.
-cat >"$COUPON_DIR/proxy.py" <<'PY'
-import asyncio, sys
-async def pipe(r, w):
-    try:
-        while data := await r.read(65536):
-            w.write(data)
-            await w.drain()
-    except (ConnectionError, OSError):
-        pass
-    finally:
-        w.close()
-async def client(cr, cw):
-    try:
-        ur, uw = await asyncio.open_connection("127.0.0.1", int(sys.argv[2]))
-    except OSError:
-        cw.close()
-        return
-    await asyncio.gather(pipe(cr, uw), pipe(ur, cw))
-async def main():
-    srv = await asyncio.start_server(client, "127.0.0.1", int(sys.argv[1]))
-    async with srv:
-        await srv.serve_forever()
-asyncio.run(main())
-PY
-PROXY_PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-PROXY_PID=""
-proxy_open() { (exec 3<>"/dev/tcp/127.0.0.1/$PROXY_PORT") 2>/dev/null; }
-proxy_up() {
-    python3 "$COUPON_DIR/proxy.py" "$PROXY_PORT" "$REDIS_PORT" 2>/dev/null &
-    PROXY_PID=$!
-    wait_for 10 proxy_open
-}
-proxy_kill() { [[ -z $PROXY_PID ]] || { kill -KILL "$PROXY_PID" 2>/dev/null; wait "$PROXY_PID" 2>/dev/null; PROXY_PID=""; }; }
-cs_defer proxy_kill
-# The stack's configuration with redis.port (only) pointing at the proxy.
-awk -v port="$PROXY_PORT" '/^redis = \{/ { r = 1 } r && /^ *port = / { sub(/=.*/, "= " port ";") }
-    /^\};/ { r = 0 } { print }' "$COUPON_CONF" >"$COUPON_DIR/n2-proxy.conf"
+proxy_conf "$COUPON_DIR/n2-proxy.conf"
 node_down n2
 check "(d) the proxy to Redis for n2 is up" proxy_up
 COUPON_CONF=$COUPON_DIR/n2-proxy.conf node_up n2 || finish
