@@ -28,6 +28,10 @@ static const char SQL_RSV_ADMIN_CLOSED[] =
     "AND closed_by = 'admin' AND closed_at > NOW() - INTERVAL 30 DAY LIMIT 10000";
 static const char SQL_SALE_ENDED[] =
     "SELECT distribute_end_time <= NOW() FROM activity WHERE id = ?";
+/* The user's coupon of a sale that counts, or the one this grant made. */
+static const char SQL_GRANT_HELD[] =
+    "SELECT COUNT(*) FROM coupon WHERE activity_id = ? AND user_id = ? AND (live_key = 0 "
+    "OR CAST(UNIX_TIMESTAMP(seized_at) * 1000 AS SIGNED) = ?)";
 
 /* ---- the journal --------------------------------------------------------------- */
 
@@ -129,11 +133,12 @@ static void keeper_mark_replayed(struct keeper *k, int64_t aid, int64_t uid)
         atomic_store(&k->rv->grant[e].state, RGRANT_REPLAYED);
 }
 
-static int row_ended(void *arg, int ncols, char **cols)
+/* A row of one column read as a flag: 1 when not 0. */
+static int row_flag(void *arg, int ncols, char **cols)
 {
-    int *ended = arg;
+    int *flag = arg;
     if (ncols >= 1 && cols[0] != NULL)
-        *ended = atoi(cols[0]) != 0;
+        *flag = atoi(cols[0]) != 0;
     return CS_OK;
 }
 
@@ -158,7 +163,7 @@ static int keeper_sale_gone(struct keeper *k, struct kgone *seen, size_t *nseen,
             return seen[i].gone;
     int ended = -1, gone;
     struct mval p[] = {MV_INT(aid)};
-    if (mconn_query(k->mc, SQL_SALE_ENDED, p, 1, row_ended, &ended) != CS_OK) {
+    if (mconn_query(k->mc, SQL_SALE_ENDED, p, 1, row_flag, &ended) != CS_OK) {
         log_warn("reserve keeper: reading activity %" PRId64 ": %s", aid, k->mc->errstr);
         gone = -1;
     } else {
@@ -167,6 +172,25 @@ static int keeper_sale_gone(struct keeper *k, struct kgone *seen, size_t *nseen,
     if (*nseen < cap)
         seen[(*nseen)++] = (struct kgone){aid, gone};
     return gone;
+}
+
+/*
+ * Whether MySQL holds what rec granted: 1 when its user holds a coupon of the
+ * sale that counts, or the one rec made (same seize time); 0 when not; -1
+ * when MySQL did not answer. A record read again after its sale was cleaned
+ * up (a restarted keeper reads every segment still on disk from its start;
+ * the sale's replay markers went with its fields) owes its user nothing then.
+ */
+static int keeper_grant_held(struct keeper *k, const struct journal_rec *r)
+{
+    int n = -1;
+    struct mval p[] = {MV_INT(r->activity_id), MV_INT(r->user_id), MV_INT(r->seize_ms)};
+    if (mconn_query(k->mc, SQL_GRANT_HELD, p, 3, row_flag, &n) != CS_OK) {
+        log_warn("reserve keeper: reading the coupon of user %" PRId64 " of activity %" PRId64
+                 ": %s", r->user_id, r->activity_id, k->mc->errstr);
+        return -1;
+    }
+    return n;
 }
 
 /* Puts rec in the shard's dead letters: its sale is gone from Redis. CS_OK
@@ -313,6 +337,16 @@ void keeper_journal_replay(struct keeper *k)
                                  r->activity_id) != 1) {
                 log_debug("reserve keeper: activity %" PRId64 " has no stock field; its replay "
                           "waits", r->activity_id);
+                continue;
+            }
+            int held = keeper_grant_held(k, r);
+            if (held < 0)
+                continue;
+            if (held > 0) {
+                kr->answered = 1;
+                log_info("reserve keeper: activity %" PRId64 ": token %" PRIu64 "/%u of user %"
+                         PRId64 ": the sale is gone from Redis and the user's coupon is in MySQL",
+                         r->activity_id, r->epoch, r->token, r->user_id);
                 continue;
             }
             if (keeper_dead_letter(k, r, "sale gone from Redis", &at) != CS_OK) {
