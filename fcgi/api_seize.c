@@ -264,9 +264,10 @@ static enum cs_code seize_eval(struct worker *w, struct seize_call *sc, long lon
  * many copies as the durability rule asks (rconn_copies(): the replicas of
  * the granting master that could take over, at most wait_replicas; none
  * left: its own AOF): a failover right after cannot lose a coupon someone
- * was told of. The WAIT runs on the connection that granted; with fence set
- * (the answer came from a resend that found the grant already made, so that
- * connection wrote nothing) a fence write goes first.
+ * was told of; an "already seized" is held to the same rule. The WAIT runs
+ * on the connection that granted; with fence set (the answer found the
+ * grant already made, so that connection wrote nothing) a fence write goes
+ * first.
  */
 static int seize_replicated(struct worker *w, struct seize_call *sc, int fence)
 {
@@ -341,6 +342,16 @@ static void seize_grant(struct worker *w, struct req *r, struct seize_call *sc,
         else /* granted before a lost reply; the stock now could not be read */
             snprintf(extra, sizeof(extra), "\"activityId\":%" PRId64 ",\"remaining\":null", id);
         req_reply(r, CODE_SEIZED, NULL, extra, 0);
+        return;
+    }
+    if (code == CODE_ALREADY_SEIZED && seize_replicated(w, sc, 1) != CS_OK) {
+        /* The grant read may be one whose own answer was lost (UNKNOWN_OUTCOME)
+         * and that no replica holds yet: a failover now would undo it, so
+         * "already seized" is confirmed by the same rule as a grant. */
+        log_warn("seize %" PRId64 " for %s: already seized, not confirmed: %s", id, sc->s_uid,
+                 w->rc->errstr);
+        seize_breaker_done(w, sc->shard, RCONN_FAULT_ERROR);
+        req_reply(r, CODE_UNKNOWN_OUTCOME, NULL, NULL, breaker_retry_after(w->conf));
         return;
     }
     seize_breaker_done(w, sc->shard, RCONN_FAULT_NONE);

@@ -185,7 +185,7 @@ static int sb_replicated(struct worker *w, struct batch_take *t, int fence)
 /* The leader's call: answers every entry of t (outcome, code, res). */
 static void sb_lead(struct worker *w, struct batch_take *t, int64_t deadline_ms)
 {
-    int resent = 0, grants = 0;
+    int resent = 0, grants = 0, already = 0;
     int64_t sent_at = cs_mono_ms();
 
     if (script.src == NULL)
@@ -221,9 +221,11 @@ static void sb_lead(struct worker *w, struct batch_take *t, int64_t deadline_ms)
             it->code = now_ms - seized_ms > age_ms + 50 ? CODE_ALREADY_SEIZED : CODE_SEIZED;
         if (it->code == CODE_SEIZED)
             grants++;
+        else if (it->code == CODE_ALREADY_SEIZED)
+            already++;
     }
     freeReplyObject(rep);
-    if (grants == 0) {
+    if (grants == 0 && already == 0) {
         seize_breaker_done(w, t->shard, RCONN_FAULT_NONE);
         return;
     }
@@ -232,12 +234,14 @@ static void sb_lead(struct worker *w, struct batch_take *t, int64_t deadline_ms)
     /* The script has run: the next call need not wait for this one's WAIT. */
     if (w->conf->redis_wait_replicas > 0)
         batch_handoff(&w->shm->batch, t);
-    if (sb_replicated(w, t, resent) != CS_OK) {
-        log_warn("seize batch of %d on shard %d: %d granted, not confirmed: %s", t->n, t->shard,
-                 grants, w->rc->errstr);
+    /* "Already seized" is held to the rule too (seize_grant()); a call that
+     * granted nothing wrote nothing, so its WAIT needs the fence. */
+    if (sb_replicated(w, t, resent || grants == 0) != CS_OK) {
+        log_warn("seize batch of %d on shard %d: %d granted, %d already seized, not confirmed: "
+                 "%s", t->n, t->shard, grants, already, w->rc->errstr);
         seize_breaker_done(w, t->shard, RCONN_FAULT_ERROR);
         for (int i = 0; i < t->n; i++)
-            if (t->item[i].code == CODE_SEIZED)
+            if (t->item[i].code == CODE_SEIZED || t->item[i].code == CODE_ALREADY_SEIZED)
                 t->item[i].outcome = BATCH_OUT_UNKNOWN;
         return;
     }

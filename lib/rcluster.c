@@ -32,6 +32,7 @@ struct rc_node {
     int safe_alone;            /* 0 not checked on this connection, 1 its
                                   settings let it stand alone, -1 they do not */
     int copies;                /* replicas that could take over; -1 unknown */
+    long long stale_ms;        /* rcluster_stale_ms() of its settings; -1 none */
     int64_t copies_ms;         /* when copies was read; 0 never */
 };
 
@@ -693,6 +694,27 @@ int rcluster_get_reply(struct rconn *rc, redisReply **reply)
 
 /* ---- the durability rule ---------------------------------------------------------- */
 
+/* CONFIG GET name on node i as a number: 1 with it in *v, -1 when it is
+ * refused or not a number, 0 when the connection failed. */
+static int rc_config_num(struct rcluster *cl, int i, const char *name, long long *v)
+{
+    struct rc_node *nd = &cl->nodes[i];
+    redisReply *r = redisCommand(nd->ctx, "CONFIG GET %s", name);
+    if (r == NULL) {
+        rconn_set_err(cl->rc, rconn_ctx_errno(nd->ctx), "CONFIG GET failed", nd->ctx->errstr);
+        rc_node_fail(cl, i);
+        return 0;
+    }
+    char *end = NULL;
+    int ok = r->type == REDIS_REPLY_ARRAY && r->elements == 2 && rc_is_str(r->element[1]);
+    if (ok) {
+        *v = strtoll(r->element[1]->str, &end, 10);
+        ok = end != r->element[1]->str && *end == '\0';
+    }
+    freeReplyObject(r);
+    return ok ? 1 : -1;
+}
+
 /* 1 when node i (connected) persists each write before answering
  * (appendonly yes, appendfsync always), so a master of it may stand on its
  * own AOF; -1 when it does not or CONFIG GET is refused; 0 when the
@@ -724,22 +746,63 @@ static int rc_node_safe_alone(struct rcluster *cl, int i)
     }
     /* Not a safety matter, but the outage the rule exists to avoid: such a
      * master refuses every write (NOREPLICAS) once its replicas are gone. */
-    redisReply *r = redisCommand(nd->ctx, "CONFIG GET min-replicas-to-write");
-    if (r == NULL) {
-        rconn_set_err(cl->rc, rconn_ctx_errno(nd->ctx), "CONFIG GET failed", nd->ctx->errstr);
-        rc_node_fail(cl, i);
+    long long v;
+    int got = rc_config_num(cl, i, "min-replicas-to-write", &v);
+    if (got == 0)
         return 0;
+    if (got > 0 && v != 0)
+        log_warn("redis cluster: %s:%d has min-replicas-to-write %lld: once its replicas are "
+                 "lost it refuses every grant", nd->host, nd->port, v);
+    /* How long a failed replica stays promotable (rcluster_parse_copies()). */
+    long long nt, factor, ping;
+    if ((got = rc_config_num(cl, i, "cluster-node-timeout", &nt)) <= 0 ||
+        (got = rc_config_num(cl, i, "cluster-replica-validity-factor", &factor)) <= 0 ||
+        (got = rc_config_num(cl, i, "repl-ping-replica-period", &ping)) <= 0) {
+        if (got == 0)
+            return 0;
+        nd->stale_ms = -1;
+    } else {
+        nd->stale_ms = rcluster_stale_ms(nt, factor, ping);
     }
-    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 && rc_is_str(r->element[1]) &&
-        strcmp(r->element[1]->str, "0") != 0)
-        log_warn("redis cluster: %s:%d has min-replicas-to-write %s: once its replicas are "
-                 "lost it refuses every grant", nd->host, nd->port, r->element[1]->str);
-    freeReplyObject(r);
+    if (nd->stale_ms < 0)
+        log_warn("redis cluster: %s:%d: cluster-replica-validity-factor is 0 (or unreadable): "
+                 "a replica of any age may be promoted, so grants wait for a failed replica "
+                 "until it is forgotten", nd->host, nd->port);
     return 1;
 }
 
+/* The replicas of node i that could take over (rcluster_parse_copies()),
+ * read from its CLUSTER NODES and its clock in one round trip; -1 unknown. */
+static int rc_node_copies_read(struct rcluster *cl, int i)
+{
+    struct rc_node *nd = &cl->nodes[i];
+    redisReply *nodes = NULL, *t = NULL;
+    int n = -1;
+
+    if (redisAppendCommand(nd->ctx, "CLUSTER NODES") != REDIS_OK ||
+        redisAppendCommand(nd->ctx, "TIME") != REDIS_OK ||
+        redisGetReply(nd->ctx, (void **)&nodes) != REDIS_OK ||
+        redisGetReply(nd->ctx, (void **)&t) != REDIS_OK) {
+        rconn_set_err(cl->rc, rconn_ctx_errno(nd->ctx), "CLUSTER NODES failed", nd->ctx->errstr);
+        if (nodes != NULL)
+            freeReplyObject(nodes);
+        rc_node_fail(cl, i);
+        return -1;
+    }
+    if (rc_is_str(nodes) && t->type == REDIS_REPLY_ARRAY && t->elements == 2 &&
+        rc_is_str(t->element[0]) && rc_is_str(t->element[1])) {
+        long long now_ms = strtoll(t->element[0]->str, NULL, 10) * 1000 +
+                           strtoll(t->element[1]->str, NULL, 10) / 1000;
+        n = rcluster_parse_copies(nodes->str, now_ms, nd->stale_ms);
+    }
+    freeReplyObject(nodes);
+    freeReplyObject(t);
+    return n;
+}
+
 /* The replicas a grant on node i waits for under the durability rule:
- * min(wanted, its standbys), wanted when they cannot be counted. */
+ * min(wanted, its replicas that could take over), wanted when they cannot be
+ * counted. */
 static int rc_node_copies(struct rcluster *cl, int i, int wanted)
 {
     struct rc_node *nd = &cl->nodes[i];
@@ -755,17 +818,10 @@ static int rc_node_copies(struct rcluster *cl, int i, int wanted)
         if (nd->ctx == NULL)
             return wanted;
         nd->copies = -1;
-        if (nd->safe_alone > 0) {
-            redisReply *r = redisCommand(nd->ctx, "CLUSTER SHARDS");
-            if (r == NULL) {
-                rconn_set_err(cl->rc, rconn_ctx_errno(nd->ctx), "CLUSTER SHARDS failed",
-                              nd->ctx->errstr);
-                rc_node_fail(cl, i);
-                return wanted;
-            }
-            nd->copies = rcluster_parse_standbys(r, nd->host, nd->port);
-            freeReplyObject(r);
-        }
+        if (nd->safe_alone > 0)
+            nd->copies = rc_node_copies_read(cl, i);
+        if (nd->ctx == NULL)
+            return wanted;
         nd->copies_ms = now;
     }
     return nd->copies < 0 || nd->copies > wanted ? wanted : nd->copies;

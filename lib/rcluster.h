@@ -116,10 +116,20 @@ void rcluster_site_fail(struct rcluster *cl, const struct rconn_site *site);
  * layer (a WAIT's): the next command there sets its own. */
 void rcluster_site_disarm(struct rcluster *cl, const struct rconn_site *site);
 
-/* In a CLUSTER SHARDS reply given by host:port: the replicas of its shard
- * that the cluster has not marked failed (those that could be promoted in
- * its place), or -1 when host:port is not a master there. */
-int rcluster_parse_standbys(const redisReply *r, const char *host, int port);
+/* How long (ms, by the master's clock) a replica flagged failed must have
+ * been silent before Redis cannot promote it any more: its data is then
+ * older than cluster-node-timeout x cluster-replica-validity-factor +
+ * repl-ping-replica-period allows (one node timeout more for the age Redis
+ * subtracts, one for the time the fail flag took). -1 when no age stops it
+ * (factor 0) or a setting is out of range. */
+long long rcluster_stale_ms(long long node_timeout_ms, long long validity_factor,
+                            long long ping_period_s);
+
+/* In the CLUSTER NODES text of a master (its "myself,master" line), read
+ * at now_ms by its clock: its replicas that could be promoted in its place,
+ * every one but those flagged "fail" and silent for more than stale_ms
+ * (stale_ms < 0: every one). -1 when the text is not a master's. */
+int rcluster_parse_copies(const char *text, long long now_ms, long long stale_ms);
 
 /* The durability rule on a cluster (see rconn_copies()): the replicas of
  * site's node that could take over, at most wanted. */

@@ -233,80 +233,131 @@ int rcluster_parse_nodes(const char *list, struct rcluster_range *out, int max)
     return n;
 }
 
-/* ---- the durability rule's count ------------------------------------------------ */
+/* ---- the durability rule's count: replicas that could take over ---------------------- */
 
-/* Whether node nd of CLUSTER SHARDS is host:port. */
-static int rc_node_is(const redisReply *nd, const char *host, int port)
+long long rcluster_stale_ms(long long node_timeout_ms, long long validity_factor,
+                            long long ping_period_s)
 {
-    long long p = 0;
-    int named = 0;
-    for (size_t j = 0; j + 1 < nd->elements; j += 2) {
-        const redisReply *k = nd->element[j], *v = nd->element[j + 1];
-        if (!rc_is_str(k))
-            continue;
-        if (strcmp(k->str, "port") == 0 && v->type == REDIS_REPLY_INTEGER)
-            p = v->integer;
-        else if ((strcmp(k->str, "ip") == 0 || strcmp(k->str, "endpoint") == 0 ||
-                  strcmp(k->str, "hostname") == 0) && rc_is_str(v) && strcmp(v->str, host) == 0)
-            named = 1;
+    /* Factor 0: a replica of any age may be promoted. */
+    if (validity_factor <= 0 || validity_factor > 1000000 || node_timeout_ms < 0 ||
+        node_timeout_ms > 86400000LL || ping_period_s < 0 || ping_period_s > 86400)
+        return -1;
+    return node_timeout_ms * (validity_factor + 2) + ping_period_s * 1000;
+}
+
+/* One line of CLUSTER NODES, split at its spaces (fields 0..7; the slots
+ * after them are not needed). */
+struct rc_nodes_line {
+    const char *f[8];
+    size_t len[8];
+};
+
+/* Splits the line [s, end) into its first eight fields; CS_ERR when it has
+ * fewer. */
+static int rc_nodes_split(const char *s, const char *end, struct rc_nodes_line *l)
+{
+    int n = 0;
+    while (s < end && n < 8) {
+        while (s < end && *s == ' ')
+            s++;
+        const char *b = s;
+        while (s < end && *s != ' ')
+            s++;
+        if (s > b) {
+            l->f[n] = b;
+            l->len[n] = (size_t)(s - b);
+            n++;
+        }
     }
-    return named && p == port;
+    return n == 8 ? CS_OK : CS_ERR;
 }
 
-/* The string field name of a CLUSTER SHARDS node, or "". */
-static const char *rc_field(const redisReply *nd, const char *name)
+/* 1 when the comma-separated flags of l hold flag exactly ("fail", not
+ * "fail?"). */
+static int rc_nodes_flag(const struct rc_nodes_line *l, const char *flag)
 {
-    for (size_t j = 0; j + 1 < nd->elements; j += 2)
-        if (rc_is_str(nd->element[j]) && strcmp(nd->element[j]->str, name) == 0 &&
-            rc_is_str(nd->element[j + 1]))
-            return nd->element[j + 1]->str;
-    return "";
+    size_t fl = strlen(flag);
+    const char *p = l->f[2], *end = l->f[2] + l->len[2];
+    while (p < end) {
+        const char *c = memchr(p, ',', (size_t)(end - p));
+        size_t n = (size_t)((c != NULL ? c : end) - p);
+        if (n == fl && memcmp(p, flag, fl) == 0)
+            return 1;
+        p += n + 1;
+    }
+    return 0;
 }
 
-/* A replica the cluster could still promote: not marked failed. */
-static int rc_node_standby(const redisReply *nd)
+/* Field i of l as a non-negative number; -1 when it is not one. */
+static long long rc_nodes_num(const struct rc_nodes_line *l, int i)
 {
-    const char *health = rc_field(nd, "health");
-    return strcmp(rc_field(nd, "role"), "replica") == 0 &&
-           (strcmp(health, "online") == 0 || strcmp(health, "loading") == 0);
+    long long v = 0;
+    if (l->len[i] == 0 || l->len[i] > 18)
+        return -1;
+    for (size_t k = 0; k < l->len[i]; k++) {
+        if (l->f[i][k] < '0' || l->f[i][k] > '9')
+            return -1;
+        v = v * 10 + (l->f[i][k] - '0');
+    }
+    return v;
 }
 
 /*
- * In a CLUSTER SHARDS reply given by host:port itself: the replicas of its
- * shard that are not failed. A replica is marked failed only once a majority
- * of masters agree it is unreachable; then it cannot win an election, so it
- * can never become a second writer of the shard. A replica the master merely
- * cannot reach (it is cut off itself, or the replica is) still counts: WAIT
- * for it fails and the grant is not confirmed. -1 when host:port is not a
- * master in the reply.
+ * In the CLUSTER NODES text of a master (the line flagged "myself,master"):
+ * its replicas that could still be promoted in its place. A replica stops
+ * counting only when it cannot win an election any more: flagged "fail" by
+ * the cluster AND not heard of (its last pong, else its oldest unanswered
+ * ping) for longer than stale_ms by the master's clock now_ms, past which its
+ * data is too old for Redis to let it fail over (rcluster_stale_ms()). A
+ * replica marked failed a moment ago still could: cut off from this master
+ * but not from the others, it is promoted once the master fails in turn,
+ * and what it missed meanwhile is lost. stale_ms < 0: every replica counts.
+ * -1 when the text holds no "myself,master" line or cannot be read.
  */
-int rcluster_parse_standbys(const redisReply *r, const char *host, int port)
+int rcluster_parse_copies(const char *text, long long now_ms, long long stale_ms)
 {
-    if (r == NULL || r->type != REDIS_REPLY_ARRAY)
+    struct rc_nodes_line l;
+    const char *my_id = NULL;
+    size_t my_len = 0;
+
+    if (text == NULL)
         return -1;
-    for (size_t i = 0; i < r->elements; i++) {
-        const redisReply *sh = r->element[i], *nodes = NULL;
-        if (sh->type != REDIS_REPLY_ARRAY)
-            return -1;
-        for (size_t j = 0; j + 1 < sh->elements; j += 2)
-            if (rc_is_str(sh->element[j]) && strcmp(sh->element[j]->str, "nodes") == 0)
-                nodes = sh->element[j + 1];
-        if (nodes == NULL || nodes->type != REDIS_REPLY_ARRAY)
-            return -1;
-        int found = 0, master = 0, n = 0;
-        for (size_t j = 0; j < nodes->elements; j++) {
-            const redisReply *nd = nodes->element[j];
-            if (nd->type != REDIS_REPLY_ARRAY)
-                return -1;
-            if (rc_node_is(nd, host, port)) {
-                found = 1;
-                master = strcmp(rc_field(nd, "role"), "master") == 0;
-            } else if (rc_node_standby(nd)) {
-                n++;
+    const char *end = text + strlen(text);
+    for (int pass = 0; pass < 2; pass++) {
+        int n = 0;
+        for (const char *s = text; s < end;) {
+            const char *nl = memchr(s, '\n', (size_t)(end - s));
+            const char *le = nl != NULL ? nl : end;
+            if (le > s && le[-1] == '\r')
+                le--;
+            int ok = le > s && rc_nodes_split(s, le, &l) == CS_OK;
+            s = nl != NULL ? nl + 1 : end;
+            if (!ok)
+                continue;
+            if (pass == 0) {
+                if (rc_nodes_flag(&l, "myself")) {
+                    if (!rc_nodes_flag(&l, "master"))
+                        return -1;
+                    my_id = l.f[0];
+                    my_len = l.len[0];
+                }
+                continue;
             }
+            if (l.len[3] != my_len || memcmp(l.f[3], my_id, my_len) != 0 ||
+                !(rc_nodes_flag(&l, "slave") || rc_nodes_flag(&l, "replica")))
+                continue;
+            if (stale_ms >= 0 && rc_nodes_flag(&l, "fail")) {
+                long long ping = rc_nodes_num(&l, 4), pong = rc_nodes_num(&l, 5);
+                long long heard = pong > 0 ? pong : ping;
+                if (heard > 0 && now_ms - heard > stale_ms)
+                    continue; /* too stale to be promoted */
+            }
+            n++;
         }
-        if (found)
-            return master ? n : -1;
+        if (pass == 0 && my_id == NULL)
+            return -1;
+        if (pass == 1)
+            return n;
     }
     return -1;
 }

@@ -139,6 +139,74 @@ class Nemesis:
                 best = (shared, k)
         return best[1] if best else None
 
+    def cluster_nodes(self):
+        """CLUSTER NODES as {id: (addr, flags, master_id, slots)} from the
+        first node that answers."""
+        for hp in self.redis:
+            host, port = hp.rsplit(":", 1)
+            try:
+                out = subprocess.run(["redis-cli", "-h", host, "-p", port, "CLUSTER", "NODES"],
+                                     capture_output=True, text=True, timeout=5).stdout
+            except subprocess.TimeoutExpired:
+                continue
+            nodes = {}
+            for line in out.splitlines():
+                f = line.split()
+                if len(f) >= 8:
+                    nodes[f[0]] = (f[1].split("@")[0], f[2].split(","), f[3], f[8:])
+            if nodes:
+                return nodes
+        return {}
+
+    def resolve_role(self, role):
+        """redisN for a role target: "master-of:SALE" (the master that owns
+        the sale's shard now) or "replica-of:SALE" (the first of its
+        replicas); None when the cluster cannot tell."""
+        what, _, sale = role.partition(":")
+        host, port = self.redis[0].rsplit(":", 1)
+        try:
+            slot = int(subprocess.run(["redis-cli", "-h", host, "-p", port, "CLUSTER", "KEYSLOT",
+                                       "{%d}" % (int(sale) % 10)], capture_output=True,
+                                      text=True, timeout=5).stdout.strip())
+        except (ValueError, subprocess.TimeoutExpired):
+            return None
+        nodes = self.cluster_nodes()
+        master = None
+        for nid, (addr, flags, _m, slots) in nodes.items():
+            if "master" not in flags or "fail" in flags:
+                continue
+            for r in slots:
+                lo, _, hi = r.partition("-")
+                if lo.isdigit() and int(lo) <= slot <= int(hi or lo):
+                    master = nid
+        if master is None:
+            return None
+        if what == "master-of":
+            addr = nodes[master][0]
+        else:
+            reps = sorted(a for a, fl, m, _s in nodes.values() if m == master and "slave" in fl)
+            if not reps:
+                return None
+            addr = reps[0]
+        for i, hp in enumerate(self.redis):
+            if hp == addr:
+                return "redis%d" % (i + 1)
+        return None
+
+    def resolve_roles(self, events):
+        """Rewrites each event whose target is a role ("replica-of:104",
+        "master-of:104") to the redisN that holds it once the stack is up,
+        keeping the role in ev["role"]: a schedule that needs a given
+        replica or master holds whatever node the cluster made it."""
+        for ev in events:
+            t = ev["target"]
+            if t.startswith("replica-of:") or t.startswith("master-of:"):
+                node = self.resolve_role(t)
+                if node is None:
+                    raise RuntimeError("cannot resolve %s in the cluster" % t)
+                ev["role"], ev["target"] = t, node
+        return events
+
     def redis_addr(self, target):
         hp = self.redis[int(target[5:]) - 1]
         return hp.rsplit(":", 1)

@@ -150,8 +150,7 @@ static void shard_node(char *buf, size_t cap, const char *ip, int port, const ch
 }
 
 /* Redis 7.2 lists a failed old master beside the promoted one in its shard:
- * the map takes the healthy one; the durability rule counts the replicas
- * that are not failed, from the point of view of the master asked. */
+ * the map takes the healthy one. */
 START_TEST(failed_nodes_are_left_out)
 {
     char buf[2048] = "*1\r\n*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:16383\r\n$5\r\nnodes\r\n*4\r\n";
@@ -167,18 +166,50 @@ START_TEST(failed_nodes_are_left_out)
     ck_assert_str_eq(v[0].host, "10.0.0.2");
     ck_assert_int_eq(v[0].port, 7002);
     free(v);
-    ck_assert_int_eq(rcluster_parse_standbys(r, "10.0.0.2", 7002), 1);
-    ck_assert_int_eq(rcluster_parse_standbys(r, "10.0.0.3", 7003), -1); /* a replica */
-    ck_assert_int_eq(rcluster_parse_standbys(r, "10.0.0.9", 7009), -1); /* unknown */
     freeReplyObject(r);
+}
+END_TEST
 
-    /* The promoted master alone: its old master failed, no replica left. */
-    char one[1024] = "*1\r\n*4\r\n$5\r\nslots\r\n*2\r\n:0\r\n:16383\r\n$5\r\nnodes\r\n*2\r\n";
-    shard_node(one, sizeof(one), "10.0.0.2", 7002, "master", "online");
-    shard_node(one, sizeof(one), "10.0.0.1", 7001, "replica", "failed");
-    r = resp(one);
-    ck_assert_int_eq(rcluster_parse_standbys(r, "10.0.0.2", 7002), 0);
-    freeReplyObject(r);
+/* The durability rule counts, from the CLUSTER NODES of the master asked,
+ * its replicas that could still be promoted: a failed replica stops counting
+ * only once its silence is older than the validity bound (Redis would not
+ * promote it); one flagged failed a moment ago still counts. */
+START_TEST(copies_count_replicas_that_can_be_promoted)
+{
+    const long long now = 1700000100000LL, w = rcluster_stale_ms(2000, 1, 1);
+    char text[2048];
+
+    ck_assert_int_eq(w, 7000);
+    ck_assert_int_eq(rcluster_stale_ms(15000, 10, 10), 15000 * 12 + 10000);
+    ck_assert_int_eq(rcluster_stale_ms(2000, 0, 1), -1); /* factor 0: any age */
+    ck_assert_int_eq(rcluster_stale_ms(2000, -1, 1), -1);
+    snprintf(text, sizeof(text),
+             "aaa 10.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-5460\n"
+             /* healthy replica */
+             "bbb 10.0.0.2:7002@17002 slave aaa 0 %lld 1 connected\n"
+             /* failed a moment ago: may still be promoted */
+             "ccc 10.0.0.3:7003@17003 slave,fail aaa %lld %lld 1 disconnected\n"
+             /* failed and silent past the bound */
+             "ddd 10.0.0.4:7004@17004 slave,fail aaa %lld %lld 1 disconnected\n"
+             /* only suspected: counts */
+             "eee 10.0.0.5:7005@17005 slave,fail? aaa %lld 0 1 disconnected\n"
+             /* another master's replica, and another master */
+             "fff 10.0.0.6:7006@17006 slave ggg 0 %lld 2 connected\n"
+             "ggg 10.0.0.7:7007@17007 master - 0 %lld 2 connected 5461-16383\n",
+             now - 100, now - 3000, now - 3000, now - 20000, now - 9000, now - 5000, now - 100,
+             now - 100);
+    ck_assert_int_eq(rcluster_parse_copies(text, now, w), 3);
+    ck_assert_int_eq(rcluster_parse_copies(text, now, -1), 4); /* no bound: all count */
+    ck_assert_int_eq(rcluster_parse_copies(text, now + 100000, w), 2); /* ccc too old now */
+
+    /* Asked of a replica, or of text that is not CLUSTER NODES: unknown. */
+    ck_assert_int_eq(rcluster_parse_copies("aaa 10.0.0.1:7001@17001 myself,slave bbb 0 0 1 "
+                                           "connected\n", now, w), -1);
+    ck_assert_int_eq(rcluster_parse_copies("ERR nonsense", now, w), -1);
+    ck_assert_int_eq(rcluster_parse_copies("", now, w), -1);
+    /* A master alone. */
+    ck_assert_int_eq(rcluster_parse_copies("aaa 10.0.0.1:7001@17001 myself,master - 0 0 1 "
+                                           "connected 0-16383\r\n", now, w), 0);
 }
 END_TEST
 
@@ -639,6 +670,7 @@ int main(void)
     tcase_add_test(tc, maps_parse);
     tcase_add_test(tc, seed_lists_parse);
     tcase_add_test(tc, failed_nodes_are_left_out);
+    tcase_add_test(tc, copies_count_replicas_that_can_be_promoted);
     tcase_add_test(tc, redirects_end_by_the_deadline);
     suite_add_tcase(s, tc);
     TCase *tr = tcase_create("cluster");

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# nemesis_replica.sh - the schedule of nemesis seeds 46 and 92, replayed: the
+# replica of a sale's shard is cut off from everyone for 4.75 s (the cluster
+# marks it failed), the admin moves a window and revokes a sale, and 1.3 s
+# after the heal the shard's master is cut off in turn (its replica is
+# promoted). A failed replica that is still young enough to be promoted must
+# keep counting in the durability rule, and "already seized" must be held to
+# that rule like a grant: else users told SEIZED or ALREADY_SEIZED lose their
+# coupon in the failover. It runs under Redis' own validity defaults
+# (factor 10, ping 10 s), where the window in which a failed replica can win
+# is widest.
+# shellcheck source=tests/lib.sh
+. "${top_srcdir:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/lib.sh"
+
+command -v python3 >/dev/null 2>&1 || skip_all "python3 is not installed"
+net_skip_unless_nft
+command -v redis-server >/dev/null 2>&1 || skip_all "redis-server is not installed"
+[[ -x $top_builddir/coupon-fcgi ]] || skip_all "coupon-fcgi is not built"
+
+NEM=$top_srcdir/tests/nemesis
+work=$(mktemp -d "${TMPDIR:-/tmp}/nemrep.XXXXXX")
+cs_defer rm -rf "$work"
+
+export COUPON_REDIS_CONF_EXTRA=$'cluster-replica-validity-factor 10\nrepl-ping-replica-period 10'
+line=$("$NEM/run" --seed 46 --secs 12 --schedule "$NEM/schedules/replica-then-master.jsonl" \
+    --keep --dir "$work/a" 2>"$work/a.err" | tail -n 1)
+diag "$line"
+check_match "a replica cut off, then its master: VALID" ": VALID " "$line"
+[[ $line == *": VALID "* ]] || {
+    grep anomaly "$work/a.err" 2>/dev/null | head -n 8 | while read -r l; do diag "$l"; done
+    tail -n 40 "$work/a.err" >&2 || true
+}
+check_match "the replica and the master were found by role" \
+    '"role": "replica-of:104".*"target": "redis[1-6]"' "$(tr '\n' ' ' <"$work/a/schedule.jsonl" 2>/dev/null)"
+check "the stack ran under Redis' validity defaults" \
+    grep -q '^cluster-replica-validity-factor 10' "$work/a/stack/redis/1/node.conf"
+check "no nftables table of the nemesis is left" \
+    bash -c '! nft list tables 2>/dev/null | grep -q cs_nemesis_'
+finish
