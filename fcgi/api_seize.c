@@ -331,7 +331,7 @@ static void seize_grant(struct worker *w, struct req *r, struct seize_call *sc,
              * now, so its breaker hears of it like of any failure. */
             log_warn("seize %" PRId64 " for %s granted, not confirmed: %s", id, sc->s_uid,
                      w->rc->errstr);
-            seize_breaker_done(w, sc->shard, RCONN_FAULT_ERROR);
+            seize_unconfirmed(w, sc->shard);
             req_reply(r, CODE_UNKNOWN_OUTCOME, NULL, NULL, breaker_retry_after(w->conf));
             return;
         }
@@ -350,7 +350,7 @@ static void seize_grant(struct worker *w, struct req *r, struct seize_call *sc,
          * "already seized" is confirmed by the same rule as a grant. */
         log_warn("seize %" PRId64 " for %s: already seized, not confirmed: %s", id, sc->s_uid,
                  w->rc->errstr);
-        seize_breaker_done(w, sc->shard, RCONN_FAULT_ERROR);
+        seize_unconfirmed(w, sc->shard);
         req_reply(r, CODE_UNKNOWN_OUTCOME, NULL, NULL, breaker_retry_after(w->conf));
         return;
     }

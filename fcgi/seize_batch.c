@@ -239,7 +239,7 @@ static void sb_lead(struct worker *w, struct batch_take *t, int64_t deadline_ms)
     if (sb_replicated(w, t, resent || grants == 0) != CS_OK) {
         log_warn("seize batch of %d on shard %d: %d granted, %d already seized, not confirmed: "
                  "%s", t->n, t->shard, grants, already, w->rc->errstr);
-        seize_breaker_done(w, t->shard, RCONN_FAULT_ERROR);
+        seize_unconfirmed(w, t->shard);
         for (int i = 0; i < t->n; i++)
             if (t->item[i].code == CODE_SEIZED || t->item[i].code == CODE_ALREADY_SEIZED)
                 t->item[i].outcome = BATCH_OUT_UNKNOWN;

@@ -35,6 +35,17 @@ static inline void seize_breaker_done(struct worker *w, int shard, enum rconn_fa
     breaker_seize_done(w->conf, w->shm, shard, fault, w->rc);
 }
 
+/* The durability rule did not confirm a seize call's grants on shard:
+ * a failure of its breaker (a shard that cannot keep what it sells stops
+ * selling), unless the budget left no time to ask (a slow answer: the
+ * silence rule judges those, and a pause shorter than the budget must not
+ * open the breaker). */
+static inline void seize_unconfirmed(struct worker *w, int shard)
+{
+    if (w->rc->err != RCONN_ERR_DEADLINE)
+        seize_breaker_done(w, shard, RCONN_FAULT_ERROR);
+}
+
 /* A seize call on shard, written at site, got no answer within its budget
  * (breaker_seize_unanswered()): a Redis silent for a budget is asked
  * whether it is there once the user is answered (the worker loop). */

@@ -712,7 +712,7 @@ int rconn_wait_at(struct rconn *rc, const struct rconn_site *site, const char *f
             timeout_ms = (int)left;
     }
     if (timeout_ms <= 0) {
-        rconn_set_err(rc, RCONN_ERR_REPLY, "WAIT", "the request deadline passed");
+        rconn_set_err(rc, RCONN_ERR_DEADLINE, "WAIT", "the request deadline passed");
         goto shortfall;
     }
     /* The reply may take the whole WAIT timeout: the socket must outlast it. */

@@ -237,8 +237,9 @@ int rconn_copies(struct rconn *rc, const struct rconn_site *site, int wanted);
  * then covers everything the node held before it. CS_OK when enough
  * acknowledged; else CS_ERR with rc->errstr saying how many did
  * (RCONN_ERR_REPLY for a shortfall, also when site's connection is gone:
- * nothing can be confirmed; IO/TIMEOUT when the connection failed, which
- * drops it). */
+ * nothing can be confirmed; RCONN_ERR_DEADLINE when the request deadline
+ * left no time to send it: a slow answer, not a shortfall; IO/TIMEOUT when
+ * the connection failed, which drops it). */
 int rconn_wait_at(struct rconn *rc, const struct rconn_site *site, const char *fence_key,
                   int replicas, int timeout_ms);
 
