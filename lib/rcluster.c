@@ -51,6 +51,11 @@ struct rcluster {
     struct rcluster_shared *sh;
     struct rc_node nodes[RCLUSTER_MAX_NODES];
     int nnodes;
+    /* The replica's settings decide whether it may fail over, and only the
+     * masters are read: the longest bound any node asked for, -1 once one
+     * had none (rc_node_copies_read()). */
+    long long stale_max;
+    int stale_unbounded;
     uint8_t slot_node[RCLUSTER_SLOTS];
     int have_map;
     int need_refresh;
@@ -108,6 +113,7 @@ static int rc_node_get(struct rcluster *cl, const char *host, int port)
     }
     struct rc_node *nd = &cl->nodes[i];
     memset(nd, 0, sizeof(*nd));
+    nd->stale_ms = -1; /* until its settings are read: every replica counts */
     snprintf(nd->host, sizeof(nd->host), "%s", host);
     nd->port = port;
     nd->copies = -1;
@@ -754,20 +760,25 @@ static int rc_node_safe_alone(struct rcluster *cl, int i)
         log_warn("redis cluster: %s:%d has min-replicas-to-write %lld: once its replicas are "
                  "lost it refuses every grant", nd->host, nd->port, v);
     /* How long a failed replica stays promotable (rcluster_parse_copies()). */
-    long long nt, factor, ping;
+    long long nt, factor, ping, rto;
     if ((got = rc_config_num(cl, i, "cluster-node-timeout", &nt)) <= 0 ||
         (got = rc_config_num(cl, i, "cluster-replica-validity-factor", &factor)) <= 0 ||
-        (got = rc_config_num(cl, i, "repl-ping-replica-period", &ping)) <= 0) {
+        (got = rc_config_num(cl, i, "repl-ping-replica-period", &ping)) <= 0 ||
+        (got = rc_config_num(cl, i, "repl-timeout", &rto)) <= 0) {
         if (got == 0)
             return 0;
         nd->stale_ms = -1;
     } else {
-        nd->stale_ms = rcluster_stale_ms(nt, factor, ping);
+        nd->stale_ms = rcluster_stale_ms(nt, factor, ping, rto);
     }
-    if (nd->stale_ms < 0)
+    if (nd->stale_ms < 0) {
+        cl->stale_unbounded = 1;
         log_warn("redis cluster: %s:%d: cluster-replica-validity-factor is 0 (or unreadable): "
                  "a replica of any age may be promoted, so grants wait for a failed replica "
                  "until it is forgotten", nd->host, nd->port);
+    } else if (nd->stale_ms > cl->stale_max) {
+        cl->stale_max = nd->stale_ms;
+    }
     return 1;
 }
 
@@ -793,7 +804,8 @@ static int rc_node_copies_read(struct rcluster *cl, int i)
         rc_is_str(t->element[0]) && rc_is_str(t->element[1])) {
         long long now_ms = strtoll(t->element[0]->str, NULL, 10) * 1000 +
                            strtoll(t->element[1]->str, NULL, 10) / 1000;
-        n = rcluster_parse_copies(nodes->str, now_ms, nd->stale_ms);
+        n = rcluster_parse_copies(nodes->str, now_ms,
+                                  cl->stale_unbounded || nd->stale_ms < 0 ? -1 : cl->stale_max);
     }
     freeReplyObject(nodes);
     freeReplyObject(t);

@@ -119,11 +119,12 @@ void rcluster_site_disarm(struct rcluster *cl, const struct rconn_site *site);
 /* How long (ms, by the master's clock) a replica flagged failed must have
  * been silent before Redis cannot promote it any more: its data is then
  * older than cluster-node-timeout x cluster-replica-validity-factor +
- * repl-ping-replica-period allows (one node timeout more for the age Redis
- * subtracts, one for the time the fail flag took). -1 when no age stops it
- * (factor 0) or a setting is out of range. */
+ * repl-ping-replica-period allows, counted from when it noticed its link
+ * down (up to repl-timeout later): node timeout x (factor + 2) + (ping
+ * period + repl-timeout + 3) s. -1 when no age stops it (factor 0) or a
+ * setting is out of range. */
 long long rcluster_stale_ms(long long node_timeout_ms, long long validity_factor,
-                            long long ping_period_s);
+                            long long ping_period_s, long long repl_timeout_s);
 
 /* In the CLUSTER NODES text of a master (its "myself,master" line), read
  * at now_ms by its clock: its replicas that could be promoted in its place,

@@ -235,14 +235,26 @@ int rcluster_parse_nodes(const char *list, struct rcluster_range *out, int max)
 
 /* ---- the durability rule's count: replicas that could take over ---------------------- */
 
+/*
+ * Redis (clusterHandleSlaveFailover()) lets a replica fail over while its
+ * data age, less one node timeout, is at most node timeout x factor + ping
+ * period. The age runs from its last byte from the master while its link is
+ * up, but from the moment it noticed the link down once it is not
+ * (repl_down_since): on a silent cut, up to repl-timeout + 2 s (its once a
+ * second cron, whole seconds) after that last byte. The master's last pong
+ * from the replica may be half a node timeout older than that byte (a node
+ * is pinged at least every node timeout / 2), and the age is counted in
+ * whole seconds: one node timeout and one second more cover both.
+ */
 long long rcluster_stale_ms(long long node_timeout_ms, long long validity_factor,
-                            long long ping_period_s)
+                            long long ping_period_s, long long repl_timeout_s)
 {
     /* Factor 0: a replica of any age may be promoted. */
     if (validity_factor <= 0 || validity_factor > 1000000 || node_timeout_ms < 0 ||
-        node_timeout_ms > 86400000LL || ping_period_s < 0 || ping_period_s > 86400)
+        node_timeout_ms > 86400000LL || ping_period_s < 0 || ping_period_s > 86400 ||
+        repl_timeout_s < 0 || repl_timeout_s > 86400)
         return -1;
-    return node_timeout_ms * (validity_factor + 2) + ping_period_s * 1000;
+    return node_timeout_ms * (validity_factor + 2) + (ping_period_s + repl_timeout_s + 3) * 1000;
 }
 
 /* One line of CLUSTER NODES, split at its spaces (fields 0..7; the slots

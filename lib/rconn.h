@@ -219,14 +219,15 @@ redisReply *rconn_commandv_at(struct rconn *rc, const char *key, int argc, const
  * The durability rule: how many replicas a write that ran at site must reach
  * before it is safe, when `wanted` are asked for. On a single Redis, wanted.
  * On a cluster, the replicas of the master's shard that the cluster could
- * still promote in its place (its own CLUSTER SHARDS, less those a majority
- * marked failed), at most wanted; 0 when none is left: it then stands on
- * its own AOF. A replica the master merely cannot reach still counts, so a
- * master cut off from the majority never confirms a grant. A node that does
- * not persist every write (appendonly yes, appendfsync always, read with
- * CONFIG GET on each new connection), refuses CONFIG, predates CLUSTER
- * SHARDS, or cannot be asked now counts wanted: the rule never relaxes on a
- * guess. Cached per node for RCLUSTER_REPL_CHECK_MS. Never fails.
+ * still promote in its place (its own CLUSTER NODES, less those a majority
+ * marked failed AND silent past rcluster_stale_ms()), at most wanted; 0 when
+ * none is left: it then stands on its own AOF. A replica the master merely
+ * cannot reach still counts, so a master cut off from the majority never
+ * confirms a grant. A node that does not persist every write (appendonly
+ * yes, appendfsync always, read with CONFIG GET on each new connection),
+ * refuses CONFIG or CLUSTER NODES, or cannot be asked now counts wanted:
+ * the rule never relaxes on a guess. Cached per node for
+ * RCLUSTER_REPL_CHECK_MS. Never fails.
  */
 int rconn_copies(struct rconn *rc, const struct rconn_site *site, int wanted);
 

@@ -176,37 +176,54 @@ END_TEST
  * promote it); one flagged failed a moment ago still counts. */
 START_TEST(copies_count_replicas_that_can_be_promoted)
 {
-    const long long now = 1700000100000LL, w = rcluster_stale_ms(2000, 1, 1);
+    /* The shipped fragment: node timeout 2 s, factor 5, ping 1 s, repl-timeout 5 s. */
+    const long long now = 1700000100000LL, w = rcluster_stale_ms(2000, 5, 1, 5);
     char text[2048];
 
-    ck_assert_int_eq(w, 7000);
-    ck_assert_int_eq(rcluster_stale_ms(15000, 10, 10), 15000 * 12 + 10000);
-    ck_assert_int_eq(rcluster_stale_ms(2000, 0, 1), -1); /* factor 0: any age */
-    ck_assert_int_eq(rcluster_stale_ms(2000, -1, 1), -1);
+    ck_assert_int_eq(w, 2000 * 7 + (1 + 5 + 3) * 1000);
+    ck_assert_int_eq(rcluster_stale_ms(15000, 10, 10, 60), 15000 * 12 + 73000); /* Redis' */
+    ck_assert_int_eq(rcluster_stale_ms(2000, 0, 1, 5), -1); /* factor 0: any age */
+    ck_assert_int_eq(rcluster_stale_ms(2000, -1, 1, 5), -1);
+    ck_assert_int_eq(rcluster_stale_ms(2000, 5, 1, -1), -1);
     snprintf(text, sizeof(text),
              "aaa 10.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-5460\n"
              /* healthy replica */
              "bbb 10.0.0.2:7002@17002 slave aaa 0 %lld 1 connected\n"
-             /* failed a moment ago: may still be promoted */
+             /* failed a while ago, but still young enough to be promoted */
              "ccc 10.0.0.3:7003@17003 slave,fail aaa %lld %lld 1 disconnected\n"
-             /* failed and silent past the bound */
+             /* failed, its last pong past the bound (its newer ping unanswered) */
              "ddd 10.0.0.4:7004@17004 slave,fail aaa %lld %lld 1 disconnected\n"
-             /* only suspected: counts */
+             /* only suspected: counts whatever its age */
              "eee 10.0.0.5:7005@17005 slave,fail? aaa %lld 0 1 disconnected\n"
+             /* failed, never answered since this master started: its oldest
+              * unanswered ping is past the bound */
+             "hhh 10.0.0.8:7008@17008 slave,fail aaa %lld 0 1 disconnected\n"
+             /* failed, nothing known: counts */
+             "iii 10.0.0.9:7009@17009 slave,fail aaa 0 0 1 disconnected\n"
+             /* failed exactly at the bound: still counts; spelled "replica" */
+             "jjj 10.0.0.10:7010@17010 replica,fail aaa %lld %lld 1 disconnected\r\n"
              /* another master's replica, and another master */
              "fff 10.0.0.6:7006@17006 slave ggg 0 %lld 2 connected\n"
              "ggg 10.0.0.7:7007@17007 master - 0 %lld 2 connected 5461-16383\n",
-             now - 100, now - 3000, now - 3000, now - 20000, now - 9000, now - 5000, now - 100,
-             now - 100);
-    ck_assert_int_eq(rcluster_parse_copies(text, now, w), 3);
-    ck_assert_int_eq(rcluster_parse_copies(text, now, -1), 4); /* no bound: all count */
-    ck_assert_int_eq(rcluster_parse_copies(text, now + 100000, w), 2); /* ccc too old now */
+             now - 100,                  /* bbb */
+             now - 1000, now - (w - 4000), /* ccc */
+             now - 1000, now - (w + 2000), /* ddd */
+             now - 5000 * w,             /* eee */
+             now - (w + 1000),           /* hhh */
+             now - 10, now - w,          /* jjj */
+             now - 100, now - 100);
+    /* bbb ccc eee iii jjj */
+    ck_assert_int_eq(rcluster_parse_copies(text, now, w), 5);
+    ck_assert_int_eq(rcluster_parse_copies(text, now, -1), 7); /* no bound: all count */
+    /* later: ccc and jjj are past it too */
+    ck_assert_int_eq(rcluster_parse_copies(text, now + 5000, w), 3);
 
     /* Asked of a replica, or of text that is not CLUSTER NODES: unknown. */
     ck_assert_int_eq(rcluster_parse_copies("aaa 10.0.0.1:7001@17001 myself,slave bbb 0 0 1 "
                                            "connected\n", now, w), -1);
     ck_assert_int_eq(rcluster_parse_copies("ERR nonsense", now, w), -1);
     ck_assert_int_eq(rcluster_parse_copies("", now, w), -1);
+    ck_assert_int_eq(rcluster_parse_copies(NULL, now, w), -1);
     /* A master alone. */
     ck_assert_int_eq(rcluster_parse_copies("aaa 10.0.0.1:7001@17001 myself,master - 0 0 1 "
                                            "connected 0-16383\r\n", now, w), 0);
