@@ -193,8 +193,10 @@ static int keeper_grant_held(struct keeper *k, const struct journal_rec *r)
     return n;
 }
 
-/* Puts rec in the shard's dead letters: its sale is gone from Redis. CS_OK
- * with *at the node that wrote it. */
+/* Puts rec in the shard's dead letters: its sale is gone from Redis. 1 when
+ * it is new there, 0 when it was there already (a record read again: a
+ * restarted keeper, or one held behind an earlier record that waits), with
+ * *at the node that wrote it; -1 when Redis did not answer. */
 static int keeper_dead_letter(struct keeper *k, const struct journal_rec *r, const char *why,
                               struct rconn_site *at)
 {
@@ -207,10 +209,10 @@ static int keeper_dead_letter(struct keeper *k, const struct journal_rec *r, con
     const char *argv[] = {"HSET", key, field, value};
     const size_t argl[] = {4, strlen(key), (size_t)fl, (size_t)vl};
     redisReply *rep = rconn_commandv_at(k->rc, key, 4, argv, argl, at);
-    int ok = rep != NULL && rep->type == REDIS_REPLY_INTEGER;
+    int ret = rep != NULL && rep->type == REDIS_REPLY_INTEGER ? rep->integer > 0 : -1;
     if (rep != NULL)
         freeReplyObject(rep);
-    return ok ? CS_OK : CS_ERR;
+    return ret;
 }
 
 /*
@@ -349,13 +351,20 @@ void keeper_journal_replay(struct keeper *k)
                          r->activity_id, r->epoch, r->token, r->user_id);
                 continue;
             }
-            if (keeper_dead_letter(k, r, "sale gone from Redis", &at) != CS_OK) {
+            int fresh = keeper_dead_letter(k, r, "sale gone from Redis", &at);
+            if (fresh < 0) {
                 failed[shard] = 1;
                 continue;
             }
             site[shard] = at;
             wrote[shard] = 1;
             kr->answered = 1;
+            if (fresh == 0) {
+                log_info("reserve keeper: activity %" PRId64 ": token %" PRIu64 "/%u of user %"
+                         PRId64 " is in the dead letters already", r->activity_id, r->epoch,
+                         r->token, r->user_id);
+                continue;
+            }
             atomic_fetch_add(&k->rv->dead_letters, 1);
             log_error("reserve keeper: activity %" PRId64 ": token %" PRIu64 "/%u of user %" PRId64
                       " has no sale in Redis to go to (ended and removed); it is in the dead "
@@ -366,6 +375,13 @@ void keeper_journal_replay(struct keeper *k)
         kr->answered = 1;
         site[shard] = at;
         wrote[shard] = 1;
+        if (res == SCRIPT_REPLAY_SPENT_TWICE_KNOWN) {
+            /* Read again after its -4: counted and logged then. */
+            log_info("reserve keeper: activity %" PRId64 ": token %" PRIu64 "/%u of user %" PRId64
+                     " (spent twice) is in the dead letters already", r->activity_id, r->epoch,
+                     r->token, r->user_id);
+            continue;
+        }
         replayed++;
         if (res == SCRIPT_REPLAY_SPENT_TWICE) {
             /* The token was replayed before for someone else: the node

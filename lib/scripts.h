@@ -58,7 +58,8 @@ enum script_replay {
     SCRIPT_REPLAY_PARKED = 4,       /* from what an admin's return kept out */
     SCRIPT_REPLAY_DEAD = -1,        /* no reserve, no stock: the dead letters */
     SCRIPT_REPLAY_NO_STOCK = -3,    /* no stock field: nothing written, it waits */
-    SCRIPT_REPLAY_SPENT_TWICE = -4  /* another user's token: the dead letters */
+    SCRIPT_REPLAY_SPENT_TWICE = -4, /* another user's token: the dead letters */
+    SCRIPT_REPLAY_SPENT_TWICE_KNOWN = -6 /* -4 before: in the dead letters already */
 };
 
 /* lua/reconcile.lua: {before, after, sold}, or {one of these, 0, 0}. */

@@ -5,7 +5,8 @@
 -- this one script, so replaying twice changes nothing (0). The token's
 -- marker names its user (the user id, "dup:<user>" or "dead:<user>"): a
 -- marker of another user means the token was spent twice, an anomaly that
--- goes to the dead letters (-4), never counted as the same grant replayed
+-- goes to the dead letters (-4; -6 when it is there already: a record read
+-- again, nothing changed), never counted as the same grant replayed
 -- (markers written before they named a user, a bare "dup" or "dead", are
 -- taken as this user's). From an open
 -- epoch the reserve drops by one, and the grant enters the seize list and
@@ -22,7 +23,7 @@ local mk = ARGV[3] .. ':' .. ARGV[4] .. ':' .. ARGV[5]
 local was = redis.call('HGET', KEYS[5], mk)
 if was then
   if was == ARGV[2] or was == 'dup' or was == 'dead' or was == 'dup:' .. ARGV[2] or was == 'dead:' .. ARGV[2] then return 0 end
-  redis.call('HSET', KEYS[6], ARGV[1] .. ':' .. mk .. ':' .. ARGV[2], ARGV[2] .. ':' .. ARGV[6] .. ':token spent twice (marker of ' .. was .. ')')
+  if redis.call('HSET', KEYS[6], ARGV[1] .. ':' .. mk .. ':' .. ARGV[2], ARGV[2] .. ':' .. ARGV[6] .. ':token spent twice (marker of ' .. was .. ')') == 0 then return -6 end
   return -4
 end
 local st = redis.call('HGET', KEYS[5], ARGV[3] .. ':' .. ARGV[4])

@@ -89,6 +89,42 @@ START_TEST(script_loads)
 }
 END_TEST
 
+/* reserve_replay.lua on a token whose marker names another user: the
+ * grant goes to the dead letters once (-4); the same record read again (a
+ * restarted keeper, or one held behind a record that waits) changes nothing
+ * and says so (-6), so it is neither counted nor logged a second time. */
+START_TEST(replay_of_a_token_spent_twice_is_dead_lettered_once)
+{
+    const struct script_text *s = NULL;
+    for (int i = 0; i < script_count; i++)
+        if (strcmp(script_all[i].name, "reserve_replay") == 0)
+            s = &script_all[i];
+    ck_assert_ptr_nonnull(s);
+    struct rconn *rc = redis_conn();
+    redisReply *r = rconn_command(rc, NULL, "HSET E:{1} inc1:1:0 999");
+    ck_assert_ptr_nonnull(r);
+    freeReplyObject(r);
+    for (int round = 0; round < 2; round++) {
+        r = rconn_command(rc, NULL, "EVAL %s 6 S:{1} L:{1} Q:{1} R:{1} E:{1} D:{1} 4201 7 inc1 1 0 "
+                          "1700000000000", s->text);
+        ck_assert_ptr_nonnull(r);
+        ck_assert_msg(r->type == REDIS_REPLY_INTEGER, "%s",
+                      r->type == REDIS_REPLY_ERROR ? r->str : "not an integer");
+        ck_assert_int_eq(r->integer, round == 0 ? SCRIPT_REPLAY_SPENT_TWICE
+                                                : SCRIPT_REPLAY_SPENT_TWICE_KNOWN);
+        freeReplyObject(r);
+    }
+    r = rconn_command(rc, NULL, "HLEN D:{1}");
+    ck_assert_ptr_nonnull(r);
+    ck_assert_int_eq(r->integer, 1);
+    freeReplyObject(r);
+    r = rconn_command(rc, NULL, "HGET E:{1} inc1:1:0");
+    ck_assert_str_eq(r->str, "999"); /* the other user's marker is left as it was */
+    freeReplyObject(r);
+    rconn_free(rc);
+}
+END_TEST
+
 /* Every file of lua/ is built in, none twice, and no built-in one keeps a
  * comment line. */
 START_TEST(every_file_is_built_in)
@@ -130,6 +166,7 @@ int main(void)
     TCase *tr = tcase_create("redis");
     tcase_add_unchecked_fixture(tr, redis_start, redis_stop);
     tcase_add_loop_test(tr, script_loads, 0, script_count);
+    tcase_add_test(tr, replay_of_a_token_spent_twice_is_dead_lettered_once);
     suite_add_tcase(s, tr);
     /* Fork mode would kill the fixture's server with the first test child. */
     return cs_run_suite(s, 1);
