@@ -114,13 +114,22 @@ check "stall: seizes went on after it ($SEIZED SEIZED)" test "$SEIZED" -gt 100
 diag "stall: $(($(metric couponseize_batch_unsent_total) - unsent0)) seizes gave up queued (nothing sent)"
 
 # --- (d) the leader killed with kill -9 mid-call, four times -------------------------------
-# leaders: the workers blocked in a read of Redis (not asleep on their
-# queue entry's futex, syscall 202, nor waiting for a request, 43/288).
+# leaders: the workers blocked in a read (syscall 0 or 45) of a socket
+# connected to Redis: a call in flight. Not those asleep on their queue
+# entry's futex (202), nor those reading a request from nginx on a kept
+# connection, which a read alone does not tell apart.
+redis_inodes() { # the inodes of the TCP sockets connected to Redis' port
+    awk -v p="$(printf ':%04X' "$REDIS_PORT")" 'substr($3, length($3) - 4) == p { print $10 }' \
+        /proc/net/tcp /proc/net/tcp6 2>/dev/null
+}
 leaders() {
-    local p s
+    local p s fd link ino
+    ino=" $(redis_inodes | tr '\n' ' ') "
     for p in $(pgrep -P "$COUPON_FCGI_PID"); do
-        s=$(cut -d' ' -f1 "/proc/$p/syscall" 2>/dev/null) || continue
-        case $s in 0 | 7 | 45) echo "$p" ;; esac
+        read -r s fd _ <"/proc/$p/syscall" 2>/dev/null || continue
+        [[ $s == 0 || $s == 45 ]] || continue
+        link=$(readlink "/proc/$p/fd/$((fd))" 2>/dev/null) || continue
+        [[ $link =~ ^socket:\[([0-9]+)\]$ && $ino == *" ${BASH_REMATCH[1]} "* ]] && echo "$p"
     done
 }
 KILLED=0
