@@ -21,7 +21,13 @@
 #      as "replayed before its epoch was given back": a user told SEIZED
 #      held nothing. The keeper is held between its replay and its decisions
 #      (COUPONSEIZE_PAUSE_AT=keeper-decide), so the interleaving is made, not
-#      waited for.
+#      waited for;
+#  (d) the same after a whole-node kill -9 (nemesis seed 86): node 3 sold
+#      from its reserve, replayed, was killed and started again with two
+#      tokens left; its fresh workers, whose metadata read times out (Redis
+#      paused: CLIENT PAUSE ALL), grant both from the reserve after a keeper
+#      pass read the journal. Nothing goes back to stock before those grants
+#      are replayed, and both users hold their coupon.
 # shellcheck source=tests/lib.sh
 . "${top_srcdir:-$(dirname "$0")/../..}/tests/lib.sh"
 
@@ -234,6 +240,69 @@ check_eq "(c) $K users of the reserve and ten of the warm-up hold a coupon" $((K
 check_eq "(c) nothing went to the dead letters" 0 \
     "$(rcli HLEN "COUPON:RESERVE:DEAD:{$((C % 10))}")"
 check "(c) stock + reserves + coupons = total" balanced $C 1000000
+rm -f "$GO"
+wait "$GO_PID"
+node_down n3 KILL
+
+# --- (d) the restarted node's first workers, between a replay and a decision -----------
+D=4204
+NODE_ENV="COUPONSEIZE_PAUSE_AT=keeper-decide" node_up n3 breaker_open_ms=600000
+keeper_go
+mk_activity $D 1000000 -60 3600
+http POST /market/admin/coupon/preheat '' "$ADMIN"
+check "(d) node 3 set a reserve of $K aside" wait_for 20 field_is $D n3 $K
+check "(d) ... and opened it" wait_for 20 reserves_open_on n3
+INC3=$(cat "$COUPON_DIR/n3/journal/incarnation")
+EP3=$(mysql_q "SELECT epoch FROM reserve_epoch WHERE activity_id = $D AND incarnation = '$INC3'
+    AND state = 1")
+LD=$COUPON_DIR/d.log
+: >"$LD"
+stack stop-redis --kill
+check "(d) node 3 seizes from its reserve while Redis is down" \
+    wait_for 5 node_health_says n3 reserve
+for ((u = 1; u <= 3 * K && $(told_seized "$LD" | wc -l) < K - 2; u++)); do
+    seize_on n3 $D $((D * 1000 + u)) "$LD"
+done
+check_eq "(d) $((K - 2)) users were told SEIZED from the reserve" $((K - 2)) \
+    "$(told_seized "$LD" | wc -l)"
+stack start-redis
+check "(d) node 3 replayed them" wait_for 20 metric_is couponseize_journal_depth 0 n3
+check_eq "(d) node 3's reserve in Redis holds its last two tokens" 2 "$(field_of $D n3)"
+rm -f "$GO"
+wait "$GO_PID"
+node_down n3 KILL
+NODE_ENV="COUPONSEIZE_PAUSE_AT=keeper-decide" node_up n3 breaker_open_ms=600000
+keeper_go
+check "(d) node 3, started again, reopened its reserve" wait_for 20 reserves_open_on n3
+check_match "(d) ... with the two tokens left" "activity $D epoch $EP3: 2 of $K tokens spendable" \
+    "$(grep "activity $D epoch" "$COUPON_DIR/n3/fcgi.log")"
+# A pass that began with the slot open has read the journal; its keeper is
+# held before its decisions. Redis is paused for everyone: the restarted
+# workers (their metadata caches cold) cannot read the sale, and grant from
+# the reserve, within redis.command_timeout_ms.
+check "(d) node 3's keeper is held after a replay" keeper_hold
+LD2=$COUPON_DIR/d2.log
+: >"$LD2"
+rcli CLIENT PAUSE $((4000 * CS_TIME_SCALE)) ALL >/dev/null
+seize_on n3 $D $((D * 1000 + 901)) "$LD2"
+seize_on n3 $D $((D * 1000 + 902)) "$LD2"
+check_eq "(d) the two users were told SEIZED from the reserve" 2 "$(told_seized "$LD2" | wc -l)"
+check "(d) ... while the keeper was still held" keeper_held
+keeper_go
+rcli CLIENT UNPAUSE >/dev/null
+epoch_closed() { [[ $(mysql_q "SELECT state FROM reserve_epoch WHERE activity_id = $D
+    AND incarnation = '$INC3' AND epoch = $EP3") == 2 ]]; }
+check "(d) node 3 gave its spent reserve back" wait_for 20 epoch_closed
+check "(d) node 3 replayed the two grants" wait_for 20 metric_is couponseize_journal_depth 0 n3
+check_match "(d) nothing went back to stock: every token was granted" \
+    "activity $D epoch $EP3: 0 given back" "$(grep "activity $D epoch" "$COUPON_DIR/n3/fcgi.log")"
+check "(d) coupon-sync drained the queue" wait_for 60 drained $((D % 10))
+check_eq "(d) every user told SEIZED holds exactly one coupon, one refused none" 0 \
+    "$(users_misjudged $D "(d)" "$LD" "$LD2")"
+check_eq "(d) $K users of the reserve hold a coupon" $K "$(rows_of $D)"
+check_eq "(d) nothing went to the dead letters" 0 \
+    "$(rcli HLEN "COUPON:RESERVE:DEAD:{$((D % 10))}")"
+check "(d) stock + reserves + coupons = total" balanced $D 1000000
 rm -f "$GO"
 wait "$GO_PID"
 node_down n3 KILL
