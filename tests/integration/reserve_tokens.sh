@@ -288,8 +288,9 @@ seize_on n3 $D $((D * 1000 + 901)) "$LD2"
 seize_on n3 $D $((D * 1000 + 902)) "$LD2"
 check_eq "(d) the two users were told SEIZED from the reserve" 2 "$(told_seized "$LD2" | wc -l)"
 check "(d) ... while the keeper was still held" keeper_held
-keeper_go
+# Redis answers again before the keeper decides: a give-back then would run.
 rcli CLIENT UNPAUSE >/dev/null
+keeper_go
 epoch_closed() { [[ $(mysql_q "SELECT state FROM reserve_epoch WHERE activity_id = $D
     AND incarnation = '$INC3' AND epoch = $EP3") == 2 ]]; }
 check "(d) node 3 gave its spent reserve back" wait_for 20 epoch_closed
