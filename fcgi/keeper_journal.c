@@ -299,8 +299,13 @@ void keeper_journal_replay(struct keeper *k)
         struct krec *kr = &s.v[i];
         const struct journal_rec *r = &kr->r;
         int shard = keys_shard(r->activity_id);
-        if (keeper_is_closed(k, r->activity_id, r->epoch))
-            continue; /* replayed before its epoch was given back */
+        if (keeper_is_closed(k, r->activity_id, r->epoch)) {
+            /* Replayed before its epoch was given back: the status route
+             * must not call it pending (a restarted keeper rebuilt the
+             * user's grant from the record). */
+            keeper_mark_replayed(k, r->activity_id, r->user_id);
+            continue;
+        }
         keeper_mark_granted(k, r->activity_id, r->user_id);
         if (!k->renewed[shard] || failed[shard])
             continue;
