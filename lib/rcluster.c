@@ -32,7 +32,6 @@ struct rc_node {
     int safe_alone;            /* 0 not checked on this connection, 1 its
                                   settings let it stand alone, -1 they do not */
     int copies;                /* replicas that could take over; -1 unknown */
-    long long stale_ms;        /* rcluster_stale_ms() of its settings; -1 none */
     int64_t copies_ms;         /* when copies was read; 0 never */
 };
 
@@ -113,7 +112,6 @@ static int rc_node_get(struct rcluster *cl, const char *host, int port)
     }
     struct rc_node *nd = &cl->nodes[i];
     memset(nd, 0, sizeof(*nd));
-    nd->stale_ms = -1; /* until its settings are read: every replica counts */
     snprintf(nd->host, sizeof(nd->host), "%s", host);
     nd->port = port;
     nd->copies = -1;
@@ -700,23 +698,37 @@ int rcluster_get_reply(struct rconn *rc, redisReply **reply)
 
 /* ---- the durability rule ---------------------------------------------------------- */
 
-/* CONFIG GET name on node i as a number: 1 with it in *v, -1 when it is
- * refused or not a number, 0 when the connection failed. */
-static int rc_config_num(struct rcluster *cl, int i, const char *name, long long *v)
+/* CONFIG GET name on node i: its reply (the caller frees it), or NULL after
+ * the connection failed (dropped). */
+static redisReply *rc_config_get(struct rcluster *cl, int i, const char *name)
 {
     struct rc_node *nd = &cl->nodes[i];
     redisReply *r = redisCommand(nd->ctx, "CONFIG GET %s", name);
     if (r == NULL) {
         rconn_set_err(cl->rc, rconn_ctx_errno(nd->ctx), "CONFIG GET failed", nd->ctx->errstr);
         rc_node_fail(cl, i);
+    }
+    return r;
+}
+
+/* The value in a CONFIG GET reply, or NULL (refused, or no such setting). */
+static const char *rc_config_value(const redisReply *r)
+{
+    return r->type == REDIS_REPLY_ARRAY && r->elements == 2 && rc_is_str(r->element[1])
+               ? r->element[1]->str
+               : NULL;
+}
+
+/* CONFIG GET name on node i as a number: 1 with it in *v, -1 when it is
+ * refused or not a number, 0 when the connection failed. */
+static int rc_config_num(struct rcluster *cl, int i, const char *name, long long *v)
+{
+    redisReply *r = rc_config_get(cl, i, name);
+    if (r == NULL)
         return 0;
-    }
+    const char *s = rc_config_value(r);
     char *end = NULL;
-    int ok = r->type == REDIS_REPLY_ARRAY && r->elements == 2 && rc_is_str(r->element[1]);
-    if (ok) {
-        *v = strtoll(r->element[1]->str, &end, 10);
-        ok = end != r->element[1]->str && *end == '\0';
-    }
+    int ok = s != NULL && (*v = strtoll(s, &end, 10), end != s && *end == '\0');
     freeReplyObject(r);
     return ok ? 1 : -1;
 }
@@ -733,14 +745,11 @@ static int rc_node_safe_alone(struct rcluster *cl, int i)
     struct rc_node *nd = &cl->nodes[i];
 
     for (size_t k = 0; k < CS_ARRAY_LEN(need); k++) {
-        redisReply *r = redisCommand(nd->ctx, "CONFIG GET %s", need[k].name);
-        if (r == NULL) {
-            rconn_set_err(cl->rc, rconn_ctx_errno(nd->ctx), "CONFIG GET failed", nd->ctx->errstr);
-            rc_node_fail(cl, i);
+        redisReply *r = rc_config_get(cl, i, need[k].name);
+        if (r == NULL)
             return 0;
-        }
-        int ok = r->type == REDIS_REPLY_ARRAY && r->elements == 2 && rc_is_str(r->element[1]) &&
-                 strcmp(r->element[1]->str, need[k].want) == 0;
+        const char *v = rc_config_value(r);
+        int ok = v != NULL && strcmp(v, need[k].want) == 0;
         if (!ok)
             log_warn("redis cluster: %s:%d: %s is not %s (or CONFIG GET is refused: %s); its "
                      "grants wait for redis.wait_replicas replicas even when none is left",
@@ -760,24 +769,21 @@ static int rc_node_safe_alone(struct rcluster *cl, int i)
         log_warn("redis cluster: %s:%d has min-replicas-to-write %lld: once its replicas are "
                  "lost it refuses every grant", nd->host, nd->port, v);
     /* How long a failed replica stays promotable (rcluster_parse_copies()). */
-    long long nt, factor, ping, rto;
-    if ((got = rc_config_num(cl, i, "cluster-node-timeout", &nt)) <= 0 ||
-        (got = rc_config_num(cl, i, "cluster-replica-validity-factor", &factor)) <= 0 ||
-        (got = rc_config_num(cl, i, "repl-ping-replica-period", &ping)) <= 0 ||
-        (got = rc_config_num(cl, i, "repl-timeout", &rto)) <= 0) {
-        if (got == 0)
-            return 0;
-        nd->stale_ms = -1;
-    } else {
-        nd->stale_ms = rcluster_stale_ms(nt, factor, ping, rto);
-    }
-    if (nd->stale_ms < 0) {
+    long long nt, factor, ping, rto, stale = -1;
+    if ((got = rc_config_num(cl, i, "cluster-node-timeout", &nt)) > 0 &&
+        (got = rc_config_num(cl, i, "cluster-replica-validity-factor", &factor)) > 0 &&
+        (got = rc_config_num(cl, i, "repl-ping-replica-period", &ping)) > 0 &&
+        (got = rc_config_num(cl, i, "repl-timeout", &rto)) > 0)
+        stale = rcluster_stale_ms(nt, factor, ping, rto);
+    if (got == 0)
+        return 0;
+    if (stale < 0) {
         cl->stale_unbounded = 1;
         log_warn("redis cluster: %s:%d: cluster-replica-validity-factor is 0 (or unreadable): "
                  "a replica of any age may be promoted, so grants wait for a failed replica "
                  "until it is forgotten", nd->host, nd->port);
-    } else if (nd->stale_ms > cl->stale_max) {
-        cl->stale_max = nd->stale_ms;
+    } else if (stale > cl->stale_max) {
+        cl->stale_max = stale;
     }
     return 1;
 }
@@ -804,8 +810,7 @@ static int rc_node_copies_read(struct rcluster *cl, int i)
         rc_is_str(t->element[0]) && rc_is_str(t->element[1])) {
         long long now_ms = strtoll(t->element[0]->str, NULL, 10) * 1000 +
                            strtoll(t->element[1]->str, NULL, 10) / 1000;
-        n = rcluster_parse_copies(nodes->str, now_ms,
-                                  cl->stale_unbounded || nd->stale_ms < 0 ? -1 : cl->stale_max);
+        n = rcluster_parse_copies(nodes->str, now_ms, cl->stale_unbounded ? -1 : cl->stale_max);
     }
     freeReplyObject(nodes);
     freeReplyObject(t);

@@ -300,18 +300,28 @@ static int rc_nodes_flag(const struct rc_nodes_line *l, const char *flag)
     return 0;
 }
 
-/* Field i of l as a non-negative number; -1 when it is not one. */
-static long long rc_nodes_num(const struct rc_nodes_line *l, int i)
+/* Field i of l, a time in ms; 0 when it is none ("0") or not a number. */
+static int64_t rc_nodes_ms(const struct rc_nodes_line *l, int i)
 {
-    long long v = 0;
-    if (l->len[i] == 0 || l->len[i] > 18)
-        return -1;
-    for (size_t k = 0; k < l->len[i]; k++) {
-        if (l->f[i][k] < '0' || l->f[i][k] > '9')
-            return -1;
-        v = v * 10 + (l->f[i][k] - '0');
+    int64_t v;
+    return cs_parse_id(l->f[i], l->len[i], &v) == CS_OK ? v : 0;
+}
+
+/* The next line of CLUSTER NODES at *s (before end) with its eight fields
+ * in *l, *s moved past it; 0 when there is none left. */
+static int rc_nodes_next(const char **s, const char *end, struct rc_nodes_line *l)
+{
+    while (*s < end) {
+        const char *nl = memchr(*s, '\n', (size_t)(end - *s));
+        const char *le = nl != NULL ? nl : end;
+        if (le > *s && le[-1] == '\r')
+            le--;
+        int ok = le > *s && rc_nodes_split(*s, le, l) == CS_OK;
+        *s = nl != NULL ? nl + 1 : end;
+        if (ok)
+            return 1;
     }
-    return v;
+    return 0;
 }
 
 /*
@@ -329,47 +339,33 @@ static long long rc_nodes_num(const struct rc_nodes_line *l, int i)
 int rcluster_parse_copies(const char *text, long long now_ms, long long stale_ms)
 {
     struct rc_nodes_line l;
-    const char *my_id = NULL;
+    const char *s, *end, *my_id = NULL;
     size_t my_len = 0;
+    int n = 0;
 
     if (text == NULL)
         return -1;
-    const char *end = text + strlen(text);
-    for (int pass = 0; pass < 2; pass++) {
-        int n = 0;
-        for (const char *s = text; s < end;) {
-            const char *nl = memchr(s, '\n', (size_t)(end - s));
-            const char *le = nl != NULL ? nl : end;
-            if (le > s && le[-1] == '\r')
-                le--;
-            int ok = le > s && rc_nodes_split(s, le, &l) == CS_OK;
-            s = nl != NULL ? nl + 1 : end;
-            if (!ok)
-                continue;
-            if (pass == 0) {
-                if (rc_nodes_flag(&l, "myself")) {
-                    if (!rc_nodes_flag(&l, "master"))
-                        return -1;
-                    my_id = l.f[0];
-                    my_len = l.len[0];
-                }
-                continue;
-            }
-            if (l.len[3] != my_len || memcmp(l.f[3], my_id, my_len) != 0 ||
-                !(rc_nodes_flag(&l, "slave") || rc_nodes_flag(&l, "replica")))
-                continue;
-            if (stale_ms >= 0 && rc_nodes_flag(&l, "fail")) {
-                long long ping = rc_nodes_num(&l, 4), pong = rc_nodes_num(&l, 5);
-                long long heard = pong > 0 ? pong : ping;
-                if (heard > 0 && now_ms - heard > stale_ms)
-                    continue; /* too stale to be promoted */
-            }
-            n++;
-        }
-        if (pass == 0 && my_id == NULL)
+    end = text + strlen(text);
+    for (s = text; my_id == NULL && rc_nodes_next(&s, end, &l);) {
+        if (!rc_nodes_flag(&l, "myself"))
+            continue;
+        if (!rc_nodes_flag(&l, "master"))
             return -1;
-        if (pass == 1)
-            return n;
+        my_id = l.f[0];
+        my_len = l.len[0];
     }
-    return -1;
+    if (my_id == NULL)
+        return -1;
+    for (s = text; rc_nodes_next(&s, end, &l);) {
+        if (l.len[3] != my_len || memcmp(l.f[3], my_id, my_len) != 0 ||
+            !(rc_nodes_flag(&l, "slave") || rc_nodes_flag(&l, "replica")))
+            continue;
+        if (stale_ms >= 0 && rc_nodes_flag(&l, "fail")) {
+            int64_t pong = rc_nodes_ms(&l, 5), heard = pong > 0 ? pong : rc_nodes_ms(&l, 4);
+            if (heard > 0 && now_ms - heard > stale_ms)
+                continue; /* too stale to be promoted */
+        }
+        n++;
+    }
+    return n;
 }
