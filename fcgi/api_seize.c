@@ -344,10 +344,14 @@ static void seize_grant(struct worker *w, struct req *r, struct seize_call *sc,
         req_reply(r, CODE_SEIZED, NULL, extra, 0);
         return;
     }
-    if (code == CODE_ALREADY_SEIZED && seize_replicated(w, sc, 1) != CS_OK) {
+    if (code == CODE_ALREADY_SEIZED && seize_replicated(w, sc, settled) != CS_OK) {
         /* The grant read may be one whose own answer was lost (UNKNOWN_OUTCOME)
          * and that no replica holds yet: a failover now would undo it, so
-         * "already seized" is confirmed by the same rule as a grant. */
+         * "already seized" is confirmed by the same rule as a grant. No fence
+         * write (an fsync'd write per repeated press): Redis sets a client's
+         * replication offset after every command it runs, a read-only script
+         * too (processCommand(), Redis 7.0), so this WAIT already covers the
+         * grant the script read. */
         log_warn("seize %" PRId64 " for %s: already seized, not confirmed: %s", id, sc->s_uid,
                  w->rc->errstr);
         seize_unconfirmed(w, sc->shard);

@@ -234,9 +234,9 @@ static void sb_lead(struct worker *w, struct batch_take *t, int64_t deadline_ms)
     /* The script has run: the next call need not wait for this one's WAIT. */
     if (w->conf->redis_wait_replicas > 0)
         batch_handoff(&w->shm->batch, t);
-    /* "Already seized" is held to the rule too (seize_grant()); a call that
-     * granted nothing wrote nothing, so its WAIT needs the fence. */
-    if (sb_replicated(w, t, resent || grants == 0) != CS_OK) {
+    /* "Already seized" is held to the rule too, without a fence write
+     * (seize_grant()). */
+    if (sb_replicated(w, t, resent) != CS_OK) {
         log_warn("seize batch of %d on shard %d: %d granted, %d already seized, not confirmed: "
                  "%s", t->n, t->shard, grants, already, w->rc->errstr);
         seize_unconfirmed(w, t->shard);
