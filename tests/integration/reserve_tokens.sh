@@ -224,22 +224,30 @@ seize_on n3 $C $((C * 1000 + 999)) "$LC"
 check_eq "(c) the last token's user was told SEIZED" SEIZED "$(tail -n 1 "$LC" | cut -d' ' -f2)"
 check "(c) ... while the keeper was still held" keeper_held
 keeper_go
-# Closed in MySQL once given back (the keeper may set a new reserve aside
-# at once, under the same field).
-epoch_closed() { [[ $(mysql_q "SELECT state FROM reserve_epoch WHERE activity_id = $C
-    AND incarnation = '$INC3' AND epoch = $EP3") == 2 ]]; }
-check "(c) node 3 gave its spent reserve back" wait_for 20 epoch_closed
-check "(c) node 3 replayed the last grant" wait_for 20 metric_is couponseize_journal_depth 0 n3
-check_match "(c) nothing went back to stock: every token was granted" \
-    "activity $C epoch [0-9]*: 0 given back" "$(grep "activity $C epoch" "$COUPON_DIR/n3/fcgi.log")"
-check "(c) coupon-sync drained the queue" wait_for 60 drained $((C % 10))
-check_eq "(c) every user told SEIZED holds exactly one coupon, one refused none" 0 \
-    "$(users_misjudged $C "(c)" "$LW" "$LC")"
-check_eq "(c) $K users of the reserve and ten of the warm-up hold a coupon" $((K + 10)) \
-    "$(rows_of $C)"
-check_eq "(c) nothing went to the dead letters" 0 \
-    "$(rcli HLEN "COUPON:RESERVE:DEAD:{$((C % 10))}")"
-check "(c) stock + reserves + coupons = total" balanced $C 1000000
+# spent_given_back PART ID LAST ROWS WHO LOG...: node 3 gave its spent reserve
+# of ID (epoch EP3 of INC3) back with nothing back to stock once it replayed
+# LAST; afterwards ROWS coupons (held by WHO), every user of the LOGs judged,
+# no dead letter, the books balanced. The epoch is closed in MySQL once given
+# back (the keeper may set a new reserve aside at once, under the same field).
+spent_given_back() {
+    local part=$1 id=$2 last=$3 rows=$4 who=$5
+    shift 5
+    epoch_closed() { [[ $(mysql_q "SELECT state FROM reserve_epoch WHERE activity_id = $id
+        AND incarnation = '$INC3' AND epoch = $EP3") == 2 ]]; }
+    check "$part node 3 gave its spent reserve back" wait_for 20 epoch_closed
+    check "$part node 3 replayed $last" wait_for 20 metric_is couponseize_journal_depth 0 n3
+    check_match "$part nothing went back to stock: every token was granted" \
+        "activity $id epoch $EP3: 0 given back" "$(grep "activity $id epoch" "$COUPON_DIR/n3/fcgi.log")"
+    check "$part coupon-sync drained the queue" wait_for 60 drained $((id % 10))
+    check_eq "$part every user told SEIZED holds exactly one coupon, one refused none" 0 \
+        "$(users_misjudged "$id" "$part" "$@")"
+    check_eq "$part $who hold a coupon" "$rows" "$(rows_of "$id")"
+    check_eq "$part nothing went to the dead letters" 0 \
+        "$(rcli HLEN "COUPON:RESERVE:DEAD:{$((id % 10))}")"
+    check "$part stock + reserves + coupons = total" balanced "$id" 1000000
+}
+spent_given_back "(c)" $C "the last grant" $((K + 10)) \
+    "$K users of the reserve and ten of the warm-up" "$LW" "$LC"
 rm -f "$GO"
 wait "$GO_PID"
 node_down n3 KILL
@@ -291,19 +299,7 @@ check "(d) ... while the keeper was still held" keeper_held
 # Redis answers again before the keeper decides: a give-back then would run.
 rcli CLIENT UNPAUSE >/dev/null
 keeper_go
-epoch_closed() { [[ $(mysql_q "SELECT state FROM reserve_epoch WHERE activity_id = $D
-    AND incarnation = '$INC3' AND epoch = $EP3") == 2 ]]; }
-check "(d) node 3 gave its spent reserve back" wait_for 20 epoch_closed
-check "(d) node 3 replayed the two grants" wait_for 20 metric_is couponseize_journal_depth 0 n3
-check_match "(d) nothing went back to stock: every token was granted" \
-    "activity $D epoch $EP3: 0 given back" "$(grep "activity $D epoch" "$COUPON_DIR/n3/fcgi.log")"
-check "(d) coupon-sync drained the queue" wait_for 60 drained $((D % 10))
-check_eq "(d) every user told SEIZED holds exactly one coupon, one refused none" 0 \
-    "$(users_misjudged $D "(d)" "$LD" "$LD2")"
-check_eq "(d) $K users of the reserve hold a coupon" $K "$(rows_of $D)"
-check_eq "(d) nothing went to the dead letters" 0 \
-    "$(rcli HLEN "COUPON:RESERVE:DEAD:{$((D % 10))}")"
-check "(d) stock + reserves + coupons = total" balanced $D 1000000
+spent_given_back "(d)" $D "the two grants" $K "$K users of the reserve" "$LD" "$LD2"
 rm -f "$GO"
 wait "$GO_PID"
 node_down n3 KILL
