@@ -838,6 +838,41 @@ net_skip_unless_nft() {
     nft list tables >/dev/null 2>&1 || skip_all "nft cannot read the ruleset (needs CAP_NET_ADMIN)"
 }
 
+# nemesis_skip_unless_ready: skips a test of tests/nemesis/ (77) unless what a
+# run needs is there (python3, nftables, redis-server, a built coupon-fcgi);
+# sets NEM to that directory.
+nemesis_skip_unless_ready() {
+    command -v python3 >/dev/null 2>&1 || skip_all "python3 is not installed"
+    net_skip_unless_nft
+    command -v redis-server >/dev/null 2>&1 || skip_all "redis-server is not installed"
+    [[ -x $top_builddir/coupon-fcgi ]] || skip_all "coupon-fcgi is not built"
+    NEM=$top_srcdir/tests/nemesis
+}
+
+# nemesis_run OUT ERR ARGS...: one tests/nemesis/run ARGS..., its stdout in
+# OUT and stderr in ERR. Its pid joins NEM_PIDS: the run's nftables table is
+# cs_nemesis_PID, told apart from that of a run another test makes beside it
+# (make -j2 check).
+NEM_PIDS=""
+nemesis_run() {
+    local out=$1 err=$2 p
+    shift 2
+    "$NEM/run" "$@" >"$out" 2>"$err" &
+    p=$!
+    NEM_PIDS+=" $p"
+    wait "$p"
+}
+
+# nemesis_tables_gone: no nftables table of this test's runs is left.
+nemesis_tables_gone() {
+    local p
+    [[ -n $NEM_PIDS ]] || return 1
+    for p in $NEM_PIDS; do
+        nft list table inet "cs_nemesis_$p" >/dev/null 2>&1 && return 1
+    done
+    return 0
+}
+
 # net_cut "ADDR:PORT ..." "ADDR:PORT ...": drops every TCP packet between the
 # nodes of the first group and those of the second, both ways, on their
 # client ports and cluster bus ports (port + 10000), so connections opened

@@ -7,12 +7,7 @@
 # shellcheck source=tests/lib.sh
 . "${top_srcdir:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/lib.sh"
 
-command -v python3 >/dev/null 2>&1 || skip_all "python3 is not installed"
-net_skip_unless_nft
-command -v redis-server >/dev/null 2>&1 || skip_all "redis-server is not installed"
-[[ -x $top_builddir/coupon-fcgi ]] || skip_all "coupon-fcgi is not built"
-
-NEM=$top_srcdir/tests/nemesis
+nemesis_skip_unless_ready
 out=$(python3 "$NEM/test_checker.py" 2>&1)
 check "the checker's unit tests pass" test $? -eq 0
 [[ $out == *OK* ]] || diag "$out"
@@ -21,7 +16,8 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/nemcheck.XXXXXX")
 cs_defer rm -rf "$work"
 
 seed=${NEMESIS_SEED:-1}
-line=$("$NEM/run" --seed "$seed" --secs "${NEMESIS_SECS:-30}" --dir "$work/a" 2>"$work/a.err" | tail -n 1)
+nemesis_run "$work/a.out" "$work/a.err" --seed "$seed" --secs "${NEMESIS_SECS:-30}" --dir "$work/a"
+line=$(tail -n 1 "$work/a.out")
 diag "$line"
 check_match "seed $seed under mixed faults: VALID" ": VALID " "$line"
 [[ $line == *": VALID "* ]] || {
@@ -29,8 +25,9 @@ check_match "seed $seed under mixed faults: VALID" ": VALID " "$line"
     cat "$work/a.err" >&2 || true
 }
 
-out=$(NEMESIS_PLANT=lose-row,double,oversell "$NEM/run" --seed 2 --secs 12 --kinds kill-worker,pause-redis \
-    --dir "$work/b" 2>"$work/b.err")
+NEMESIS_PLANT=lose-row,double,oversell nemesis_run "$work/b.out" "$work/b.err" --seed 2 --secs 12 \
+    --kinds kill-worker,pause-redis --dir "$work/b"
+out=$(cat "$work/b.out")
 line=$(tail -n 1 <<<"$out")
 diag "$line"
 check_match "planted defects: the run is INVALID" "INVALID" "$line"
@@ -39,6 +36,5 @@ check_match "a second coupon is judged double" '"kind": "double"' "$out"
 check_match "a raised stock is judged unbalanced" '"kind": "unbalanced"' "$out"
 check_match "an anomaly prints the command that replays it" \
     "reproduce: NEMESIS_PLANT=lose-row,double,oversell tests/nemesis/run --seed 2" "$line"
-check "no nftables table of the nemesis is left" \
-    bash -c '! nft list tables 2>/dev/null | grep -q cs_nemesis_'
+check "no nftables table of the nemesis is left" nemesis_tables_gone
 finish

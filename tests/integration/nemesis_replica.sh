@@ -12,18 +12,14 @@
 # shellcheck source=tests/lib.sh
 . "${top_srcdir:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/lib.sh"
 
-command -v python3 >/dev/null 2>&1 || skip_all "python3 is not installed"
-net_skip_unless_nft
-command -v redis-server >/dev/null 2>&1 || skip_all "redis-server is not installed"
-[[ -x $top_builddir/coupon-fcgi ]] || skip_all "coupon-fcgi is not built"
-
-NEM=$top_srcdir/tests/nemesis
+nemesis_skip_unless_ready
 work=$(mktemp -d "${TMPDIR:-/tmp}/nemrep.XXXXXX")
 cs_defer rm -rf "$work"
 
 export COUPON_REDIS_CONF_EXTRA=$'cluster-replica-validity-factor 10\nrepl-ping-replica-period 10\nrepl-timeout 60'
-line=$("$NEM/run" --seed 46 --secs 12 --schedule "$NEM/schedules/replica-then-master.jsonl" \
-    --keep --dir "$work/a" 2>"$work/a.err" | tail -n 1)
+nemesis_run "$work/a.out" "$work/a.err" --seed 46 --secs 12 \
+    --schedule "$NEM/schedules/replica-then-master.jsonl" --keep --dir "$work/a"
+line=$(tail -n 1 "$work/a.out")
 diag "$line"
 check_match "a replica cut off, then its master: VALID" ": VALID " "$line"
 [[ $line == *": VALID "* ]] || {
@@ -47,6 +43,5 @@ check "the cut replica won an election once its master was cut" \
     grep -q "Failover election won" "$work/a/stack/redis/${REP#redis}/redis.log"
 check "the stack ran under Redis' validity defaults" \
     grep -q '^repl-timeout 60' "$work/a/stack/redis/1/node.conf"
-check "no nftables table of the nemesis is left" \
-    bash -c '! nft list tables 2>/dev/null | grep -q cs_nemesis_'
+check "no nftables table of the nemesis is left" nemesis_tables_gone
 finish
