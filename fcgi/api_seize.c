@@ -202,9 +202,10 @@ static enum cs_code seize_eval(struct worker *w, struct seize_call *sc, long lon
 {
     int64_t left = sc->deadline_ms - cs_mono_ms();
     if (left < 10) {
-        /* Nothing sent: the budget went to what came before (a metadata
-         * read on a cold cache). */
+        /* Nothing sent: the budget went to what came before (the wait
+         * for a free worker, a metadata read on a cold cache). */
         rconn_set_err(w->rc, RCONN_ERR_DEADLINE, "seize", "no time left in the budget");
+        atomic_fetch_add_explicit(&w->shm->m.seize_budget_gone, 1, memory_order_relaxed);
         return CODE_UNAVAILABLE;
     }
     redisReply *rep = seize_send(w, sc, seize_rules_first_wait(w->conf->redis_command_timeout_ms, left));

@@ -201,6 +201,10 @@ size_t metrics_render(const struct shm_node *node, char *buf, size_t cap)
     counter(&o, "couponseize_seize_resends_total",
             "Seize scripts sent once more on a fresh connection after a lost reply.",
             LOAD(m->seize_resends));
+    counter(&o, "couponseize_seize_budget_gone_total",
+            "Seizes answered UNAVAILABLE without asking Redis: their budget "
+            "(fallback.budget_ms) went before it, mostly waiting for a free worker.",
+            LOAD(m->seize_budget_gone));
     const struct batch_metrics *bm = &node->batch.m;
     metrics_emit(&o, "# HELP couponseize_batch_size Seizes of one script call led by a worker "
              "(group commit; 1: it went alone).\n# TYPE couponseize_batch_size histogram\n");

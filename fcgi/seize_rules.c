@@ -21,12 +21,17 @@ int64_t seize_rules_deadline(int budget_ms, int64_t taken_ms, int64_t got_ms, in
         if (queued > 0 && queued < 10 * (int64_t)budget_ms)
             deadline -= queued;
     }
-    /* A seize that waited for a worker until its budget was (nearly) gone
-     * still gets one short try, the margin: a Redis that answers at once
-     * (another shard, a stall that just ended) serves it, a silent one
-     * holds it no longer than that. */
-    if (deadline - mono_ms < margin)
-        deadline = mono_ms + margin;
+    /* A seize that waited for a worker until its budget was nearly gone
+     * still gets one short try, at most the margin: a Redis that answers at
+     * once (another shard, a stall that just ended) serves it, a silent one
+     * holds it no longer than that. The try uses the margin kept for the
+     * answer's way back, never more: the answer is due when the budget
+     * ends, and a seize that waited the whole budget for a worker is
+     * answered at once, unsent. */
+    if (deadline - mono_ms < margin) {
+        int64_t end = deadline + margin;
+        deadline = mono_ms + margin < end ? mono_ms + margin : end;
+    }
     return deadline;
 }
 

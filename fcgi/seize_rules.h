@@ -20,8 +20,9 @@ int seize_rules_margin(int budget_ms);
  * waited for a worker when the web server said when it got it (got_ms,
  * epoch ms by its clock; <= 0 unknown): by the web server's clock against
  * ours (now_ms epoch, mono_ms monotonic), so only a plausible wait (under
- * ten budgets) is believed. A seize whose budget is (nearly) gone still
- * gets one short try: the deadline is at least mono_ms + the margin.
+ * ten budgets) is believed. A seize whose budget is nearly gone still
+ * gets one short try of at most the margin, and never past the budget's
+ * end: a deadline at or before mono_ms means the budget is gone.
  */
 int64_t seize_rules_deadline(int budget_ms, int64_t taken_ms, int64_t got_ms, int64_t now_ms,
                              int64_t mono_ms);

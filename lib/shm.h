@@ -128,6 +128,7 @@ struct shm_metrics {
     _Atomic uint64_t redis_errors;
     _Atomic uint64_t redis_timeouts;
     _Atomic uint64_t seize_resends;     /* EVALSHAs sent again after a lost reply */
+    _Atomic uint64_t seize_budget_gone; /* answered unsent: the budget went before Redis */
     _Atomic uint64_t breaker_opened;
     _Atomic uint64_t breaker_asked_alive; /* silent for a budget, but answered a PING */
     _Atomic uint64_t rate_limited;

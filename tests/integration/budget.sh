@@ -32,10 +32,11 @@ answered() { [[ -f $2 ]] && (($(wc -l <"$2") > $1 + 1)); }
 drained() { [[ $(rcli HLEN "QUEUE:COUPON:SEIZE:SYNC:{$1}") == 0 ]]; }
 
 # judge NAME ACTIVITY LOG FIRST_USER FROM_MS TO_MS: seize_judge (tests/lib.sh), and
-# every answer within the budget as nginx timed it, plus SLACK: the margin
-# (100 ms: a seize that waited for a worker nearly its whole budget still
-# gets one short try) and 50 ms per unit of CS_TIME_SCALE for a worker's
-# and nginx's turn on a loaded machine. The client's view is shown beside it.
+# every answer within the budget as nginx timed it, plus SLACK: 100 ms and
+# 50 ms per unit of CS_TIME_SCALE for a worker's and nginx's turn on a
+# loaded machine (a seize that waited for a worker the whole budget is
+# answered at once, unsent; the short try of one that waited nearly that
+# long ends with the budget). The client's view is shown beside it.
 SLACK=$((100 + 50 * CS_TIME_SCALE))
 judge() {
     seize_judge "$1" "$2" "$3" "$4"

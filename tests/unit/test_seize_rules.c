@@ -64,11 +64,17 @@ END_TEST
 
 START_TEST(deadline_keeps_one_short_try)
 {
-    /* Waited 2 s for a worker with a 1 s budget: the margin is left. */
+    /* Waited 950 ms for a worker with a 1 s budget: a try until the
+     * budget ends, 50 ms. */
     int64_t now = 5000000, mono = 10000;
-    ck_assert_int_eq(seize_rules_deadline(1000, mono, now - 2000, now, mono), mono + 100);
-    /* Taken long ago (mono is past the budget): the margin from now. */
-    ck_assert_int_eq(seize_rules_deadline(1000, 10000, -1, now, 12000), 12100);
+    ck_assert_int_eq(seize_rules_deadline(1000, mono, now - 950, now, mono), mono + 50);
+    /* Waited 850 ms: the margin, which still ends within the budget. */
+    ck_assert_int_eq(seize_rules_deadline(1000, mono, now - 850, now, mono), mono + 100);
+    /* Waited 2 s: the budget is gone, the deadline is already past (the
+     * seize is answered unsent). */
+    ck_assert_int_le(seize_rules_deadline(1000, mono, now - 2000, now, mono), mono);
+    /* Taken long ago (mono is past the budget): past as well. */
+    ck_assert_int_le(seize_rules_deadline(1000, 10000, -1, now, 12000), 12000);
 }
 END_TEST
 
