@@ -1,13 +1,16 @@
-/* preheat.c - activities from MySQL into Redis: preheat (one MySQL pass,
- * pipelined writes per shard) and revoke. */
+/* preheat.c - activities from MySQL into Redis: one MySQL pass, pipelined
+ * writes per shard, then ACTIVITY:LIST (actlist.c). */
 #include "preheat.h"
 #include "activity.h"
+#include "actlist.h"
 #include "cs.h"
 #include "keys.h"
 #include "log.h"
 #include "mconn.h"
 #include "rconn.h"
+#include "preheat_int.h"
 #include "restore.h"
+#include "revoke.h"
 #include "scripts.h"
 
 #include <inttypes.h>
@@ -45,26 +48,10 @@ static const char SQL_NOW[] = "SELECT UNIX_TIMESTAMP()";
 static const char SQL_PREHEAT_ONE[] = SQL_PREHEAT_COLS
     "WHERE id = ? AND status <> 4 AND distribute_end_time > NOW() - INTERVAL ? SECOND "
     "AND distribute_start_time < NOW() + INTERVAL ? DAY";
-/* Revoked activities that could still be on sale: preheat re-applies their
- * Redis side, so a revoke cut short after Redis lost it heals by itself. */
-static const char SQL_VOIDED[] =
-    "SELECT id FROM activity WHERE status = 4 AND distribute_end_time > NOW() - INTERVAL ? SECOND";
-static const char SQL_VOIDED_CHANGED[] =
-    "SELECT id FROM activity WHERE updated_at >= FROM_UNIXTIME(?) AND status = 4 "
-    "AND distribute_end_time > NOW() - INTERVAL ? SECOND";
 
 /* ---- reading activities from MySQL --------------------------------------- */
 
-struct act_vec {
-    struct activity *v;
-    unsigned char *has_coupons; /* parallel to v: MySQL holds coupons of it */
-    char **txt;                /* parallel to v: activity_to_text(), made once */
-    char (*win)[48];           /* parallel to v: WINDOW value "<startMs>,<endMs>" */
-    int64_t *ver;              /* parallel to v: updated_at in microseconds, the version */
-    size_t n, cap;
-};
-
-static void act_vec_free(struct act_vec *vec)
+void preheat_vec_free(struct preheat_vec *vec)
 {
     for (size_t i = 0; i < vec->n; i++)
         cJSON_free(vec->txt[i]);
@@ -84,7 +71,7 @@ static int64_t act_atoll(const char *s)
 /* Row of SQL_PREHEAT / SQL_PREHEAT_ONE. */
 static int act_row(void *arg, int ncols, char **cols)
 {
-    struct act_vec *vec = arg;
+    struct preheat_vec *vec = arg;
     if (ncols != 14)
         return CS_ERR;
     if (vec->n == vec->cap) {
@@ -121,8 +108,8 @@ static int act_row(void *arg, int ncols, char **cols)
 /* Selects the activities preheat serves (one of them when id > 0; with
  * since_s > 0 only those changed or entered the horizon since then), in one
  * query. On CS_OK vec holds them (caller frees with act_vec_free). */
-static int act_select(struct mconn *mc, int horizon_days, int grace_s, int64_t id,
-                      int64_t since_s, struct act_vec *vec, char *err, size_t errlen)
+int preheat_select(struct mconn *mc, int horizon_days, int grace_s, int64_t id,
+                   int64_t since_s, struct preheat_vec *vec, char *err, size_t errlen)
 {
     struct mval all[] = {MV_INT(grace_s), MV_INT(horizon_days)};
     struct mval one[] = {MV_INT(id), MV_INT(grace_s), MV_INT(horizon_days)};
@@ -140,79 +127,9 @@ static int act_select(struct mconn *mc, int horizon_days, int grace_s, int64_t i
         rc = mconn_query(mc, SQL_PREHEAT, all, 2, act_row, vec);
     if (rc != CS_OK) {
         snprintf(err, errlen, "selecting activities: %s", mc->errstr);
-        act_vec_free(vec);
+        preheat_vec_free(vec);
         return CS_ERR;
     }
-    return CS_OK;
-}
-
-/* Growing text buffer. */
-struct act_buf {
-    char *p;
-    size_t len, cap;
-};
-
-static void act_buf_add(struct act_buf *b, const char *s, size_t n)
-{
-    if (b->len + n + 1 > b->cap) {
-        b->cap = (b->len + n + 1) * 2;
-        b->p = xrealloc(b->p, b->cap);
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-
-/* Generation of ACTIVITY:LIST (0 before the first write), read before the
- * MySQL read a list write is made from. */
-static int act_list_gen(struct rconn *rc, long long *gen, char *err, size_t errlen)
-{
-    redisReply *r = rconn_command(rc, KEY_ACTIVITY_LIST_GEN, "GET %s", KEY_ACTIVITY_LIST_GEN);
-    if (rconn_expect(rc, r, 0, "GET", KEY_ACTIVITY_LIST_GEN, err, errlen) != CS_OK)
-        return CS_ERR;
-    *gen = r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : 0;
-    freeReplyObject(r);
-    return CS_OK;
-}
-
-/* Sets ACTIVITY:LIST to the JSON array of vec, made from a MySQL read that
- * began after generation GEN was read, unless it holds that already. CS_OK
- * with *stale = 1 when another writer wrote meanwhile: nothing was written,
- * and the caller reads MySQL again. Written element by element: a whole
- * cJSON tree of 20,000 activities would cost tens of megabytes. */
-static int act_write_list(struct rconn *rc, const struct act_vec *vec, long long gen, int *stale,
-                          char *err, size_t errlen)
-{
-    struct act_buf b = {0};
-
-    *stale = 0;
-    act_buf_add(&b, "[", 1);
-    for (size_t i = 0; i < vec->n; i++) {
-        if (i > 0)
-            act_buf_add(&b, ",", 1);
-        act_buf_add(&b, vec->txt[i], strlen(vec->txt[i]));
-    }
-    act_buf_add(&b, "]", 1);
-    /* Unchanged (the usual case of a periodic preheat): nothing to write, so
-     * nothing for the append-only file to fsync. */
-    redisReply *r = rconn_command(rc, KEY_ACTIVITY_LIST, "GET %s", KEY_ACTIVITY_LIST);
-    int same = r != NULL && r->type == REDIS_REPLY_STRING && r->len == b.len &&
-               memcmp(r->str, b.p, b.len) == 0;
-    if (r != NULL)
-        freeReplyObject(r);
-    if (same) {
-        free(b.p);
-        return CS_OK;
-    }
-    r = rconn_command(rc, KEY_ACTIVITY_LIST, "EVAL %s 2 %s %s %b %lld", script_activity_list_cas,
-                      KEY_ACTIVITY_LIST, KEY_ACTIVITY_LIST_GEN, b.p, b.len, gen);
-    free(b.p);
-    if (rconn_expect(rc, r, REDIS_REPLY_INTEGER, "EVAL list write", KEY_ACTIVITY_LIST, err,
-                     errlen) != CS_OK)
-        return CS_ERR;
-    *stale = r->integer == SCRIPT_LIST_RACED;
-    freeReplyObject(r);
     return CS_OK;
 }
 
@@ -221,41 +138,20 @@ static int act_write_list(struct rconn *rc, const struct act_vec *vec, long long
 /* Fields per pipelined HSET of META. */
 #define ACT_PIPE_FIELDS 256
 
-/* Ids in ACTIVITY:VOIDED, sorted, in one command. On CS_OK *ids is xmalloc'ed
- * (caller frees). */
-static int act_voided_ids(struct rconn *rc, int64_t **ids, size_t *n, char *err, size_t errlen)
-{
-    redisReply *r = rconn_command(rc, KEY_ACTIVITY_VOIDED, "SMEMBERS %s", KEY_ACTIVITY_VOIDED);
-    if (rconn_expect(rc, r, REDIS_REPLY_ARRAY, "SMEMBERS", KEY_ACTIVITY_VOIDED, err, errlen)
-        != CS_OK)
-        return CS_ERR;
-    *ids = xmalloc(sizeof(int64_t) * (r->elements + 1));
-    *n = 0;
-    for (size_t i = 0; i < r->elements; i++) {
-        const redisReply *e = r->element[i];
-        if (e->type == REDIS_REPLY_STRING && cs_parse_id(e->str, e->len, &(*ids)[*n]) == CS_OK)
-            (*n)++;
-    }
-    freeReplyObject(r);
-    if (*n > 1)
-        qsort(*ids, *n, sizeof(int64_t), cs_cmp_int64);
-    return CS_OK;
-}
-
 /* The META, WINDOW and VER values of vec->v[i]. */
-static const char *act_meta_value(const struct act_vec *vec, size_t i)
+static const char *act_meta_value(const struct preheat_vec *vec, size_t i)
 {
     return vec->txt[i];
 }
 
-static const char *act_window_value(const struct act_vec *vec, size_t i)
+static const char *act_window_value(const struct preheat_vec *vec, size_t i)
 {
     return vec->win[i];
 }
 
 /* Appends HMGET KEY id ... for idx[0..cnt), ACT_PIPE_FIELDS ids a command;
  * *cmds counts the commands. */
-static int act_append_hmget(struct rconn *rc, const char *key, const struct act_vec *vec,
+static int act_append_hmget(struct rconn *rc, const char *key, const struct preheat_vec *vec,
                             const size_t *idx, size_t cnt, size_t *cmds)
 {
     const char **argv = xmalloc((2 + ACT_PIPE_FIELDS) * sizeof(*argv));
@@ -311,10 +207,10 @@ static int act_read_hmget(struct rconn *rc, size_t cnt, const char *what,
 }
 
 struct act_cmp {
-    const struct act_vec *vec;
+    const struct preheat_vec *vec;
     const size_t *idx;
     unsigned char *flag;
-    const char *(*value)(const struct act_vec *, size_t);
+    const char *(*value)(const struct preheat_vec *, size_t);
 };
 
 /* flag[k]: the field differs from what preheat would write. */
@@ -346,14 +242,13 @@ static void act_stock_absent(void *arg, size_t k, const redisReply *v)
     c->flag[k] = v->type == REDIS_REPLY_NIL;
 }
 
-
 /* Activities per EVAL of script_preheat_publish. */
 #define ACT_PUB_BATCH 128
 #define ACT_PUB_ARGS 7
 
 /* Appends the EVALs of script_preheat_publish for pub[0..cnt) of shard SHARD; stock[k]
  * is the stock field to create, or -1 for none. *cmds counts the commands. */
-static int act_append_publish(struct rconn *rc, int shard, const struct act_vec *vec,
+static int act_append_publish(struct rconn *rc, int shard, const struct preheat_vec *vec,
                               const size_t *pub, const int64_t *stock, size_t cnt, size_t *cmds)
 {
     enum { FIXED = 8 };
@@ -410,7 +305,7 @@ static int act_append_publish(struct rconn *rc, int shard, const struct act_vec 
 /* Reads the replies of act_append_publish(): counts created stock fields in
  * res, marks refused activities in stale[] (parallel to pub) and puts the
  * META that stays in their place in vec, so ACTIVITY:LIST shows the newer. */
-static int act_read_publish(struct rconn *rc, struct act_vec *vec, const size_t *pub,
+static int act_read_publish(struct rconn *rc, struct preheat_vec *vec, const size_t *pub,
                             size_t cnt, unsigned char *stale, struct preheat_result *res,
                             char *err, size_t errlen)
 {
@@ -474,7 +369,7 @@ static int act_read_publish(struct rconn *rc, struct act_vec *vec, const size_t 
  * hide an entry that moved to MySQL after the SELECT.
  */
 static int act_publish_shard(struct mconn *mc, struct rconn *rc, int shard,
-                             struct act_vec *vec, const size_t *idx, size_t cnt,
+                             struct preheat_vec *vec, const size_t *idx, size_t cnt,
                              struct preheat_result *res, char *err, size_t errlen)
 {
     char mkey[KEYS_MAX], wkey[KEYS_MAX], vkey[KEYS_MAX], skey[KEYS_MAX];
@@ -577,7 +472,7 @@ out:
 }
 
 /* Publishes every activity of vec, shard by shard. */
-static int act_publish(struct mconn *mc, struct rconn *rc, struct act_vec *vec,
+static int act_publish(struct mconn *mc, struct rconn *rc, struct preheat_vec *vec,
                        struct preheat_result *res, char *err, size_t errlen)
 {
     size_t *idx = xmalloc((vec->n + 1) * sizeof(*idx));
@@ -595,163 +490,26 @@ static int act_publish(struct mconn *mc, struct rconn *rc, struct act_vec *vec,
     return ret;
 }
 
-/* The Redis side of a revoke: id in ACTIVITY:VOIDED, so every node answers
- * VOIDED, its version the highest, and its stock field a tombstone. A tombstone, not HDEL: a preheat
- * that read MySQL before the revoke finds the field present and cannot put
- * the stock back (HSETNX), and the script answers SOLD_OUT to a node that
- * has not yet seen the revoke, so nothing more is ever issued. Idempotent. */
-int preheat_apply_void(struct rconn *rc, int64_t id, char *err, size_t errlen)
+/* Row of SQL_NOW: arg is the int64_t it goes into; *got set (arg[1]). */
+static int preheat_now_row(void *arg, int ncols, char **cols)
 {
-    char skey[KEYS_MAX], vkey[KEYS_MAX];
-    redisReply *r = rconn_command(rc, KEY_ACTIVITY_VOIDED, "SADD %s %" PRId64,
-                                  KEY_ACTIVITY_VOIDED, id);
-    if (rconn_expect(rc, r, 0, "SADD", KEY_ACTIVITY_VOIDED, err, errlen) != CS_OK)
+    int64_t *v = arg;
+    if (ncols != 1 || cols[0] == NULL || cs_parse_id(cols[0], strlen(cols[0]), &v[0]) != CS_OK)
         return CS_ERR;
-    freeReplyObject(r);
-    /* The highest version, before the tombstone: a preheat that read MySQL
-     * before the revoke can then write neither its META (an "in progress"
-     * sale) nor its window again. */
-    keys_version(vkey, keys_shard(id));
-    r = rconn_command(rc, vkey, "HSET %s %" PRId64 " %" PRId64, vkey, id, INT64_MAX);
-    if (rconn_expect(rc, r, 0, "HSET", vkey, err, errlen) != CS_OK)
-        return CS_ERR;
-    freeReplyObject(r);
-    keys_stock(skey, keys_shard(id));
-    r = rconn_command(rc, skey, "HSET %s %" PRId64 " %d", skey, id, ACTIVITY_STOCK_VOIDED);
-    if (rconn_expect(rc, r, 0, "HSET", skey, err, errlen) != CS_OK)
-        return CS_ERR;
-    freeReplyObject(r);
+    v[1] = 1;
     return CS_OK;
-}
-
-struct act_ids {
-    int64_t *v;
-    size_t n, cap;
-};
-
-static int act_id_row(void *arg, int ncols, char **cols)
-{
-    struct act_ids *ids = arg;
-    int64_t id;
-    if (ncols < 1 || cols[0] == NULL || cs_parse_id(cols[0], strlen(cols[0]), &id) != CS_OK)
-        return CS_OK;
-    if (ids->n == ids->cap) {
-        ids->cap = ids->cap ? ids->cap * 2 : 16;
-        ids->v = xrealloc(ids->v, ids->cap * sizeof(*ids->v));
-    }
-    ids->v[ids->n++] = id;
-    return CS_OK;
-}
-
-/* Re-applies the Redis side of the revokes SQL (with its np params) selects.
- * *n gets how many (may be NULL). */
-static int act_reapply_query(struct mconn *mc, struct rconn *rc, const char *sql,
-                             struct mval *p, int np, int *n, char *err, size_t errlen)
-{
-    struct act_ids ids = {0};
-    int ret = CS_OK;
-    if (mconn_query(mc, sql, p, np, act_id_row, &ids) != CS_OK) {
-        snprintf(err, errlen, "selecting revoked activities: %s", mc->errstr);
-        free(ids.v);
-        return CS_ERR;
-    }
-    for (size_t i = 0; i < ids.n && ret == CS_OK; i++)
-        ret = preheat_apply_void(rc, ids.v[i], err, errlen);
-    if (n != NULL)
-        *n = (int)ids.n;
-    free(ids.v);
-    return ret;
-}
-
-/* Re-applies the Redis side of every revoke MySQL knows of that could still
- * matter, so MySQL never says voided while Redis sells. */
-static int act_reapply_voids(struct mconn *mc, struct rconn *rc, int grace_s, char *err,
-                             size_t errlen)
-{
-    struct mval p[] = {MV_INT(grace_s)};
-    return act_reapply_query(mc, rc, SQL_VOIDED, p, 1, NULL, err, errlen);
-}
-
-/* Drops from vec the activities whose id is in ACTIVITY:VOIDED: revoked
- * since the SELECT, they stay out of the list, and their stock field holds
- * the revoke's tombstone. */
-static int act_drop_voided(struct rconn *rc, struct act_vec *vec, char *err, size_t errlen)
-{
-    int64_t *voided;
-    size_t nvoided, kept = 0;
-
-    if (act_voided_ids(rc, &voided, &nvoided, err, errlen) != CS_OK)
-        return CS_ERR;
-    for (size_t i = 0; i < vec->n; i++) {
-        if (nvoided > 0 && bsearch(&vec->v[i].id, voided, nvoided, sizeof(int64_t), cs_cmp_int64)) {
-            cJSON_free(vec->txt[i]);
-            continue;
-        }
-        if (kept != i) {
-            vec->has_coupons[kept] = vec->has_coupons[i];
-            vec->txt[kept] = vec->txt[i];
-            memcpy(vec->win[kept], vec->win[i], sizeof(vec->win[0]));
-            vec->ver[kept] = vec->ver[i];
-            vec->v[kept] = vec->v[i];
-        }
-        kept++;
-    }
-    vec->n = kept;
-    free(voided);
-    return CS_OK;
-}
-
-/* Tries at rewriting ACTIVITY:LIST before giving up to the next preheat:
- * each lost try means another writer published a newer MySQL read. */
-#define ACT_LIST_TRIES 5
-
-/* Rewrites ACTIVITY:LIST from a fresh MySQL read (generation first, then the
- * SELECT, then a write that holds only if no one wrote meanwhile), so the
- * list never goes back in time: every writer whose MySQL read is older than
- * the last write reads again. CS_ERR with a message in err. */
-int preheat_list_rewrite(struct mconn *mc, struct rconn *rc, int horizon_days, int grace_s,
-                         char *err, size_t errlen)
-{
-    for (int tries = 0; tries < ACT_LIST_TRIES; tries++) {
-        struct act_vec vec;
-        long long gen;
-        int stale = 0, ret;
-
-        if (act_list_gen(rc, &gen, err, errlen) != CS_OK
-            || act_select(mc, horizon_days, grace_s, 0, 0, &vec, err, errlen) != CS_OK)
-            return CS_ERR;
-        ret = act_drop_voided(rc, &vec, err, errlen);
-        if (ret == CS_OK)
-            ret = act_write_list(rc, &vec, gen, &stale, err, errlen);
-        act_vec_free(&vec);
-        if (ret != CS_OK || !stale)
-            return ret;
-    }
-    snprintf(err, errlen, "%s: %d writers came between", KEY_ACTIVITY_LIST, ACT_LIST_TRIES);
-    return CS_ERR;
 }
 
 /* MySQL's clock, in seconds since the epoch. */
 int preheat_mysql_now(struct mconn *mc, int64_t *now_s, char *err, size_t errlen)
 {
-    struct act_ids ids = {0};
-    if (mconn_query(mc, SQL_NOW, NULL, 0, act_id_row, &ids) != CS_OK || ids.n != 1) {
+    int64_t v[2] = {0, 0};
+    if (mconn_query(mc, SQL_NOW, NULL, 0, preheat_now_row, v) != CS_OK || v[1] != 1) {
         snprintf(err, errlen, "reading MySQL's clock: %s", mc->errstr);
-        free(ids.v);
         return CS_ERR;
     }
-    *now_s = ids.v[0];
-    free(ids.v);
+    *now_s = v[0];
     return CS_OK;
-}
-
-/* Re-applies the Redis side of the revokes made since since_s (by hand in
- * SQL too). *n gets how many. */
-static int act_reapply_voids_since(struct mconn *mc, struct rconn *rc, int64_t since_s,
-                                   int grace_s, int *n, char *err, size_t errlen)
-{
-    struct mval p[] = {MV_INT(since_s), MV_INT(grace_s)};
-    return act_reapply_query(mc, rc, SQL_VOIDED_CHANGED, p, 2, n, err, errlen);
 }
 
 void preheat_mark_free(struct preheat_mark *mark)
@@ -760,56 +518,11 @@ void preheat_mark_free(struct preheat_mark *mark)
     memset(mark, 0, sizeof(*mark));
 }
 
-/* FNV-1a of s. */
-static uint64_t act_hash(const char *s)
-{
-    uint64_t h = 14695981039346656037ULL;
-    for (; *s != '\0'; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-    return h;
-}
-
-static int act_listed_cmp(const void *x, const void *y)
-{
-    const struct preheat_listed *a = x, *b = y;
-    return (a->id > b->id) - (a->id < b->id);
-}
-
-/* Remembers in mark what ACTIVITY:LIST was written with. */
-static void act_mark_listed(struct preheat_mark *mark, const struct act_vec *vec)
-{
-    mark->listed = xrealloc(mark->listed, (vec->n + 1) * sizeof(*mark->listed));
-    for (size_t i = 0; i < vec->n; i++) {
-        mark->listed[i].id = vec->v[i].id;
-        mark->listed[i].hash = act_hash(vec->txt[i]);
-    }
-    mark->nlisted = vec->n;
-    qsort(mark->listed, mark->nlisted, sizeof(*mark->listed), act_listed_cmp);
-    mark->have_list = 1;
-}
-
-/* Whether an activity of vec is not in the list as mark remembers it. */
-static int act_list_differs(const struct preheat_mark *mark, const struct act_vec *vec)
-{
-    if (!mark->have_list)
-        return vec->n > 0;
-    for (size_t i = 0; i < vec->n; i++) {
-        struct preheat_listed key = {.id = vec->v[i].id};
-        const struct preheat_listed *hit =
-            mark->nlisted > 0 ? bsearch(&key, mark->listed, mark->nlisted, sizeof(key),
-                                        act_listed_cmp)
-                              : NULL;
-        if (hit == NULL || hit->hash != act_hash(vec->txt[i]))
-            return 1;
-    }
-    return 0;
-}
-
 int activity_preheat_pass(struct mconn *mc, struct rconn *rc, int horizon_days, int grace_s,
                           struct preheat_mark *mark, int relist, struct preheat_result *res,
                           char *err, size_t errlen)
 {
-    struct act_vec vec;
+    struct preheat_vec vec;
     int64_t now_s = 0, since_s = 0;
     long long gen;
     int ret = CS_ERR, voids = 0, stale = 0;
@@ -822,18 +535,14 @@ int activity_preheat_pass(struct mconn *mc, struct rconn *rc, int horizon_days, 
         if (mark->since_s > 0)
             since_s = mark->since_s - PREHEAT_OVERLAP_S;
     }
-    if (act_list_gen(rc, &gen, err, errlen) != CS_OK
-        || act_select(mc, horizon_days, grace_s, 0, since_s, &vec, err, errlen) != CS_OK)
+    if (actlist_gen(rc, &gen, err, errlen) != CS_OK
+        || preheat_select(mc, horizon_days, grace_s, 0, since_s, &vec, err, errlen) != CS_OK)
         return CS_ERR;
     cs_pause_point("preheat-read");
     int64_t t1 = cs_mono_ms();
-    if (since_s > 0) {
-        if (act_reapply_voids_since(mc, rc, since_s, grace_s, &voids, err, errlen) != CS_OK)
-            goto out;
-    } else if (act_reapply_voids(mc, rc, grace_s, err, errlen) != CS_OK) {
+    if (revoke_reapply(mc, rc, since_s, grace_s, &voids, err, errlen) != CS_OK)
         goto out;
-    }
-    if (vec.n > 0 && act_drop_voided(rc, &vec, err, errlen) != CS_OK)
+    if (vec.n > 0 && revoke_drop_voided(rc, &vec, err, errlen) != CS_OK)
         goto out;
     cs_pause_point("preheat-publish");
     if (vec.n > 0 && act_publish(mc, rc, &vec, res, err, errlen) != CS_OK)
@@ -843,14 +552,14 @@ int activity_preheat_pass(struct mconn *mc, struct rconn *rc, int horizon_days, 
         /* Only what changed was read: ACTIVITY:LIST is rebuilt from a full
          * read, and only when an element of it changed (a drain stamps
          * updated_at with every batch, and changes no element). */
-        int differs = act_list_differs(mark, &vec);
-        act_vec_free(&vec);
+        int differs = actlist_differs(mark, &vec);
+        preheat_vec_free(&vec);
         if (!differs && voids == 0 && !relist)
             goto done;
-        if (act_list_gen(rc, &gen, err, errlen) != CS_OK
-            || act_select(mc, horizon_days, grace_s, 0, 0, &vec, err, errlen) != CS_OK)
+        if (actlist_gen(rc, &gen, err, errlen) != CS_OK
+            || preheat_select(mc, horizon_days, grace_s, 0, 0, &vec, err, errlen) != CS_OK)
             return CS_ERR;
-        if (act_drop_voided(rc, &vec, err, errlen) != CS_OK)
+        if (revoke_drop_voided(rc, &vec, err, errlen) != CS_OK)
             goto out;
         res->listed = 1;
     }
@@ -858,11 +567,11 @@ int activity_preheat_pass(struct mconn *mc, struct rconn *rc, int horizon_days, 
      * An admin change that wrote the list after our MySQL read wins: the
      * list is read again rather than put back (and what it then holds is
      * not known here: the next pass that reads a change rewrites it). */
-    if (act_write_list(rc, &vec, gen, &stale, err, errlen) != CS_OK
-        || (stale && preheat_list_rewrite(mc, rc, horizon_days, grace_s, err, errlen) != CS_OK))
+    if (actlist_write(rc, &vec, gen, &stale, err, errlen) != CS_OK
+        || (stale && actlist_rewrite(mc, rc, horizon_days, grace_s, err, errlen) != CS_OK))
         goto out;
     if (mark != NULL && !stale)
-        act_mark_listed(mark, &vec);
+        actlist_mark(mark, &vec);
     else if (mark != NULL)
         mark->have_list = 0;
     res->loaded = (int)vec.n;
@@ -873,7 +582,7 @@ done:
         mark->since_s = now_s;
     ret = CS_OK;
 out:
-    act_vec_free(&vec);
+    preheat_vec_free(&vec);
     return ret;
 }
 
@@ -883,117 +592,11 @@ int activity_preheat(struct mconn *mc, struct rconn *rc, int horizon_days, int g
     return activity_preheat_pass(mc, rc, horizon_days, grace_s, NULL, 0, res, err, errlen);
 }
 
-static const char *act_skip_ws(const char *p, const char *end)
-{
-    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
-        p++;
-    return p;
-}
-
-/* Builds into out the list value LIST (len bytes) with ID's element removed
- * and, when txt is not NULL, txt inserted at its place by (start, id), the
- * order of SQL_PREHEAT. Element by element, never a cJSON tree of the whole
- * list. CS_ERR when LIST is not an array of activities. */
-static int act_list_splice_text(const char *list, size_t len, int64_t id, const struct activity *a,
-                                const char *txt, struct act_buf *out)
-{
-    const char *p = act_skip_ws(list, list + len), *end = list + len;
-    int n = 0, placed = txt == NULL;
-
-    if (p == end || *p != '[')
-        return CS_ERR;
-    act_buf_add(out, "[", 1);
-    p = act_skip_ws(p + 1, end);
-    while (p < end && *p != ']') {
-        const char *next = NULL;
-        struct activity e;
-        cJSON *o = cJSON_ParseWithLengthOpts(p, (size_t)(end - p), &next, 0);
-        int ok = o != NULL && next != NULL && activity_from_json(o, &e) == CS_OK;
-        cJSON_Delete(o);
-        if (!ok)
-            return CS_ERR;
-        if (!placed && (e.start_ms > a->start_ms || (e.start_ms == a->start_ms && e.id > id))) {
-            if (n++ > 0)
-                act_buf_add(out, ",", 1);
-            act_buf_add(out, txt, strlen(txt));
-            placed = 1;
-        }
-        if (e.id != id) {
-            if (n++ > 0)
-                act_buf_add(out, ",", 1);
-            act_buf_add(out, p, (size_t)(next - p));
-        }
-        p = act_skip_ws(next, end);
-        if (p < end && *p == ',')
-            p = act_skip_ws(p + 1, end);
-    }
-    if (p == end)
-        return CS_ERR;
-    if (!placed) {
-        if (n > 0)
-            act_buf_add(out, ",", 1);
-        act_buf_add(out, txt, strlen(txt));
-    }
-    act_buf_add(out, "]", 1);
-    return CS_OK;
-}
-
-/* Puts activity ID's element into ACTIVITY:LIST in place: vec holds ID as
- * MySQL had it after generation GEN was read (or nothing: it left the list).
- * One read and one write of the list, not a read of every activity in MySQL.
- * CS_OK with *stale = 1 when another writer wrote since GEN (nothing
- * written: the caller reads the row again); CS_ERR when the list cannot be
- * read or written, or is malformed (then *malformed = 1). */
-static int act_list_splice(struct rconn *rc, int64_t id, const struct act_vec *vec, long long gen,
-                           int *stale, int *malformed, char *err, size_t errlen)
-{
-    struct act_buf b = {0};
-    int ret = CS_ERR;
-
-    *stale = 0;
-    *malformed = 0;
-    redisReply *r = rconn_command(rc, KEY_ACTIVITY_LIST, "GET %s", KEY_ACTIVITY_LIST);
-    if (rconn_expect(rc, r, 0, "GET", KEY_ACTIVITY_LIST, err, errlen) != CS_OK)
-        return CS_ERR;
-    const struct activity *a = vec->n > 0 ? &vec->v[0] : NULL;
-    const char *txt = vec->n > 0 ? vec->txt[0] : NULL;
-    if (r->type == REDIS_REPLY_NIL) {
-        act_buf_add(&b, "[", 1);
-        if (txt != NULL)
-            act_buf_add(&b, txt, strlen(txt));
-        act_buf_add(&b, "]", 1);
-    } else if (r->type != REDIS_REPLY_STRING
-               || act_list_splice_text(r->str, r->len, id, a, txt, &b) != CS_OK) {
-        snprintf(err, errlen, "%s is not a JSON array of activities", KEY_ACTIVITY_LIST);
-        *malformed = 1;
-        goto out;
-    }
-    if (r->type == REDIS_REPLY_STRING && r->len == b.len && memcmp(r->str, b.p, b.len) == 0) {
-        ret = CS_OK; /* already in place: nothing to write */
-        goto out;
-    }
-    freeReplyObject(r);
-    r = rconn_command(rc, KEY_ACTIVITY_LIST, "EVAL %s 2 %s %s %b %lld", script_activity_list_cas,
-                      KEY_ACTIVITY_LIST, KEY_ACTIVITY_LIST_GEN, b.p, b.len, gen);
-    if (rconn_expect(rc, r, REDIS_REPLY_INTEGER, "EVAL list write", KEY_ACTIVITY_LIST, err,
-                     errlen) != CS_OK) {
-        r = NULL;
-        goto out;
-    }
-    *stale = r->integer == SCRIPT_LIST_RACED;
-    ret = CS_OK;
-out:
-    if (r != NULL)
-        freeReplyObject(r);
-    free(b.p);
-    return ret;
-}
-
 int activity_preheat_one(struct mconn *mc, struct rconn *rc, int64_t id, int horizon_days,
                          int grace_s, struct preheat_result *res, char *err, size_t errlen)
 {
-    for (int tries = 0; tries < ACT_LIST_TRIES; tries++) {
-        struct act_vec vec;
+    for (int tries = 0; tries < ACTLIST_TRIES; tries++) {
+        struct preheat_vec vec;
         long long gen;
         int stale = 0, malformed = 0, ret;
 
@@ -1001,24 +604,24 @@ int activity_preheat_one(struct mconn *mc, struct rconn *rc, int64_t id, int hor
         /* The list's generation before the row is read: a write of the list
          * after that (another change of ID included) makes us read again,
          * so an older row can never replace a newer one in the list. */
-        if (act_list_gen(rc, &gen, err, errlen) != CS_OK
-            || act_select(mc, horizon_days, grace_s, id, 0, &vec, err, errlen) != CS_OK)
+        if (actlist_gen(rc, &gen, err, errlen) != CS_OK
+            || preheat_select(mc, horizon_days, grace_s, id, 0, &vec, err, errlen) != CS_OK)
             return CS_ERR;
-        ret = act_drop_voided(rc, &vec, err, errlen);
+        ret = revoke_drop_voided(rc, &vec, err, errlen);
         if (ret == CS_OK)
             ret = act_publish(mc, rc, &vec, res, err, errlen);
         res->loaded = (int)vec.n;
         /* Its place in ACTIVITY:LIST (added, moved, or gone when it left the
          * horizon), after its stock field exists. */
         if (ret == CS_OK) {
-            ret = act_list_splice(rc, id, &vec, gen, &stale, &malformed, err, errlen);
+            ret = actlist_splice(rc, id, &vec, gen, &stale, &malformed, err, errlen);
             if (ret != CS_OK && malformed) /* rebuilt whole from MySQL */
-                ret = preheat_list_rewrite(mc, rc, horizon_days, grace_s, err, errlen);
+                ret = actlist_rewrite(mc, rc, horizon_days, grace_s, err, errlen);
         }
-        act_vec_free(&vec);
+        preheat_vec_free(&vec);
         if (ret != CS_OK || !stale)
             return ret;
     }
-    snprintf(err, errlen, "%s: %d writers came between", KEY_ACTIVITY_LIST, ACT_LIST_TRIES);
+    snprintf(err, errlen, "%s: %d writers came between", KEY_ACTIVITY_LIST, ACTLIST_TRIES);
     return CS_ERR;
 }

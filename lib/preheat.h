@@ -1,6 +1,7 @@
 /* preheat.h - activities from MySQL into Redis: preheat (the ACTIVITY:LIST,
- * META, WINDOW and stock fields of every activity on sale or soon) and
- * revoke. Used by coupon-fcgi's admin routes and coupon-sync's jobs. */
+ * META, WINDOW and stock fields of every activity on sale or soon). The list
+ * itself is actlist.h's, the Redis side of a revoke revoke.h's. Used by
+ * coupon-fcgi's admin routes and coupon-sync's jobs. */
 #ifndef CS_PREHEAT_H
 #define CS_PREHEAT_H
 
@@ -96,18 +97,6 @@ void preheat_mark_free(struct preheat_mark *mark);
 int activity_preheat_pass(struct mconn *mc, struct rconn *rc, int horizon_days, int grace_s,
                           struct preheat_mark *mark, int relist, struct preheat_result *res,
                           char *err, size_t errlen);
-
-/* The Redis side of a revoke (revoke.h): id in ACTIVITY:VOIDED, its version
- * the highest, its stock field the tombstone ACTIVITY_STOCK_VOIDED. A
- * preheat re-applies it for every voided activity. Idempotent. CS_ERR with a
- * message in err. */
-int preheat_apply_void(struct rconn *rc, int64_t id, char *err, size_t errlen);
-
-/* Rewrites ACTIVITY:LIST from a fresh MySQL read, never back in time (a
- * write holds only when no one wrote since the read began). CS_ERR with a
- * message in err. */
-int preheat_list_rewrite(struct mconn *mc, struct rconn *rc, int horizon_days, int grace_s,
-                         char *err, size_t errlen);
 
 /* MySQL's clock (UNIX_TIMESTAMP()) into *now_s: the marks of the passes that
  * read rows changed since then are taken by it, not by this host's clock.
