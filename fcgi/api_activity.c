@@ -2,6 +2,7 @@
  * activities (stock top-up included) over HTTP. */
 #include "actinput.h"
 #include "activity.h"
+#include "activity_db.h"
 #include "alist.h"
 #include "api.h"
 #include "conf.h"
@@ -25,118 +26,13 @@
 #define ACT_PAGE_DEFAULT 20
 #define ACT_PAGE_MAX 200
 
-#define ACT_COLS                                                                             \
-    "id, name, coupon_name, coupon_type, coupon_amount, coupon_threshold, total_num, "      \
-    "stock_num, CAST(UNIX_TIMESTAMP(distribute_start_time) AS SIGNED) * 1000, "              \
-    "CAST(UNIX_TIMESTAMP(distribute_end_time) AS SIGNED) * 1000, validity_days, status, "    \
-    "CAST(UNIX_TIMESTAMP(created_at) AS SIGNED) * 1000, "                                   \
-    "CAST(UNIX_TIMESTAMP(NOW()) AS SIGNED) * 1000, return_on_expiry, "                     \
-    "COALESCE(eligible_groups, '')"
-
-static const char SQL_GET[] = "SELECT " ACT_COLS " FROM activity WHERE id = ?";
-static const char SQL_LOCK[] = "SELECT " ACT_COLS " FROM activity WHERE id = ? FOR UPDATE";
-static const char SQL_PAGE[] =
-    "SELECT " ACT_COLS " FROM activity ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?";
-static const char SQL_COUNT[] = "SELECT COUNT(*) FROM activity";
-/* status follows from the window, as the status job would set it. */
-static const char SQL_INSERT[] =
-    "INSERT INTO activity (name, coupon_name, coupon_type, coupon_amount, coupon_threshold, "
-    "total_num, stock_num, distribute_start_time, distribute_end_time, validity_days, "
-    "return_on_expiry, eligible_groups, status) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, FROM_UNIXTIME(?), FROM_UNIXTIME(?), ?, ?, NULLIF(?, ''), "
-    "CASE WHEN FROM_UNIXTIME(?) > NOW() THEN 1 WHEN FROM_UNIXTIME(?) > NOW() THEN 2 ELSE 3 END)";
-static const char SQL_LAST_ID[] = "SELECT LAST_INSERT_ID()";
-/* Coupons of one activity by state, from idx_coupon_activity_state alone. */
-static const char SQL_COUPON_COUNTS[] =
-    "SELECT status, returned <> 0, COUNT(*) FROM coupon WHERE activity_id = ? "
-    "GROUP BY status, returned <> 0";
-/* NULL keeps a column; total and stock move by the same delta, so the
- * invariant total = stock + coupons holds in this one statement. MariaDB
- * assigns left to right: status sees the new window. */
-static const char SQL_UPDATE[] =
-    "UPDATE activity SET name = COALESCE(?, name), coupon_name = COALESCE(?, coupon_name), "
-    "coupon_type = COALESCE(?, coupon_type), coupon_amount = COALESCE(?, coupon_amount), "
-    "coupon_threshold = COALESCE(?, coupon_threshold), total_num = total_num + ?, "
-    "stock_num = stock_num + ?, "
-    "distribute_start_time = COALESCE(FROM_UNIXTIME(?), distribute_start_time), "
-    "distribute_end_time = COALESCE(FROM_UNIXTIME(?), distribute_end_time), "
-    "validity_days = COALESCE(?, validity_days), "
-    "return_on_expiry = COALESCE(?, return_on_expiry), "
-    "eligible_groups = IF(? IS NULL, eligible_groups, NULLIF(?, '')), "
-    "status = CASE WHEN distribute_start_time > NOW() THEN 1 "
-    "WHEN distribute_end_time > NOW() THEN 2 ELSE 3 END WHERE id = ?";
-
-/* One activity row as the admin API shows it. */
-struct act_row {
-    struct activity a;
-    int coupon_type;
-    int64_t stock_num;
-    int64_t created_ms;
-    int64_t db_now_ms;
-};
-
-struct act_rows {
-    struct act_row *v;
-    size_t n, cap;
-};
-
-static int64_t act_ll(const char *s)
-{
-    return s ? strtoll(s, NULL, 10) : 0;
-}
-
-static int act_row_cb(void *arg, int ncols, char **c)
-{
-    struct act_rows *rows = arg;
-    if (ncols != 16)
-        return CS_ERR;
-    if (rows->n == rows->cap) {
-        rows->cap = rows->cap ? rows->cap * 2 : 8;
-        rows->v = xrealloc(rows->v, rows->cap * sizeof(*rows->v));
-    }
-    struct act_row *r = &rows->v[rows->n++];
-    memset(r, 0, sizeof(*r));
-    /* ids are BIGINT UNSIGNED; the API serves 1..2^63-1 (strtoull, then the cast). */
-    r->a.id = (int64_t)strtoull(c[0] ? c[0] : "0", NULL, 10);
-    snprintf(r->a.name, sizeof(r->a.name), "%s", c[1] ? c[1] : "");
-    snprintf(r->a.coupon_name, sizeof(r->a.coupon_name), "%s", c[2] ? c[2] : "");
-    r->coupon_type = (int)act_ll(c[3]);
-    snprintf(r->a.coupon_amount, sizeof(r->a.coupon_amount), "%s", c[4] ? c[4] : "0.00");
-    snprintf(r->a.coupon_threshold, sizeof(r->a.coupon_threshold), "%s", c[5] ? c[5] : "0.00");
-    r->a.total_num = act_ll(c[6]);
-    r->stock_num = act_ll(c[7]);
-    r->a.start_ms = act_ll(c[8]);
-    r->a.end_ms = act_ll(c[9]);
-    r->a.validity_days = (int)act_ll(c[10]);
-    r->a.status = (int)act_ll(c[11]);
-    r->created_ms = act_ll(c[12]);
-    r->db_now_ms = act_ll(c[13]);
-    r->a.return_on_expiry = act_ll(c[14]) != 0;
-    snprintf(r->a.groups, sizeof(r->a.groups), "%s", c[15] ? c[15] : "");
-    return CS_OK;
-}
-
-/* Reads activity id (sql: SQL_GET or SQL_LOCK). CS_OK with *found. */
-static int act_load(struct worker *w, const char *sql, int64_t id, struct act_row *out,
-                    int *found)
-{
-    struct act_rows rows = {0};
-    struct mval p[] = {MV_INT(id)};
-    int rc = mconn_query(w->mc, sql, p, 1, act_row_cb, &rows);
-    *found = rc == CS_OK && rows.n == 1;
-    if (*found)
-        *out = rows.v[0];
-    free(rows.v);
-    return rc;
-}
-
 /* ---- Redis ----------------------------------------------------------------------- */
 
 enum act_stock { STOCK_UNKNOWN, STOCK_ABSENT, STOCK_VOIDED, STOCK_PRESENT };
 
 /* The stock fields of n activities in one pipelined round trip. CS_ERR when
  * Redis could not be read (every kind stays STOCK_UNKNOWN). */
-static int act_redis_stock(struct worker *w, const struct act_row *rows, size_t n,
+static int act_redis_stock(struct worker *w, const struct activity_row *rows, size_t n,
                            enum act_stock *kind, int64_t *val)
 {
     struct activity_stock *s = xmalloc(n * sizeof(*s));
@@ -214,32 +110,12 @@ static int act_refresh(struct worker *w, int64_t id, struct preheat_result *res)
 
 /* ---- answers --------------------------------------------------------------------- */
 
-struct act_counts {
-    int64_t by_status[5];      /* index: coupon.status 1..4 */
-    int64_t returned;
-};
-
-static int act_counts_row(void *arg, int ncols, char **c)
-{
-    struct act_counts *k = arg;
-    if (ncols != 3 || c[0] == NULL || c[2] == NULL)
-        return CS_ERR;
-    int st = atoi(c[0]);
-    int64_t n = strtoll(c[2], NULL, 10);
-    if (st >= 1 && st <= 4)
-        k->by_status[st] += n;
-    if (c[1] != NULL && atoi(c[1]) != 0)
-        k->returned += n;
-    return CS_OK;
-}
-
 /* Adds "coupons": {unused, used, expired, returned, voided} of activity id
  * to o (null when MySQL could not tell). */
 static void act_add_counts(struct worker *w, int64_t id, cJSON *o)
 {
-    struct act_counts k = {0};
-    struct mval p[] = {MV_INT(id)};
-    if (mconn_query(w->mc, SQL_COUPON_COUNTS, p, 1, act_counts_row, &k) != CS_OK) {
+    struct activity_counts k;
+    if (activity_db_counts(w->mc, id, &k) != CS_OK) {
         cJSON_AddNullToObject(o, "coupons");
         return;
     }
@@ -251,7 +127,7 @@ static void act_add_counts(struct worker *w, int64_t id, cJSON *o)
     cJSON_AddNumberToObject(c, "voided", (double)k.by_status[4]);
 }
 
-static cJSON *act_json(const struct act_row *r, int64_t now_ms, enum act_stock kind,
+static cJSON *act_json(const struct activity_row *r, int64_t now_ms, enum act_stock kind,
                        int64_t stock)
 {
     char t[32];
@@ -329,12 +205,12 @@ static void act_mysql_down(struct worker *w, struct req *r, const char *what)
 static void act_answer_one(struct worker *w, struct req *r, int status, const char *msg,
                            int64_t id, cJSON *root)
 {
-    struct act_row row;
+    struct activity_row row;
     enum act_stock kind;
     int64_t stock;
     int found;
 
-    if (act_load(w, SQL_GET, id, &row, &found) != CS_OK) {
+    if (activity_db_get(w->mc, id, 0, &row, &found) != CS_OK) {
         cJSON_Delete(root);
         act_mysql_down(w, r, "reading an activity");
         return;
@@ -355,24 +231,6 @@ static void act_answer_one(struct worker *w, struct req *r, int status, const ch
 }
 
 /* ---- GET ------------------------------------------------------------------------- */
-
-static int act_count_cb(void *arg, int ncols, char **c)
-{
-    if (ncols != 1)
-        return CS_ERR;
-    *(int64_t *)arg = act_ll(c[0]);
-    return CS_OK;
-}
-
-/* LAST_INSERT_ID() is unsigned: anything past 2^63-1 comes out as -1. */
-static int act_last_id_cb(void *arg, int ncols, char **c)
-{
-    if (ncols != 1 || c[0] == NULL)
-        return CS_ERR;
-    unsigned long long v = strtoull(c[0], NULL, 10);
-    *(int64_t *)arg = v > (unsigned long long)INT64_MAX ? -1 : (int64_t)v;
-    return CS_OK;
-}
 
 static void act_get(struct worker *w, struct req *r)
 {
@@ -396,17 +254,15 @@ static void act_get(struct worker *w, struct req *r)
         act_bad_field(r, "size", "size must be an integer 1..%d", ACT_PAGE_MAX);
         return;
     }
-    struct act_rows rows = {0};
-    struct mval p[] = {MV_INT(size), MV_INT((page - 1) * size)};
-    if (mconn_query(w->mc, SQL_PAGE, p, 2, act_row_cb, &rows) != CS_OK
-        || mconn_query(w->mc, SQL_COUNT, NULL, 0, act_count_cb, &total) != CS_OK) {
-        free(rows.v);
+    struct activity_row *rows;
+    size_t n;
+    if (activity_db_page(w->mc, page, size, &rows, &n, &total) != CS_OK) {
         act_mysql_down(w, r, "paging activities");
         return;
     }
-    enum act_stock *kind = xmalloc(sizeof(*kind) * (rows.n + 1));
-    int64_t *stock = xmalloc(sizeof(*stock) * (rows.n + 1));
-    int stale = act_redis_stock(w, rows.v, rows.n, kind, stock) != CS_OK;
+    enum act_stock *kind = xmalloc(sizeof(*kind) * (n + 1));
+    int64_t *stock = xmalloc(sizeof(*stock) * (n + 1));
+    int stale = act_redis_stock(w, rows, n, kind, stock) != CS_OK;
     int64_t qsum = stale ? -1 : act_queue_depth(w, depth);
 
     cJSON *root = act_root("ok");
@@ -415,9 +271,9 @@ static void act_get(struct worker *w, struct req *r)
     cJSON_AddNumberToObject(root, "total", (double)total);
     cJSON *arr = cJSON_AddArrayToObject(root, "activities");
     int64_t now = cs_now_ms();
-    for (size_t i = 0; i < rows.n; i++) {
-        cJSON *o = act_json(&rows.v[i], now, kind[i], stock[i]);
-        act_add_counts(w, rows.v[i].a.id, o);
+    for (size_t i = 0; i < n; i++) {
+        cJSON *o = act_json(&rows[i], now, kind[i], stock[i]);
+        act_add_counts(w, rows[i].a.id, o);
         cJSON_AddItemToArray(arr, o);
     }
     /* What an operator watches besides the stock: the sync backlog and the
@@ -435,7 +291,7 @@ static void act_get(struct worker *w, struct req *r)
     cJSON_AddBoolToObject(root, "stale", stale || qsum < 0);
     free(kind);
     free(stock);
-    free(rows.v);
+    free(rows);
     act_send(r, 200, "ok", root);
 }
 
@@ -487,25 +343,8 @@ static void act_create(struct worker *w, struct req *r)
     if (!(in.set & ACTIN_VALIDITY))
         in.validity_days = 30;
 
-    struct mval p[] = {
-        MV_TXT(in.name, strlen(in.name)),
-        MV_TXT(in.coupon_name, strlen(in.coupon_name)),
-        MV_INT(in.coupon_type),
-        MV_TXT(in.coupon_amount, strlen(in.coupon_amount)),
-        MV_TXT(in.coupon_threshold, strlen(in.coupon_threshold)),
-        MV_INT(in.total_num),
-        MV_INT(in.total_num),
-        MV_INT(in.start_s),
-        MV_INT(in.end_s),
-        MV_INT(in.validity_days),
-        MV_INT(in.return_on_expiry),
-        MV_TXT(in.groups, strlen(in.groups)),
-        MV_INT(in.start_s),
-        MV_INT(in.end_s),
-    };
-    int64_t id = 0;
-    if (mconn_exec(w->mc, SQL_INSERT, p, (int)CS_ARRAY_LEN(p), NULL) != CS_OK
-        || mconn_query(w->mc, SQL_LAST_ID, NULL, 0, act_last_id_cb, &id) != CS_OK) {
+    int64_t id;
+    if (activity_db_insert(w->mc, &in, &id) != CS_OK) {
         act_mysql_down(w, r, "creating an activity");
         return;
     }
@@ -532,43 +371,6 @@ static void act_create(struct worker *w, struct req *r)
 }
 
 /* ---- PUT: update and top-up -------------------------------------------------------- */
-
-/* Fields of in that differ from the row (a field sent with its current
- * value changes nothing and is allowed at any time). */
-static unsigned act_changed(const struct actinput *in, const struct act_row *row)
-{
-    unsigned ch = in->set;
-    if ((ch & ACTIN_NAME) && strcmp(in->name, row->a.name) == 0)
-        ch &= ~ACTIN_NAME;
-    if ((ch & ACTIN_COUPON_NAME) && strcmp(in->coupon_name, row->a.coupon_name) == 0)
-        ch &= ~ACTIN_COUPON_NAME;
-    if ((ch & ACTIN_COUPON_TYPE) && in->coupon_type == row->coupon_type)
-        ch &= ~ACTIN_COUPON_TYPE;
-    if ((ch & ACTIN_COUPON_AMOUNT) && strcmp(in->coupon_amount, row->a.coupon_amount) == 0)
-        ch &= ~ACTIN_COUPON_AMOUNT;
-    if ((ch & ACTIN_COUPON_THRESHOLD)
-        && strcmp(in->coupon_threshold, row->a.coupon_threshold) == 0)
-        ch &= ~ACTIN_COUPON_THRESHOLD;
-    if ((ch & ACTIN_TOTAL) && in->total_num == row->a.total_num)
-        ch &= ~ACTIN_TOTAL;
-    if ((ch & ACTIN_START) && in->start_s * 1000 == row->a.start_ms)
-        ch &= ~ACTIN_START;
-    if ((ch & ACTIN_END) && in->end_s * 1000 == row->a.end_ms)
-        ch &= ~ACTIN_END;
-    if ((ch & ACTIN_VALIDITY) && in->validity_days == row->a.validity_days)
-        ch &= ~ACTIN_VALIDITY;
-    return ch;
-}
-
-static struct mval act_opt_txt(unsigned ch, unsigned bit, const char *s)
-{
-    return (ch & bit) ? MV_TXT(s, strlen(s)) : (struct mval){.t = MV_NULL};
-}
-
-static struct mval act_opt_int(unsigned ch, unsigned bit, int64_t v)
-{
-    return (ch & bit) ? MV_INT(v) : (struct mval){.t = MV_NULL};
-}
 
 /*
  * The order of a stock change, so that no moment ever has more coupons on
@@ -645,103 +447,48 @@ static void act_refusal_answer(struct worker *w, struct req *r, const struct act
 /* What an accepted update changes: the fields (ACTIN_* bits), the stock by
  * delta, and what Redis held of the stock before (for the answer). */
 struct act_change {
-    unsigned ch;
-    int64_t delta;
+    struct activity_change c;
     enum act_stock kind;
     int64_t rstock;
 };
 
 /*
- * The checks of an update against the row locked for it: what may change
- * before the start and what after it (only a later end and a top-up), the
- * window, the total against the coupons issued, and, when the stock moves,
+ * The checks of an update against the row locked for it: the rules of a
+ * change (activity_change_rules()) and, when the stock moves, the total
  * against what Redis has granted. CS_OK with *c filled, else CS_ERR with
  * *no saying why; nothing answered, nothing written.
  */
 static int act_update_check(struct worker *w, const struct actinput *in,
-                            const struct act_row *row, struct act_change *c,
+                            const struct activity_row *row, struct act_change *c,
                             struct act_refusal *no)
 {
-    int64_t now = row->db_now_ms;
-
-    if (row->a.status == ACT_VOIDED)
-        return act_refuse(no, CODE_VOIDED, "the activity was revoked; it cannot change", 0);
-    if (row->a.status == ACT_ENDED || now >= row->a.end_ms)
-        return act_refuse(no, CODE_ENDED, "the activity has ended; it cannot change", 0);
-    c->ch = act_changed(in, row);
-    c->delta = 0;
-    if (now >= row->a.start_ms) {
-        unsigned fixed = c->ch & ~(unsigned)(ACTIN_END | ACTIN_ADD);
-        if (fixed != 0) {
-            unsigned bit = fixed & -fixed;
-            return act_refuse_field(no, actinput_field(bit),
-                                    "%s cannot change once the sale has started "
-                                    "(only a later distributeEndTime and addStock)",
-                                    actinput_field(bit));
-        }
-        if ((c->ch & ACTIN_END) && in->end_s * 1000 < row->a.end_ms)
-            return act_refuse_field(no, "distributeEndTime",
-                                    "distributeEndTime can only move later once the sale has "
-                                    "started");
-    } else {
-        int64_t start = (c->ch & ACTIN_START) ? in->start_s * 1000 : row->a.start_ms;
-        int64_t end = (c->ch & ACTIN_END) ? in->end_s * 1000 : row->a.end_ms;
-        if (end <= start)
-            return act_refuse_field(no, "distributeEndTime",
-                                    "distributeEndTime must be after distributeStartTime");
-        if (c->ch & ACTIN_TOTAL) {
-            int64_t issued = row->a.total_num - row->stock_num;
-            if (in->total_num < issued)
-                return act_refuse_field(no, "totalNum",
-                                        "totalNum is below the %" PRId64
-                                        " coupons already issued", issued);
-            c->delta = in->total_num - row->a.total_num;
-        }
-    }
-    if (c->ch & ACTIN_ADD) {
-        if (row->a.total_num + in->add_stock > ACTIN_MAX_TOTAL)
-            return act_refuse_field(no, "addStock", "addStock would take totalNum past %lld",
-                                    ACTIN_MAX_TOTAL);
-        c->delta = in->add_stock;
+    switch (activity_change_rules(in, row, &c->c, &no->e)) {
+    case ACTIVITY_CHANGE_OK:
+        break;
+    case ACTIVITY_CHANGE_VOIDED:
+        no->code = CODE_VOIDED; /* no->e.msg says why */
+        return CS_ERR;
+    case ACTIVITY_CHANGE_ENDED:
+        no->code = CODE_ENDED;
+        return CS_ERR;
+    case ACTIVITY_CHANGE_BAD:
+        no->code = CODE_BAD_REQUEST;
+        return CS_ERR;
     }
     c->kind = STOCK_UNKNOWN;
     c->rstock = 0;
-    if (c->delta != 0) {
+    if (c->c.delta != 0) {
         if (act_redis_stock(w, row, 1, &c->kind, &c->rstock) != CS_OK) {
             log_error("top-up of activity %" PRId64 ": Redis unreadable: %s", row->a.id,
                       w->rc->errstr);
             return act_refuse(no, CODE_UNAVAILABLE, "Redis unavailable: nothing was changed",
                               5);
         }
-        if (c->kind == STOCK_PRESENT && c->rstock + c->delta < 0)
+        if (c->kind == STOCK_PRESENT && c->rstock + c->c.delta < 0)
             return act_refuse_field(no, "totalNum",
                                     "totalNum is below what Redis has already granted");
     }
     return CS_OK;
-}
-
-/* The UPDATE of an accepted change, inside the update's transaction. */
-static int act_update_write(struct worker *w, const struct actinput *in,
-                            const struct act_change *c, int64_t id)
-{
-    unsigned ch = c->ch;
-    struct mval p[] = {
-        act_opt_txt(ch, ACTIN_NAME, in->name),
-        act_opt_txt(ch, ACTIN_COUPON_NAME, in->coupon_name),
-        act_opt_int(ch, ACTIN_COUPON_TYPE, in->coupon_type),
-        act_opt_txt(ch, ACTIN_COUPON_AMOUNT, in->coupon_amount),
-        act_opt_txt(ch, ACTIN_COUPON_THRESHOLD, in->coupon_threshold),
-        MV_INT(c->delta),
-        MV_INT(c->delta),
-        act_opt_int(ch, ACTIN_START, in->start_s),
-        act_opt_int(ch, ACTIN_END, in->end_s),
-        act_opt_int(ch, ACTIN_VALIDITY, in->validity_days),
-        act_opt_int(ch, ACTIN_RETURN, in->return_on_expiry),
-        act_opt_txt(ch, ACTIN_GROUPS, in->groups),
-        act_opt_txt(ch, ACTIN_GROUPS, in->groups),
-        MV_INT(id),
-    };
-    return mconn_exec(w->mc, SQL_UPDATE, p, (int)CS_ARRAY_LEN(p), NULL);
 }
 
 /* The body of an update: its id and the fields it changes. CS_OK, else
@@ -815,7 +562,7 @@ static const char *act_update_note(int64_t id, int64_t delta, int preheated,
 static void act_update(struct worker *w, struct req *r)
 {
     struct actinput in;
-    struct act_row row;
+    struct activity_row row;
     int64_t id;
     int found;
 
@@ -829,19 +576,19 @@ static void act_update(struct worker *w, struct req *r)
     /* Checks, then the write; every refusal rolls back here, once. */
     struct act_refusal no = {.code = 0};
     struct act_change c;
-    if (act_load(w, SQL_LOCK, id, &row, &found) != CS_OK)
+    if (activity_db_get(w->mc, id, 1, &row, &found) != CS_OK)
         no.mysql_down = 1;
     else if (!found)
         act_refuse(&no, CODE_NO_SUCH_ACTIVITY, NULL, 0);
     else if (act_update_check(w, &in, &row, &c, &no) == CS_OK
-             && act_update_write(w, &in, &c, id) != CS_OK)
+             && activity_db_update(w->mc, &in, &c.c, id) != CS_OK)
         no.mysql_down = 1;
     if (no.mysql_down || no.code != 0) {
         mconn_rollback(w->mc);
         act_refusal_answer(w, r, &no, "updating an activity");
         return;
     }
-    int64_t delta = c.delta;
+    int64_t delta = c.c.delta;
     enum act_stock kind = c.kind;
     char pause[48];
     snprintf(pause, sizeof(pause), "update-commit:%" PRId64, id);

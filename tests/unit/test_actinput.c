@@ -2,9 +2,11 @@
  * money, ranges, and errors that name their field. */
 #include <check.h>
 #include <cjson/cJSON.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "actinput.h"
+#include "activity_db.h"
 #include "cs.h"
 #include "runner.h"
 
@@ -158,6 +160,83 @@ START_TEST(errors_name_the_field)
 }
 END_TEST
 
+/* A row of activity 7: total 100, 40 issued, window [start, end) around
+ * MySQL's clock now. */
+static struct activity_row rules_row(int64_t now, int64_t start, int64_t end, int status)
+{
+    struct activity_row r;
+    memset(&r, 0, sizeof(r));
+    r.a.id = 7;
+    snprintf(r.a.name, sizeof(r.a.name), "sale");
+    r.a.total_num = 100;
+    r.stock_num = 60;
+    r.a.start_ms = start;
+    r.a.end_ms = end;
+    r.a.status = status;
+    r.db_now_ms = now;
+    return r;
+}
+
+START_TEST(change_rules)
+{
+    int64_t now = 1700000000000LL;
+    struct activity_change c;
+    struct actinput_err e;
+    struct actinput in;
+
+    /* Not started: the total may fall to the coupons issued, not below. */
+    struct activity_row r = rules_row(now, now + 60000, now + 120000, ACT_NOT_STARTED);
+    memset(&in, 0, sizeof(in));
+    in.set = ACTIN_TOTAL;
+    in.total_num = 40;
+    ck_assert_int_eq(activity_change_rules(&in, &r, &c, &e), ACTIVITY_CHANGE_OK);
+    ck_assert_int_eq(c.delta, -60);
+    in.total_num = 39;
+    ck_assert_int_eq(activity_change_rules(&in, &r, &c, &e), ACTIVITY_CHANGE_BAD);
+    ck_assert_str_eq(e.field, "totalNum");
+    /* The window: an end at or before the start is refused. */
+    memset(&in, 0, sizeof(in));
+    in.set = ACTIN_END;
+    in.end_s = (now + 60000) / 1000;
+    ck_assert_int_eq(activity_change_rules(&in, &r, &c, &e), ACTIVITY_CHANGE_BAD);
+    ck_assert_str_eq(e.field, "distributeEndTime");
+
+    /* Started: only a later end and a top-up; a field sent with its value
+     * as it is changes nothing and passes. */
+    r = rules_row(now, now - 60000, now + 60000, ACT_IN_PROGRESS);
+    memset(&in, 0, sizeof(in));
+    in.set = ACTIN_NAME;
+    snprintf(in.name, sizeof(in.name), "other");
+    ck_assert_int_eq(activity_change_rules(&in, &r, &c, &e), ACTIVITY_CHANGE_BAD);
+    ck_assert_str_eq(e.field, "name");
+    snprintf(in.name, sizeof(in.name), "sale");
+    ck_assert_int_eq(activity_change_rules(&in, &r, &c, &e), ACTIVITY_CHANGE_OK);
+    ck_assert_uint_eq(c.ch, 0);
+    memset(&in, 0, sizeof(in));
+    in.set = ACTIN_END;
+    in.end_s = (now + 30000) / 1000;
+    ck_assert_int_eq(activity_change_rules(&in, &r, &c, &e), ACTIVITY_CHANGE_BAD);
+    in.end_s = (now + 90000) / 1000;
+    ck_assert_int_eq(activity_change_rules(&in, &r, &c, &e), ACTIVITY_CHANGE_OK);
+    memset(&in, 0, sizeof(in));
+    in.set = ACTIN_ADD;
+    in.add_stock = 5;
+    ck_assert_int_eq(activity_change_rules(&in, &r, &c, &e), ACTIVITY_CHANGE_OK);
+    ck_assert_int_eq(c.delta, 5);
+    in.add_stock = ACTIN_MAX_TOTAL;
+    ck_assert_int_eq(activity_change_rules(&in, &r, &c, &e), ACTIVITY_CHANGE_BAD);
+    ck_assert_str_eq(e.field, "addStock");
+
+    /* Ended (by MySQL's clock, whatever the status says) and revoked. */
+    in.add_stock = 5;
+    r = rules_row(now, now - 60000, now, ACT_IN_PROGRESS);
+    ck_assert_int_eq(activity_change_rules(&in, &r, &c, &e), ACTIVITY_CHANGE_ENDED);
+    r = rules_row(now, now - 60000, now + 60000, ACT_VOIDED);
+    ck_assert_int_eq(activity_change_rules(&in, &r, &c, &e), ACTIVITY_CHANGE_VOIDED);
+    ck_assert(strstr(e.msg, "revoked") != NULL);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("actinput");
@@ -166,6 +245,7 @@ int main(void)
     tcase_add_test(tc, fields_are_read);
     tcase_add_test(tc, errors_name_the_field);
     tcase_add_test(tc, lifecycle_fields);
+    tcase_add_test(tc, change_rules);
     suite_add_tcase(s, tc);
     return cs_run_suite(s, 0);
 }
