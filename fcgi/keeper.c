@@ -440,7 +440,145 @@ static void keeper_give_back(struct keeper *k, int i)
     keeper_slot_free(k, i);
 }
 
-/* Decides what each slot of a renewed shard does next. */
+/* A slot whose reserve field the last renewal did not find: closed by an
+ * admin, or Redis lost it. MySQL says which, asked once (not every pass
+ * while it lasts); the slot is freed once closed elsewhere and replayed. */
+static void keeper_slot_unopened(struct keeper *k, int i)
+{
+    struct shm_rsv_slot *s = &k->rv->slot[i];
+    struct kslot *l = &k->loc[i];
+    int64_t aid = atomic_load(&s->activity_id);
+    uint64_t epoch = atomic_load(&s->epoch);
+
+    atomic_store(&s->state, RSV_STOPPED);
+    if (!l->closed_elsewhere && !l->awaits_restore) {
+        char by[16];
+        int st = keeper_epoch_state(k, aid, epoch, by, sizeof(by));
+        if (st == 2 || st == 0) {
+            l->closed_elsewhere = 1;
+            if (st == 2 && strcmp(by, "admin") == 0)
+                keeper_add_release(k, aid, epoch);
+            log_warn("reserve keeper: activity %" PRId64 " epoch %" PRIu64
+                     " was closed elsewhere (%s); this node spends no more of it",
+                     aid, epoch, st == 2 ? by : "no row");
+        } else if (st == 1) {
+            /* Open in MySQL. Closed in Redis means an admin's return
+             * whose MySQL step did not happen (yet): closed all the
+             * same, never waited for as a restore that never comes. */
+            int64_t amount;
+            if (keeper_epoch_amount(k, aid, epoch, &amount) != CS_OK)
+                return;
+            if (amount == -2) {
+                l->closed_elsewhere = 1;
+                keeper_add_release(k, aid, epoch);
+                log_warn("reserve keeper: activity %" PRId64 " epoch %" PRIu64
+                         " was closed in Redis (an admin's return; MySQL not yet); "
+                         "this node spends no more of it", aid, epoch);
+            } else {
+                l->awaits_restore = 1;
+                l->resume = 1; /* a restore brings it back */
+            }
+        }
+    }
+    if (l->closed_elsewhere && keeper_fenced(k, i) && l->fenced && l->pending == 0)
+        keeper_slot_free(k, i);
+}
+
+/* Why slot i's reserve should go back now (NULL: no reason); lease and hi
+ * are the shard's lease check at this pass. */
+static const char *keeper_slot_why_back(struct keeper *k, int i, int stopping, int lease,
+                                        int64_t hi)
+{
+    struct shm_rsv_slot *s = &k->rv->slot[i];
+    struct kslot *l = &k->loc[i];
+
+    if (stopping)
+        return "stopping";
+    if (k->conf->fallback_reserve == 0)
+        return "fallback.reserve is 0";
+    if (l->stock < 0 && l->stock != INT64_MIN)
+        return "revoked";
+    if (l->stock == INT64_MIN)
+        return NULL; /* a restore under way: never a reason to give back (rule 18) */
+    if (lease && hi >= atomic_load(&s->end_ms) - k->margin_ms)
+        return "the sale ends";
+    if (l->stock < 2 * l->held) {
+        l->low_water = 1;
+        return "stock at the low-water mark";
+    }
+    if (atomic_load(&s->next) >= atomic_load(&s->amount) && l->pending == 0
+        && atomic_load(&s->state) == RSV_OPEN)
+        return "spent";
+    return NULL;
+}
+
+/* Meets the durability rule for a set-aside not yet confirmed: a fence
+ * write on the shard's master, and WAIT there. CS_OK once confirmed. */
+static int keeper_slot_confirm(struct keeper *k, int i, int shard)
+{
+    struct kslot *l = &k->loc[i];
+    struct rconn_site at = {0, -1};
+    char fkey[KEYS_MAX];
+
+    if (!l->unconfirmed)
+        return CS_OK;
+    keys_fence(fkey, shard);
+    redisReply *r = rconn_commandv_at(k->rc, fkey, 2, (const char *[]){"INCR", fkey},
+                                      (const size_t[]){4, strlen(fkey)}, &at);
+    if (r != NULL) {
+        freeReplyObject(r);
+        if (keeper_durable(k, shard, &at, 0) == CS_OK)
+            l->unconfirmed = 0;
+    }
+    return l->unconfirmed ? CS_ERR : CS_OK;
+}
+
+/* A slot stopped until replayed (a restart, a restore): once everything on
+ * disk is replayed, it resumes at what Redis says is left of the epoch.
+ * CS_OK when it may open again. */
+static int keeper_slot_resume(struct keeper *k, int i)
+{
+    struct shm_rsv_slot *s = &k->rv->slot[i];
+    struct kslot *l = &k->loc[i];
+    int64_t aid = atomic_load(&s->activity_id);
+    uint64_t epoch = atomic_load(&s->epoch);
+
+    if (!l->resume)
+        return CS_OK;
+    if (!keeper_fenced(k, i) || !l->fenced || l->pending > 0)
+        return CS_ERR;
+    int64_t amount;
+    if (keeper_epoch_amount(k, aid, epoch, &amount) != CS_OK)
+        return CS_ERR;
+    if (amount < 0) {
+        l->field = 0;
+        return CS_ERR;
+    }
+    if (amount < atomic_load(&s->amount))
+        atomic_store(&s->amount, (int32_t)amount);
+    /* Everything on disk is replayed now, so Redis' field is what is
+     * left of the epoch; a segment deleted with its records must not
+     * make the node hand out their tokens again (rule 14). */
+    int64_t left;
+    if (keeper_field_left(k, aid, &left) != CS_OK)
+        return CS_ERR;
+    if (left < 0) {
+        l->field = 0;
+        return CS_ERR;
+    }
+    int32_t used = atomic_load(&s->amount) - (int32_t)left;
+    if (used > atomic_load(&s->next)) {
+        log_warn("reserve keeper: activity %" PRId64 " epoch %" PRIu64 ": Redis holds "
+                 "%" PRId64 " of its %d tokens; resuming at token %d, not %d", aid, epoch,
+                 left, atomic_load(&s->amount), used, atomic_load(&s->next));
+        atomic_store(&s->next, used);
+    }
+    l->resume = 0;
+    return CS_OK;
+}
+
+/* Decides what each slot of a renewed shard does next: unopened, given
+ * back, confirmed, resumed, then open. */
 static void keeper_slots(struct keeper *k, int stopping)
 {
     int64_t now = cs_boot_ms();
@@ -448,11 +586,9 @@ static void keeper_slots(struct keeper *k, int stopping)
     for (int i = 0; i < SHM_RESERVES; i++) {
         struct shm_rsv_slot *s = &k->rv->slot[i];
         struct kslot *l = &k->loc[i];
-        int state = atomic_load(&s->state);
-        if (state == RSV_EMPTY)
+        if (atomic_load(&s->state) == RSV_EMPTY)
             continue;
         int64_t aid = atomic_load(&s->activity_id);
-        uint64_t epoch = atomic_load(&s->epoch);
         int shard = keys_shard(aid);
         if (stopping && !l->giveback) {
             l->giveback = 1;
@@ -467,59 +603,10 @@ static void keeper_slots(struct keeper *k, int stopping)
         if (l->in_doubt)
             continue; /* keeper_aside_pass() asks again */
         if (!l->field) {
-            /* Not open in Redis: closed by an admin, or Redis lost it. MySQL
-             * says which, asked once (not every pass while it lasts). */
-            atomic_store(&s->state, RSV_STOPPED);
-            if (!l->closed_elsewhere && !l->awaits_restore) {
-                char by[16];
-                int st = keeper_epoch_state(k, aid, epoch, by, sizeof(by));
-                if (st == 2 || st == 0) {
-                    l->closed_elsewhere = 1;
-                    if (st == 2 && strcmp(by, "admin") == 0)
-                        keeper_add_release(k, aid, epoch);
-                    log_warn("reserve keeper: activity %" PRId64 " epoch %" PRIu64
-                             " was closed elsewhere (%s); this node spends no more of it",
-                             aid, epoch, st == 2 ? by : "no row");
-                } else if (st == 1) {
-                    /* Open in MySQL. Closed in Redis means an admin's return
-                     * whose MySQL step did not happen (yet): closed all the
-                     * same, never waited for as a restore that never comes. */
-                    int64_t amount;
-                    if (keeper_epoch_amount(k, aid, epoch, &amount) != CS_OK)
-                        continue;
-                    if (amount == -2) {
-                        l->closed_elsewhere = 1;
-                        keeper_add_release(k, aid, epoch);
-                        log_warn("reserve keeper: activity %" PRId64 " epoch %" PRIu64
-                                 " was closed in Redis (an admin's return; MySQL not yet); "
-                                 "this node spends no more of it", aid, epoch);
-                    } else {
-                        l->awaits_restore = 1;
-                        l->resume = 1; /* a restore brings it back */
-                    }
-                }
-            }
-            if (l->closed_elsewhere && keeper_fenced(k, i) && l->fenced && l->pending == 0)
-                keeper_slot_free(k, i);
+            keeper_slot_unopened(k, i);
             continue;
         }
-        /* The reasons to give back. */
-        const char *why = NULL;
-        if (stopping)
-            why = "stopping";
-        else if (k->conf->fallback_reserve == 0)
-            why = "fallback.reserve is 0";
-        else if (l->stock < 0 && l->stock != INT64_MIN)
-            why = "revoked";
-        else if (l->stock == INT64_MIN)
-            why = NULL; /* a restore under way: never a reason to give back (rule 18) */
-        else if (lease && hi >= atomic_load(&s->end_ms) - k->margin_ms)
-            why = "the sale ends";
-        else if (l->stock < 2 * l->held)
-            why = "stock at the low-water mark", l->low_water = 1;
-        else if (atomic_load(&s->next) >= atomic_load(&s->amount) && l->pending == 0
-                 && atomic_load(&s->state) == RSV_OPEN)
-            why = "spent";
+        const char *why = keeper_slot_why_back(k, i, stopping, lease, hi);
         if (why != NULL && !l->giveback) {
             log_info("reserve keeper: activity %" PRId64 ": giving back its reserve (%s)", aid,
                      why);
@@ -530,56 +617,12 @@ static void keeper_slots(struct keeper *k, int stopping)
                 keeper_give_back(k, i);
             continue;
         }
-        if (l->unconfirmed) {
-            struct rconn_site at = {0, -1};
-            char fkey[KEYS_MAX];
-            keys_fence(fkey, shard);
-            /* A fence write on the shard's master, and WAIT there. */
-            redisReply *r = rconn_commandv_at(k->rc, fkey, 2, (const char *[]){"INCR", fkey},
-                                              (const size_t[]){4, strlen(fkey)}, &at);
-            if (r != NULL) {
-                freeReplyObject(r);
-                if (keeper_durable(k, shard, &at, 0) == CS_OK)
-                    l->unconfirmed = 0;
-            }
-            if (l->unconfirmed)
-                continue;
-        }
-        if (l->resume) {
-            if (!keeper_fenced(k, i) || !l->fenced || l->pending > 0)
-                continue;
-            int64_t amount;
-            if (keeper_epoch_amount(k, aid, epoch, &amount) != CS_OK)
-                continue;
-            if (amount < 0) {
-                l->field = 0;
-                continue;
-            }
-            if (amount < atomic_load(&s->amount))
-                atomic_store(&s->amount, (int32_t)amount);
-            /* Everything on disk is replayed now, so Redis' field is what is
-             * left of the epoch; a segment deleted with its records must not
-             * make the node hand out their tokens again (rule 14). */
-            int64_t left;
-            if (keeper_field_left(k, aid, &left) != CS_OK)
-                continue;
-            if (left < 0) {
-                l->field = 0;
-                continue;
-            }
-            int32_t used = atomic_load(&s->amount) - (int32_t)left;
-            if (used > atomic_load(&s->next)) {
-                log_warn("reserve keeper: activity %" PRId64 " epoch %" PRIu64 ": Redis holds "
-                         "%" PRId64 " of its %d tokens; resuming at token %d, not %d", aid, epoch,
-                         left, atomic_load(&s->amount), used, atomic_load(&s->next));
-                atomic_store(&s->next, used);
-            }
-            l->resume = 0;
-        }
+        if (keeper_slot_confirm(k, i, shard) != CS_OK || keeper_slot_resume(k, i) != CS_OK)
+            continue;
         if (atomic_load(&s->state) != RSV_OPEN && !atomic_load(&k->rv->halted) && k->claimed) {
             atomic_store(&s->state, RSV_OPEN);
             log_info("reserve keeper: activity %" PRId64 " epoch %" PRIu64
-                     ": %d of %d tokens spendable", aid, epoch,
+                     ": %d of %d tokens spendable", aid, atomic_load(&s->epoch),
                      atomic_load(&s->amount) - atomic_load(&s->next), atomic_load(&s->amount));
         }
     }
