@@ -205,7 +205,7 @@ static enum cs_code seize_eval(struct worker *w, struct seize_call *sc, long lon
         /* Nothing sent: the budget went to what came before (the wait
          * for a free worker, a metadata read on a cold cache). */
         rconn_set_err(w->rc, RCONN_ERR_DEADLINE, "seize", "no time left in the budget");
-        atomic_fetch_add_explicit(&w->shm->m.seize_budget_gone, 1, memory_order_relaxed);
+        seize_budget_gone(w, sc->shard, 1);
         return CODE_UNAVAILABLE;
     }
     redisReply *rep = seize_send(w, sc, seize_rules_first_wait(w->conf->redis_command_timeout_ms, left));

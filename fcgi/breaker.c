@@ -169,11 +169,20 @@ enum breaker_unanswered breaker_seize_unanswered(const struct cs_conf *c, struct
     return BREAKER_FAILED;
 }
 
+/* The silence after which Redis is asked: as long as a seize sent right
+ * after the last answer waits for its own (the budget less the margin). A
+ * seize whose budget went while every worker waited on Redis sees no more
+ * than that, and no timeout past a budget may come at all. */
+static int64_t breaker_ask_after_ms(const struct cs_conf *c)
+{
+    return c->fallback_budget_ms - seize_rules_margin(c->fallback_budget_ms);
+}
+
 int breaker_seize_ask_due(const struct cs_conf *c, struct shm_node *shm, int shard)
 {
     struct shm_breaker *b = breaker_of(c, shm, shard);
     return b != NULL && atomic_load(&b->state) == BREAKER_CLOSED
-           && breaker_seize_silence_ms(c, shm, shard) >= c->fallback_budget_ms;
+           && breaker_seize_silence_ms(c, shm, shard) >= breaker_ask_after_ms(c);
 }
 
 int breaker_seize_ask(const struct cs_conf *c, struct shm_node *shm, int shard, struct rconn *rc,
@@ -183,7 +192,7 @@ int breaker_seize_ask(const struct cs_conf *c, struct shm_node *shm, int shard, 
     if (b == NULL || atomic_load(&b->state) != BREAKER_CLOSED)
         return 0; /* another worker opened it meanwhile: nothing to ask */
     int64_t silence = breaker_seize_silence_ms(c, shm, shard);
-    if (silence < c->fallback_budget_ms)
+    if (silence < breaker_ask_after_ms(c))
         return 1; /* another worker's seize was answered meanwhile */
     /* No longer than the margin a late seize is given: the users queued
      * behind this worker wait for it. */
@@ -198,7 +207,7 @@ int breaker_seize_ask(const struct cs_conf *c, struct shm_node *shm, int shard, 
     }
     /* The ping took a while: open only what is still closed and silent. */
     if (atomic_load(&b->state) == BREAKER_CLOSED
-        && breaker_seize_silence_ms(c, shm, shard) >= c->fallback_budget_ms)
+        && breaker_seize_silence_ms(c, shm, shard) >= breaker_ask_after_ms(c))
         breaker_open_silent(c, shm, shard);
     return 0;
 }

@@ -76,9 +76,11 @@ enum breaker_unanswered {
 enum breaker_unanswered breaker_seize_unanswered(const struct cs_conf *c, struct shm_node *shm,
                                                  int shard, const struct rconn *rc);
 
-/* Whether an ask after BREAKER_ASK is still wanted: shard's breaker is
- * closed and no seize on it was answered for a whole budget since. A caller
- * with work to do before asking (a slot-map refresh) checks this first. */
+/* Whether an ask (after BREAKER_ASK, or a seize whose budget went before it
+ * could be sent) is wanted: shard's breaker is closed and no seize on it was
+ * answered for the budget less the margin, as long as a seize waits. A
+ * caller with work to do before asking (a slot-map refresh) checks this
+ * first. */
 int breaker_seize_ask_due(const struct cs_conf *c, struct shm_node *shm, int shard);
 
 /* After BREAKER_ASK, once the user is answered: opens shard's breaker at

@@ -110,8 +110,7 @@ static redisReply *sb_eval(struct worker *w, struct batch_take *t, int64_t deadl
          * whose deadline came while it waited, nothing is sent. */
         rconn_set_err(w->rc, RCONN_ERR_DEADLINE, "seize batch", "no time left in the budget");
         atomic_fetch_add_explicit(&w->shm->batch.m.unsent, (uint64_t)t->n, memory_order_relaxed);
-        atomic_fetch_add_explicit(&w->shm->m.seize_budget_gone, (uint64_t)t->n,
-                                  memory_order_relaxed);
+        seize_budget_gone(w, t->shard, (uint64_t)t->n);
         sb_all(t, BATCH_OUT_NOT_SENT);
         return NULL;
     }

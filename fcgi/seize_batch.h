@@ -59,4 +59,21 @@ static inline void seize_unanswered(struct worker *w, int shard, const struct rc
     }
 }
 
+/* n seizes on shard were answered without Redis: their budget went before
+ * they could be sent (waiting for a worker, or for the call ahead). That
+ * says nothing new of Redis while it answers, but when no seize has been
+ * answered for a whole budget the worker asks it, once its user is
+ * answered, as after a timeout: a stall that holds every worker lets no
+ * seize time out past a budget, and would otherwise never open the breaker. */
+static inline void seize_budget_gone(struct worker *w, int shard, uint64_t n)
+{
+    atomic_fetch_add_explicit(&w->shm->m.seize_budget_gone, n, memory_order_relaxed);
+    if (!w->ask_pending && breaker_seize_ask_due(w->conf, w->shm, shard)) {
+        w->ask_pending = 1;
+        w->ask_shard = shard;
+        w->ask_site = (struct rconn_site){.conn_id = 0, .node = -1};
+        w->ask_slot = w->rc->cl != NULL ? (int)keys_shard_slot(shard) : -1;
+    }
+}
+
 #endif

@@ -203,6 +203,12 @@ START_TEST(unanswered_waits_asks_or_opens)
     ck_assert_int_eq(breaker_seize_ask_due(&conf, node, 0), 0);
     ck_assert_int_eq(breaker_seize_ask(&conf, node, 0, rc, &(struct rconn_site){0, -1}), 1);
     ck_assert_int_eq(atomic_load(&node->breaker.state), BREAKER_CLOSED);
+    /* Silent for the budget less the margin (a seize whose budget went
+     * while every worker waited): due; a little less: not. */
+    atomic_store(at, cs_mono_ms() - 800);
+    ck_assert_int_eq(breaker_seize_ask_due(&conf, node, 0), 0);
+    atomic_store(at, cs_mono_ms() - 905);
+    ck_assert_int_eq(breaker_seize_ask_due(&conf, node, 0), 1);
     /* Asked, and nothing listens where Redis was: open, counted once. */
     atomic_store(at, cs_mono_ms() - 1500);
     ck_assert_int_eq(breaker_seize_ask_due(&conf, node, 0), 1);
