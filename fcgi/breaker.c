@@ -149,6 +149,15 @@ void breaker_seize_silent(const struct cs_conf *c, struct shm_node *shm, int sha
     breaker_open_silent(c, shm, shard);
 }
 
+/* The silence after which Redis is asked: as long as a seize sent right
+ * after the last answer waits for its own (the budget less the margin). A
+ * seize whose budget went while every worker waited on Redis sees no more
+ * than that, and no timeout past a budget may come at all. */
+static int64_t breaker_ask_after_ms(const struct cs_conf *c)
+{
+    return c->fallback_budget_ms - seize_rules_margin(c->fallback_budget_ms);
+}
+
 enum breaker_unanswered breaker_seize_unanswered(const struct cs_conf *c, struct shm_node *shm,
                                                  int shard, const struct rconn *rc)
 {
@@ -157,7 +166,7 @@ enum breaker_unanswered breaker_seize_unanswered(const struct cs_conf *c, struct
         return BREAKER_FAILED;
     }
     int64_t silence = breaker_seize_silence_ms(c, shm, shard);
-    if (silence < c->fallback_budget_ms) {
+    if (silence < breaker_ask_after_ms(c)) {
         atomic_fetch_add(&shm->m.redis_timeouts, 1);
         return BREAKER_WAITED;
     }
@@ -167,15 +176,6 @@ enum breaker_unanswered breaker_seize_unanswered(const struct cs_conf *c, struct
     }
     breaker_seize_silent(c, shm, shard);
     return BREAKER_FAILED;
-}
-
-/* The silence after which Redis is asked: as long as a seize sent right
- * after the last answer waits for its own (the budget less the margin). A
- * seize whose budget went while every worker waited on Redis sees no more
- * than that, and no timeout past a budget may come at all. */
-static int64_t breaker_ask_after_ms(const struct cs_conf *c)
-{
-    return c->fallback_budget_ms - seize_rules_margin(c->fallback_budget_ms);
 }
 
 int breaker_seize_ask_due(const struct cs_conf *c, struct shm_node *shm, int shard)

@@ -64,9 +64,10 @@ enum breaker_unanswered {
  * within its budget; rc is the connection it waited on. A slow Redis is not
  * a missing one, and a machine that stalled is not a silent Redis:
  *   - a failed connection (not a timeout) is a breaker failure;
- *   - while Redis answered some seize within the last budget, a timeout is
- *     counted and nothing more (a write pause shorter than the budget);
- *   - no seize answered for a whole budget, but not for two: BREAKER_ASK,
+ *   - while Redis answered some seize within the budget less the margin
+ *     (as long as a seize waits for its answer), a timeout is counted and
+ *     nothing more (a write pause shorter than the budget);
+ *   - no seize answered for that long, but not for two budgets: BREAKER_ASK,
  *     the caller answers its user and then calls breaker_seize_ask(), which
  *     opens the breaker unless Redis answers a PING on a new connection
  *     (a write pause or a stalled machine answers at once, a cut or stopped

@@ -349,6 +349,9 @@ void seize_batched(struct worker *w, struct req *r, struct activity *a, int64_t 
         return;
     case BATCH_UNSENT:
         sb_unanswered(w, keys_shard(a->id), deadline_ms);
+        /* Given up at its deadline (not early, behind a leader that died). */
+        if (cs_mono_ms() >= deadline_ms - BATCH_LEAD_MIN_MS)
+            seize_budget_gone(w, keys_shard(a->id), 1);
         ops->unreached(w, r, a, uid, arg);
         return;
     case BATCH_UNKNOWN:

@@ -189,7 +189,7 @@ START_TEST(unanswered_waits_asks_or_opens)
     conf.fallback_budget_ms = 1000;
     rconn_set_err(rc, RCONN_ERR_TIMEOUT, "seize", "timed out");
 
-    atomic_store(at, cs_mono_ms() - 900);
+    atomic_store(at, cs_mono_ms() - 800);
     ck_assert_int_eq(breaker_seize_unanswered(&conf, node, 0, rc), BREAKER_WAITED);
     atomic_store(at, cs_mono_ms() - 1500);
     ck_assert_int_eq(breaker_seize_unanswered(&conf, node, 0, rc), BREAKER_ASK);
