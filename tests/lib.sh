@@ -77,6 +77,7 @@ diag() { printf '# %s\n' "$*"; }
 # finish: prints the plan and the totals; exits 1 when anything failed.
 finish() {
     printf '1..%d\n' "$CS_N"
+    printf '# took %d s (CS_TIME_SCALE %s)\n' "$SECONDS" "${CS_TIME_SCALE:-1}"
     echo "$CS_PASS passed, $CS_FAIL failed"
     if ((CS_FAIL > 0)); then exit 1; fi
     exit 0
