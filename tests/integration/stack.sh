@@ -115,8 +115,26 @@ if [[ -x $top_builddir/coupon-sync ]]; then
     check "the extra coupon-sync is running" wait_for 10 is_sync
 fi
 
-# down: every recorded process, its children, and the extra daemon go away.
-pids="$COUPON_REDIS_PID $COUPON_MYSQL_PID $COUPON_FCGI_PID $COUPON_NGINX_PID $COUPON_SYNC_PID $extra"
+# A redis-server started from DIR and one that is not: "down" stops the first
+# and leaves the second alone. (/proc/PID/exe of Debian's redis-server names
+# redis-check-rdb, the file its link resolves to.)
+stray="" bystander="" elsewhere=""
+if command -v redis-server >/dev/null 2>&1; then
+    (cd "$COUPON_DIR" && exec redis-server --port 0 --unixsocket "$COUPON_DIR/stray.sock" \
+        --save '' --appendonly no >/dev/null 2>&1) &
+    stray=$!
+    elsewhere=$(mktemp -d "${TMPDIR:-/tmp}/cs-bystander.XXXXXX")
+    (cd "$elsewhere" && exec redis-server --port 0 --unixsocket "$elsewhere/by.sock" \
+        --save '' --appendonly no >/dev/null 2>&1) &
+    bystander=$!
+    cs_defer kill "$bystander"
+    cs_defer rm -rf "$elsewhere"
+    stray_up() { [[ -S $COUPON_DIR/stray.sock && -S $elsewhere/by.sock ]]; }
+    check "a stray and a bystander redis-server run" wait_for 10 stray_up
+fi
+
+# down: every recorded process, its children, and the extra daemons go away.
+pids="$COUPON_REDIS_PID $COUPON_MYSQL_PID $COUPON_FCGI_PID $COUPON_NGINX_PID $COUPON_SYNC_PID $extra $stray"
 for p in $COUPON_FCGI_PID $COUPON_NGINX_PID; do
     pids+=" $(children "$p")"
 done
@@ -128,6 +146,9 @@ for p in $pids; do
     if pid_alive "$p"; then left+="$p "; fi
 done
 check_eq "no process left after down" "" "$left"
+if [[ -n $bystander ]]; then
+    check "a redis-server not tied to DIR is left running" pid_alive "$bystander"
+fi
 check "fcgi socket removed" test ! -e "$COUPON_FCGI_SOCK"
 check "shared memory removed" test ! -e "/dev/shm/${COUPON_SHM_NAME#/}"
 "$CS_STACK" down "$COUPON_DIR"
