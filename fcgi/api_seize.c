@@ -148,12 +148,9 @@ static enum cs_code seize_settle_resent(struct worker *w, struct seize_call *sc,
         && rconn_append(w->rc, sc->k_stock, "HGET %s %s", sc->k_stock, sc->s_aid) == CS_OK)
         while (got < 3 && rconn_get_reply(w->rc, &rep[got]) == CS_OK)
             got++;
-    if (got == 3 && rep[0]->type == REDIS_REPLY_STRING && rep[1]->type == REDIS_REPLY_ARRAY
-        && rep[1]->elements == 2 && rep[1]->element[0]->type == REDIS_REPLY_STRING
-        && rep[1]->element[1]->type == REDIS_REPLY_STRING) {
+    long long now_ms = got == 3 ? rconn_time_ms(rep[1]) : -1;
+    if (now_ms >= 0 && rep[0]->type == REDIS_REPLY_STRING) {
         long long seized_ms = strtoll(rep[0]->str, NULL, 10);
-        long long now_ms = strtoll(rep[1]->element[0]->str, NULL, 10) * 1000
-                           + strtoll(rep[1]->element[1]->str, NULL, 10) / 1000;
         /* 50 ms of slack for the clock reads on either side. */
         if (now_ms - seized_ms > age_ms + 50)
             code = CODE_ALREADY_SEIZED;

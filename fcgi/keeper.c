@@ -15,8 +15,9 @@
  *      their epochs in MySQL;
  *   5. now and then, set aside a reserve for open sales with plenty of stock.
  *
- * The journal's part (replay, segments, the rebuild at start-up) is in
- * keeper_journal.c, setting aside in keeper_aside.c.
+ * The journal's part (replay, segments) is in keeper_journal.c, the rebuild
+ * at start-up in keeper_rebuild.c, setting aside in keeper_aside.c, the
+ * incarnation's claim in keeper_claim.c.
  */
 #include "keeper.h"
 #include "activity.h"

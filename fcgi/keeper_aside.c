@@ -167,10 +167,9 @@ static int keeper_redis_now(struct keeper *k, int64_t *now_ms)
     redisReply *r = rconn_command(k->rc, key, "TIME");
     int64_t rtt = cs_mono_ms() - sent;
     int rc = CS_ERR;
-    if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 2
-        && r->element[0]->type == REDIS_REPLY_STRING && r->element[1]->type == REDIS_REPLY_STRING) {
-        *now_ms = strtoll(r->element[0]->str, NULL, 10) * 1000
-                  + strtoll(r->element[1]->str, NULL, 10) / 1000 + rtt / 2;
+    int64_t t = rconn_time_ms(r);
+    if (t >= 0) {
+        *now_ms = t + rtt / 2;
         rc = CS_OK;
     }
     if (r != NULL)

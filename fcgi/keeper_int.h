@@ -1,6 +1,6 @@
 /* keeper_int.h - what the reserve keeper's files (keeper.c, keeper_journal.c,
- * keeper_aside.c) share: its state and its small helpers. Not a contract
- * for anything outside the keeper. */
+ * keeper_rebuild.c, keeper_aside.c, keeper_claim.c) share: its state and its
+ * small helpers. Not a contract for anything outside the keeper. */
 #ifndef CS_KEEPER_INT_H
 #define CS_KEEPER_INT_H
 
@@ -136,11 +136,19 @@ int keeper_close_epoch(struct keeper *k, int64_t aid, uint64_t epoch, int64_t re
                        int64_t amount);
 
 /* ---- keeper_journal.c ---- */
+/* Lists the segments in the directory into k->files (those gone are dropped). */
+void keeper_list_files(struct keeper *k);
+/* fsync() of a directory: CS_OK or CS_ERR. */
+int keeper_fsync_dir(const char *path);
+/* Raises each slot's next token to what DIR/tokens says was handed out. */
+void keeper_tokens_read(struct keeper *k);
 /* Replays the records not yet replayed on the shards Redis answers on, and
  * counts what is left per slot (k->loc[].pending, the depth metrics). */
 void keeper_journal_replay(struct keeper *k);
 /* Deletes wholly replayed segments; moves workers to a new one when all is replayed. */
 void keeper_journal_retire(struct keeper *k);
+
+/* ---- keeper_rebuild.c ---- */
 /* At start-up: open epochs from MySQL, tokens spent from the journal, torn tails cut. */
 int keeper_journal_rebuild(struct keeper *k);
 /* Empties the grants table once nothing is open and everything replayed. */

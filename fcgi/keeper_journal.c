@@ -1,5 +1,5 @@
 /* keeper_journal.c - the reserve keeper's journal: replaying it into Redis,
- * deleting replayed segments, and rebuilding what the node holds at start-up. */
+ * deleting replayed segments, and the tokens file that outlives them. */
 #include "keeper_int.h"
 #include "activity.h"
 #include "cs.h"
@@ -19,13 +19,6 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-static const char SQL_RSV_MINE[] =
-    "SELECT activity_id, epoch, amount FROM reserve_epoch WHERE incarnation = ? AND state = 1";
-/* Epochs an admin closed lately: what their returns kept out of stock waits
- * for this node's replay (DESIGN.md rule 16). */
-static const char SQL_RSV_ADMIN_CLOSED[] =
-    "SELECT activity_id, epoch FROM reserve_epoch WHERE incarnation = ? AND state = 2 "
-    "AND closed_by = 'admin' AND closed_at > NOW() - INTERVAL 30 DAY LIMIT 10000";
 static const char SQL_SALE_ENDED[] =
     "SELECT distribute_end_time <= NOW() FROM activity WHERE id = ?";
 /* The user's coupon of a sale that counts, or the one this grant made. */
@@ -49,8 +42,7 @@ static struct kfile *keeper_file(struct keeper *k, const char *name, int index, 
     return f;
 }
 
-/* Lists the segments in the directory into k->files (those gone are dropped). */
-static void keeper_list_files(struct keeper *k)
+void keeper_list_files(struct keeper *k)
 {
     DIR *d = opendir(k->jd.path);
     if (d == NULL)
@@ -93,10 +85,7 @@ static int keeper_scan_rec(void *arg, const struct journal_rec *rec)
     uint64_t pos = s->pos++;
     if (pos < s->f->done)
         return 0;
-    if (s->n == s->cap) {
-        s->cap = s->cap ? s->cap * 2 : 256;
-        s->v = xrealloc(s->v, s->cap * sizeof(*s->v));
-    }
+    s->v = cs_grow(s->v, &s->cap, s->n + 1, sizeof(*s->v));
     s->v[s->n++] = (struct krec){*rec, s->f, pos, 0};
     return 0;
 }
@@ -284,145 +273,156 @@ static void keeper_journal_release(struct keeper *k, const struct kscan *s, cons
  * per shard; a record counts as done (its file's mark moves past it) only
  * once its shard met the durability rule. Counts what is left per slot.
  */
-void keeper_journal_replay(struct keeper *k)
+/* What one replay pass has done so far, per shard. */
+struct kpass {
+    struct rconn_site site[KEYS_SHARDS]; /* where the shard's last write went */
+    int wrote[KEYS_SHARDS];              /* something was written: WAIT for it */
+    int failed[KEYS_SHARDS];             /* a call failed: the rest waits */
+    int replayed;                        /* records the script took this pass */
+    struct kgone seen[64];               /* sales found gone, or not */
+    size_t nseen;
+};
+
+/* The record's sale has no stock field (the script's SCRIPT_REPLAY_NO_STOCK).
+ * Redis lost its data and is not restored yet: nothing was written, the
+ * token waits. Or the sale is gone (ended and cleaned up): the token has
+ * nowhere to go but the dead letters, unless MySQL holds what it granted.
+ * Either way it stops no other token (rule 17). */
+static void keeper_replay_gone(struct keeper *k, struct kpass *p, struct krec *kr)
 {
-    struct kscan s;
-    struct rconn_site site[KEYS_SHARDS];
-    int wrote[KEYS_SHARDS] = {0}, failed[KEYS_SHARDS] = {0}, durable[KEYS_SHARDS];
-    int64_t t0 = cs_mono_ms();
-    int replayed = 0;
-    struct kgone seen[64];
-    size_t nseen = 0;
+    const struct journal_rec *r = &kr->r;
+    int shard = keys_shard(r->activity_id);
 
-    keeper_read_journal(k, &s);
-    for (size_t i = 0; i < s.n; i++) {
-        struct krec *kr = &s.v[i];
-        const struct journal_rec *r = &kr->r;
-        int shard = keys_shard(r->activity_id);
-        if (keeper_is_closed(k, r->activity_id, r->epoch)) {
-            /* Replayed before its epoch was given back: the status route
-             * must not call it pending (a restarted keeper rebuilt the
-             * user's grant from the record). */
-            keeper_mark_replayed(k, r->activity_id, r->user_id);
-            continue;
-        }
-        keeper_mark_granted(k, r->activity_id, r->user_id);
-        if (!k->renewed[shard] || failed[shard])
-            continue;
-        struct kargs a = {.n = 0};
-        ka_key(&a, keys_stock, shard);
-        ka_akey(&a, keys_seize_list, r->activity_id);
-        ka_key(&a, keys_queue, shard);
-        ka_key(&a, keys_reserve, shard);
-        ka_akey(&a, keys_reserve_epochs, r->activity_id);
-        ka_key(&a, keys_reserve_dead, shard);
-        ka_int(&a, r->activity_id);
-        ka_int(&a, r->user_id);
-        ka_str(&a, k->jd.incarnation);
-        ka_int(&a, (int64_t)r->epoch);
-        ka_int(&a, r->token);
-        ka_int(&a, r->seize_ms);
-        struct rconn_site at;
-        redisReply *rep = keeper_eval(k, &k->s_replay, 6, &a, &at);
-        if (rep == NULL || rep->type != REDIS_REPLY_INTEGER) {
-            log_warn("reserve keeper: replaying activity %" PRId64 " token %" PRIu64 "/%u: %s",
-                     r->activity_id, r->epoch, r->token,
-                     rep != NULL && rep->type == REDIS_REPLY_ERROR ? rep->str : k->rc->errstr);
-            failed[shard] = 1;
-            if (rep != NULL)
-                freeReplyObject(rep);
-            continue;
-        }
-        long long res = rep->integer;
-        freeReplyObject(rep);
-        if (res == SCRIPT_REPLAY_NO_STOCK) {
-            /* No stock field. Redis lost its data and is not restored yet:
-             * nothing was written, the token waits. Or the sale is gone
-             * (ended and cleaned up): the token has nowhere to go but the
-             * dead letters. Either way it stops no other token (rule 17). */
-            if (keeper_sale_gone(k, seen, &nseen, sizeof(seen) / sizeof(seen[0]),
-                                 r->activity_id) != 1) {
-                log_debug("reserve keeper: activity %" PRId64 " has no stock field; its replay "
-                          "waits", r->activity_id);
-                continue;
-            }
-            int held = keeper_grant_held(k, r);
-            if (held < 0)
-                continue;
-            if (held > 0) {
-                kr->answered = 1;
-                log_info("reserve keeper: activity %" PRId64 ": token %" PRIu64 "/%u of user %"
-                         PRId64 ": the sale is gone from Redis and the user's coupon is in MySQL",
-                         r->activity_id, r->epoch, r->token, r->user_id);
-                continue;
-            }
-            int fresh = keeper_dead_letter(k, r, "sale gone from Redis", &at);
-            if (fresh < 0) {
-                failed[shard] = 1;
-                continue;
-            }
-            site[shard] = at;
-            wrote[shard] = 1;
-            kr->answered = 1;
-            if (fresh == 0) {
-                log_info("reserve keeper: activity %" PRId64 ": token %" PRIu64 "/%u of user %"
-                         PRId64 " is in the dead letters already", r->activity_id, r->epoch,
-                         r->token, r->user_id);
-                continue;
-            }
-            atomic_fetch_add(&k->rv->dead_letters, 1);
-            log_error("reserve keeper: activity %" PRId64 ": token %" PRIu64 "/%u of user %" PRId64
-                      " has no sale in Redis to go to (ended and removed); it is in the dead "
-                      "letters %s", r->activity_id, r->epoch, r->token, r->user_id,
-                      "COUPON:RESERVE:DEAD");
-            continue;
-        }
-        kr->answered = 1;
-        site[shard] = at;
-        wrote[shard] = 1;
-        if (res == SCRIPT_REPLAY_SPENT_TWICE_KNOWN) {
-            /* Read again after its -4: counted and logged then. */
-            log_info("reserve keeper: activity %" PRId64 ": token %" PRIu64 "/%u of user %" PRId64
-                     " (spent twice) is in the dead letters already", r->activity_id, r->epoch,
-                     r->token, r->user_id);
-            continue;
-        }
-        replayed++;
-        if (res == SCRIPT_REPLAY_SPENT_TWICE) {
-            /* The token was replayed before for someone else: the node
-             * spent it twice. This user's grant is in the dead letters (the
-             * script wrote it there, so the record is done with), and it is
-             * never counted as replayed. */
-            atomic_fetch_add(&k->rv->dead_letters, 1);
-            atomic_fetch_add(&k->rv->anomalies, 1);
-            log_error("reserve keeper: activity %" PRId64 ": token %" PRIu64 "/%u of user %" PRId64
-                      " was replayed before for another user (spent twice); it is in %s",
-                      r->activity_id, r->epoch, r->token, r->user_id, "COUPON:RESERVE:DEAD");
-            continue;
-        }
-        if (res == SCRIPT_REPLAY_DUPLICATE)
-            atomic_fetch_add(&k->rv->duplicates, 1);
-        if (res == SCRIPT_REPLAY_DEAD) {
-            atomic_fetch_add(&k->rv->dead_letters, 1);
-            log_error("reserve keeper: activity %" PRId64 ": token %" PRIu64 "/%u of user %" PRId64
-                      " had no open reserve and no stock to take; it is in %s",
-                      r->activity_id, r->epoch, r->token, r->user_id, "COUPON:RESERVE:DEAD");
-        }
-        if (res != SCRIPT_REPLAY_BEFORE)
-            atomic_fetch_add(&k->rv->replayed, 1);
-        keeper_mark_replayed(k, r->activity_id, r->user_id);
+    if (keeper_sale_gone(k, p->seen, &p->nseen, CS_ARRAY_LEN(p->seen), r->activity_id) != 1) {
+        log_debug("reserve keeper: activity %" PRId64 " has no stock field; its replay "
+                  "waits", r->activity_id);
+        return;
     }
-    for (int i = 0; i < KEYS_SHARDS; i++)
-        durable[i] = !wrote[i] || keeper_durable(k, i, &site[i], 0) == CS_OK;
+    int held = keeper_grant_held(k, r);
+    if (held < 0)
+        return;
+    if (held > 0) {
+        kr->answered = 1;
+        log_info("reserve keeper: activity %" PRId64 ": token %" PRIu64 "/%u of user %"
+                 PRId64 ": the sale is gone from Redis and the user's coupon is in MySQL",
+                 r->activity_id, r->epoch, r->token, r->user_id);
+        return;
+    }
+    struct rconn_site dl;
+    int fresh = keeper_dead_letter(k, r, "sale gone from Redis", &dl);
+    if (fresh < 0) {
+        p->failed[shard] = 1;
+        return;
+    }
+    p->site[shard] = dl;
+    p->wrote[shard] = 1;
+    kr->answered = 1;
+    if (fresh == 0) {
+        log_info("reserve keeper: activity %" PRId64 ": token %" PRIu64 "/%u of user %"
+                 PRId64 " is in the dead letters already", r->activity_id, r->epoch,
+                 r->token, r->user_id);
+        return;
+    }
+    atomic_fetch_add(&k->rv->dead_letters, 1);
+    log_error("reserve keeper: activity %" PRId64 ": token %" PRIu64 "/%u of user %" PRId64
+              " has no sale in Redis to go to (ended and removed); it is in the dead "
+              "letters %s", r->activity_id, r->epoch, r->token, r->user_id,
+              "COUPON:RESERVE:DEAD");
+}
 
-    /* Per file, the done mark moves over the leading records that are done. */
+/* Counts and logs what the replay script answered for a record it took. */
+static void keeper_replay_answer(struct keeper *k, struct kpass *p, const struct journal_rec *r,
+                                 long long res)
+{
+    if (res == SCRIPT_REPLAY_SPENT_TWICE_KNOWN) {
+        /* Read again after its -4: counted and logged then. */
+        log_info("reserve keeper: activity %" PRId64 ": token %" PRIu64 "/%u of user %" PRId64
+                 " (spent twice) is in the dead letters already", r->activity_id, r->epoch,
+                 r->token, r->user_id);
+        return;
+    }
+    p->replayed++;
+    if (res == SCRIPT_REPLAY_SPENT_TWICE) {
+        /* The token was replayed before for someone else: the node spent
+         * it twice. This user's grant is in the dead letters (the script
+         * wrote it there, so the record is done with), and it is never
+         * counted as replayed. */
+        atomic_fetch_add(&k->rv->dead_letters, 1);
+        atomic_fetch_add(&k->rv->anomalies, 1);
+        log_error("reserve keeper: activity %" PRId64 ": token %" PRIu64 "/%u of user %" PRId64
+                  " was replayed before for another user (spent twice); it is in %s",
+                  r->activity_id, r->epoch, r->token, r->user_id, "COUPON:RESERVE:DEAD");
+        return;
+    }
+    if (res == SCRIPT_REPLAY_DUPLICATE)
+        atomic_fetch_add(&k->rv->duplicates, 1);
+    if (res == SCRIPT_REPLAY_DEAD) {
+        atomic_fetch_add(&k->rv->dead_letters, 1);
+        log_error("reserve keeper: activity %" PRId64 ": token %" PRIu64 "/%u of user %" PRId64
+                  " had no open reserve and no stock to take; it is in %s",
+                  r->activity_id, r->epoch, r->token, r->user_id, "COUPON:RESERVE:DEAD");
+    }
+    if (res != SCRIPT_REPLAY_BEFORE)
+        atomic_fetch_add(&k->rv->replayed, 1);
+    keeper_mark_replayed(k, r->activity_id, r->user_id);
+}
+
+/* Sends one record of an open epoch through the replay script (its shard
+ * renewed and nothing failed on it this pass). */
+static void keeper_replay_rec(struct keeper *k, struct kpass *p, struct krec *kr)
+{
+    const struct journal_rec *r = &kr->r;
+    int shard = keys_shard(r->activity_id);
+    struct kargs a = {.n = 0};
+
+    ka_key(&a, keys_stock, shard);
+    ka_akey(&a, keys_seize_list, r->activity_id);
+    ka_key(&a, keys_queue, shard);
+    ka_key(&a, keys_reserve, shard);
+    ka_akey(&a, keys_reserve_epochs, r->activity_id);
+    ka_key(&a, keys_reserve_dead, shard);
+    ka_int(&a, r->activity_id);
+    ka_int(&a, r->user_id);
+    ka_str(&a, k->jd.incarnation);
+    ka_int(&a, (int64_t)r->epoch);
+    ka_int(&a, r->token);
+    ka_int(&a, r->seize_ms);
+    struct rconn_site at;
+    redisReply *rep = keeper_eval(k, &k->s_replay, 6, &a, &at);
+    if (rep == NULL || rep->type != REDIS_REPLY_INTEGER) {
+        log_warn("reserve keeper: replaying activity %" PRId64 " token %" PRIu64 "/%u: %s",
+                 r->activity_id, r->epoch, r->token,
+                 rep != NULL && rep->type == REDIS_REPLY_ERROR ? rep->str : k->rc->errstr);
+        p->failed[shard] = 1;
+        if (rep != NULL)
+            freeReplyObject(rep);
+        return;
+    }
+    long long res = rep->integer;
+    freeReplyObject(rep);
+    if (res == SCRIPT_REPLAY_NO_STOCK) {
+        keeper_replay_gone(k, p, kr);
+        return;
+    }
+    kr->answered = 1;
+    p->site[shard] = at;
+    p->wrote[shard] = 1;
+    keeper_replay_answer(k, p, r, res);
+}
+
+/* Per file, moves the done mark over the leading records that are done.
+ * Counts what is left per reserve slot; returns how many are left, and sets
+ * *oldest to the seize time of the oldest of them (0 when none is). */
+static int64_t keeper_journal_advance(struct keeper *k, struct kscan *s, const int *durable,
+                                      const int *failed, int64_t *oldest_ms)
+{
     for (size_t i = 0; i < k->nfiles; i++)
         k->files[i].seen = 0;
     for (int i = 0; i < SHM_RESERVES; i++)
         k->loc[i].pending = 0;
     int64_t depth = 0, oldest = 0;
-    for (size_t i = 0; i < s.n; i++) {
-        struct krec *kr = &s.v[i];
+    for (size_t i = 0; i < s->n; i++) {
+        struct krec *kr = &s->v[i];
         const struct journal_rec *r = &kr->r;
         int shard = keys_shard(r->activity_id);
         int done = keeper_is_closed(k, r->activity_id, r->epoch)
@@ -439,15 +439,46 @@ void keeper_journal_replay(struct keeper *k)
         if (slot >= 0 && atomic_load(&k->rv->slot[slot].epoch) == r->epoch)
             k->loc[slot].pending++;
     }
-    keeper_journal_release(k, &s, durable, failed);
+    *oldest_ms = oldest;
+    return depth;
+}
+
+void keeper_journal_replay(struct keeper *k)
+{
+    struct kscan s;
+    struct kpass p = {.replayed = 0};
+    int durable[KEYS_SHARDS];
+    int64_t t0 = cs_mono_ms(), depth, oldest;
+
+    keeper_read_journal(k, &s);
+    for (size_t i = 0; i < s.n; i++) {
+        struct krec *kr = &s.v[i];
+        const struct journal_rec *r = &kr->r;
+        int shard = keys_shard(r->activity_id);
+        if (keeper_is_closed(k, r->activity_id, r->epoch)) {
+            /* Replayed before its epoch was given back: the status route
+             * must not call it pending (a restarted keeper rebuilt the
+             * user's grant from the record). */
+            keeper_mark_replayed(k, r->activity_id, r->user_id);
+            continue;
+        }
+        keeper_mark_granted(k, r->activity_id, r->user_id);
+        if (k->renewed[shard] && !p.failed[shard])
+            keeper_replay_rec(k, &p, kr);
+    }
+    for (int i = 0; i < KEYS_SHARDS; i++)
+        durable[i] = !p.wrote[i] || keeper_durable(k, i, &p.site[i], 0) == CS_OK;
+
+    depth = keeper_journal_advance(k, &s, durable, p.failed, &oldest);
+    keeper_journal_release(k, &s, durable, p.failed);
     /* Workers add to the depth between passes; the pass sets what it found. */
     atomic_store(&k->rv->journal_depth, depth);
     atomic_store(&k->rv->oldest_unreplayed_ms, oldest);
-    if (replayed > 0) {
+    if (p.replayed > 0) {
         int64_t took = cs_mono_ms() - t0;
         atomic_store(&k->rv->last_replay_ms, took);
         log_notice("reserve keeper: replayed %d journal records in %" PRId64 " ms; %" PRId64
-                   " left", replayed, took, depth);
+                   " left", p.replayed, took, depth);
     }
     free(s.v);
 }
@@ -460,7 +491,7 @@ void keeper_journal_replay(struct keeper *k)
  * token whose record is gone with its segment (DESIGN.md rule 14). */
 #define KEEPER_TOKENS "tokens"
 
-static int keeper_fsync_dir(const char *path)
+int keeper_fsync_dir(const char *path)
 {
     int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
@@ -504,8 +535,7 @@ static int keeper_tokens_write(struct keeper *k)
     return CS_OK;
 }
 
-/* Raises each slot's next token to what DIR/tokens says was handed out. */
-static void keeper_tokens_read(struct keeper *k)
+void keeper_tokens_read(struct keeper *k)
 {
     char path[PATH_MAX];
     snprintf(path, sizeof(path), "%s/%s", k->jd.path, KEEPER_TOKENS);
@@ -569,232 +599,4 @@ void keeper_journal_retire(struct keeper *k)
      * current one can be deleted once they let go of it. */
     if (bump)
         atomic_store(&k->rv->journal_seg, cur + 1);
-}
-
-/* ---- start-up ---------------------------------------------------------------------- */
-
-static int keeper_rebuild_rec(void *arg, const struct journal_rec *rec)
-{
-    struct keeper *k = arg;
-    int i = reserve_slot_of(k->rv, rec->activity_id);
-    if ((i < 0 || atomic_load(&k->rv->slot[i].epoch) != rec->epoch)
-        && !keeper_is_closed(k, rec->activity_id, rec->epoch)) {
-        /* Not open: an epoch this node gave back was replayed to the end
-         * first, so its records are done; one an admin closed is not. */
-        char by[16];
-        if (keeper_epoch_state(k, rec->activity_id, rec->epoch, by, sizeof(by)) == 2
-            && strcmp(by, "node") == 0)
-            keeper_add_closed(k, rec->activity_id, rec->epoch);
-    }
-    if (i >= 0 && atomic_load(&k->rv->slot[i].epoch) == rec->epoch) {
-        struct shm_rsv_slot *s = &k->rv->slot[i];
-        if ((int32_t)rec->token + 1 > atomic_load(&s->next))
-            atomic_store(&s->next, (int32_t)rec->token + 1);
-    }
-    int e;
-    if (reserve_grant_add(k->rv, rec->activity_id, rec->user_id, &e) == CS_OK || e >= 0)
-        atomic_store(&k->rv->grant[e].state, RGRANT_GRANTED);
-    return 0;
-}
-
-static int keeper_mine_row(void *arg, int ncols, char **cols)
-{
-    struct keeper *k = arg;
-    if (ncols < 3 || cols[0] == NULL || cols[1] == NULL || cols[2] == NULL)
-        return CS_OK;
-    int i;
-    for (i = 0; i < SHM_RESERVES; i++)
-        if (atomic_load(&k->rv->slot[i].state) == RSV_EMPTY)
-            break;
-    if (i == SHM_RESERVES) {
-        log_error("reserve keeper: more open epochs than %d slots", SHM_RESERVES);
-        return CS_OK;
-    }
-    struct shm_rsv_slot *s = &k->rv->slot[i];
-    memset(&k->loc[i], 0, sizeof(k->loc[i]));
-    atomic_store(&s->activity_id, strtoll(cols[0], NULL, 10));
-    atomic_store(&s->epoch, strtoull(cols[1], NULL, 10));
-    atomic_store(&s->amount, (int32_t)strtol(cols[2], NULL, 10));
-    atomic_store(&s->next, 0);
-    atomic_store(&s->start_ms, 0);
-    atomic_store(&s->end_ms, 0);
-    atomic_store(&s->open_to_all, 0); /* until the activity list is read */
-    k->loc[i].resume = 1;
-    k->loc[i].field = 1;
-    atomic_store(&s->state, RSV_STOPPED);
-    return CS_OK;
-}
-
-static int keeper_admin_closed_row(void *arg, int ncols, char **cols)
-{
-    if (ncols >= 2 && cols[0] != NULL && cols[1] != NULL)
-        keeper_add_release(arg, strtoll(cols[0], NULL, 10), strtoull(cols[1], NULL, 10));
-    return CS_OK;
-}
-
-/*
- * What this incarnation holds, rebuilt: the open epochs from MySQL, and per
- * epoch the tokens already granted from the journal (never from
- * configuration or Redis). Torn tails are cut first. Every slot starts
- * stopped; it opens once its records are replayed.
- */
-int keeper_journal_rebuild(struct keeper *k)
-{
-    char path[PATH_MAX], err[256];
-    struct shm_reserves *rv = k->rv;
-
-    /* A keeper restarted under running workers: nobody is inside a grant
-     * once every slot is stopped and the markers are down. */
-    for (int i = 0; i < SHM_RESERVES; i++)
-        if (atomic_load(&rv->slot[i].state) != RSV_EMPTY)
-            atomic_store(&rv->slot[i].state, RSV_STOPPED);
-    for (int tries = 0; tries < 300; tries++) {
-        int busy = 0;
-        for (int w = 0; w < SHM_MAX_WORKERS; w++)
-            busy += atomic_load(&rv->busy[w]) != 0;
-        if (busy == 0)
-            break;
-        usleep(10000);
-    }
-    /* Not waited for longer (the node must not stay without a keeper), but
-     * not forgotten: the marker names its activity and epoch, so every
-     * fence of that epoch fails (nothing given back, no slot freed) until
-     * the grant ends or the supervisor reaps its worker and clears it. */
-    for (int w = 0; w < SHM_MAX_WORKERS; w++)
-        if (atomic_load(&rv->busy[w]) != 0)
-            log_error("reserve keeper: worker %d is still inside a grant of activity %" PRId64
-                      " epoch %" PRIu64 " after 3 s (a stuck write?); that epoch stays fenced "
-                      "until it is done", (int)atomic_load(&k->shm->worker_pid[w]),
-                      atomic_load(&rv->busy_aid[w]), atomic_load(&rv->busy_epoch[w]));
-    /* A grant still in flight after the wait took its token already: the
-     * next token each slot had is kept, so it is never handed out again. */
-    struct khad {
-        int64_t aid;
-        uint64_t epoch;
-        int32_t next;
-    } had[SHM_RESERVES];
-    int nhad = 0;
-    for (int i = 0; i < SHM_RESERVES; i++) {
-        if (atomic_load(&rv->slot[i].state) != RSV_EMPTY)
-            had[nhad++] = (struct khad){atomic_load(&rv->slot[i].activity_id),
-                                         atomic_load(&rv->slot[i].epoch),
-                                         atomic_load(&rv->slot[i].next)};
-        keeper_slot_free(k, i);
-    }
-    memset(rv->grant, 0, sizeof(rv->grant));
-    atomic_store(&rv->ngrants, 0);
-
-    struct mval p[] = {MV_TXT(k->jd.incarnation, JOURNAL_ID_LEN)};
-    while (mconn_query(k->mc, SQL_RSV_MINE, p, 1, keeper_mine_row, k) != CS_OK) {
-        log_warn("reserve keeper: reading this node's open epochs from MySQL: %s; again in 1 s",
-                 k->mc->errstr);
-        if (keeper_stop)
-            return CS_ERR;
-        sleep(1);
-    }
-    for (int h = 0; h < nhad; h++) {
-        int i = reserve_slot_of(rv, had[h].aid);
-        if (i >= 0 && atomic_load(&rv->slot[i].epoch) == had[h].epoch
-            && had[h].next > atomic_load(&rv->slot[i].next))
-            atomic_store(&rv->slot[i].next, had[h].next);
-    }
-    keeper_tokens_read(k);
-    while (mconn_query(k->mc, SQL_RSV_ADMIN_CLOSED, p, 1, keeper_admin_closed_row, k) != CS_OK) {
-        log_warn("reserve keeper: reading this node's epochs closed by an admin: %s; again in 1 s",
-                 k->mc->errstr);
-        if (keeper_stop)
-            return CS_ERR;
-        sleep(1);
-    }
-    keeper_list_files(k);
-    uint64_t maxseg = 0;
-    for (size_t i = 0; i < k->nfiles; i++) {
-        struct kfile *f = &k->files[i];
-        struct journal j;
-        snprintf(path, sizeof(path), "%s/%s", k->jd.path, f->name);
-        /* Cuts a torn tail; a segment a live worker holds is its own. */
-        if (journal_open_path(&j, path, err, sizeof(err)) == CS_OK)
-            journal_close(&j);
-        else
-            log_warn("reserve keeper: %s", err);
-        journal_scan(path, keeper_rebuild_rec, k, NULL);
-        if (f->seg > maxseg)
-            maxseg = f->seg;
-    }
-    atomic_store(&rv->journal_seg, maxseg + 1);
-    int open = 0;
-    for (int i = 0; i < SHM_RESERVES; i++)
-        open += atomic_load(&rv->slot[i].state) != RSV_EMPTY;
-    log_notice("reserve keeper: incarnation %s; %d open epochs, %zu journal segments, "
-               "%u users granted from reserves", k->jd.incarnation, open, k->nfiles,
-               atomic_load(&rv->ngrants));
-    return CS_OK;
-}
-
-/* Empties the grants table when nothing is open and everything replayed. */
-void keeper_journal_reset_grants(struct keeper *k)
-{
-    struct shm_reserves *rv = k->rv;
-    if (atomic_load(&rv->ngrants) == 0 || atomic_load(&rv->journal_depth) != 0)
-        return;
-    for (int i = 0; i < SHM_RESERVES; i++)
-        if (atomic_load(&rv->slot[i].state) != RSV_EMPTY)
-            return;
-    for (int w = 0; w < SHM_MAX_WORKERS; w++)
-        if (atomic_load(&rv->busy[w]) != 0)
-            return;
-    memset(rv->grant, 0, sizeof(rv->grant));
-    atomic_store(&rv->ngrants, 0);
-}
-
-/* ---- the halt ------------------------------------------------------------------------ */
-
-#define KEEPER_HALTED "halted"
-
-void keeper_journal_halt(struct keeper *k, int start)
-{
-    char path[PATH_MAX];
-    struct shm_reserves *rv = k->rv;
-    snprintf(path, sizeof(path), "%s/%s", k->jd.path, KEEPER_HALTED);
-    int there = access(path, F_OK) == 0;
-
-    if (start) {
-        if (there) {
-            atomic_store(&rv->halted, 1);
-            log_error("reserve keeper: halted by %s (a journal write failed before); no grants "
-                      "from reserves until an operator removes it", path);
-        }
-        k->halt_kept = there;
-        return;
-    }
-    if (k->halt_kept && !there) {
-        /* The operator cleared it. Workers move to a new segment: the one
-         * whose write failed is never appended to again. */
-        k->halt_kept = 0;
-        atomic_store(&rv->halted, 0);
-        atomic_fetch_add(&rv->journal_seg, 1);
-        log_notice("reserve keeper: %s removed; grants from reserves resume", path);
-        return;
-    }
-    if (!atomic_load(&rv->halted) || k->halt_kept)
-        return;
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    static const char text[] = "a journal write failed; remove this file once the disk is "
-                               "fixed to let the node grant from reserves again\n";
-    int ok = fd >= 0 && write(fd, text, sizeof(text) - 1) == (ssize_t)(sizeof(text) - 1)
-             && fsync(fd) == 0;
-    if (fd >= 0 && close(fd) != 0)
-        ok = 0;
-    if (ok && keeper_fsync_dir(k->jd.path) == CS_OK) {
-        k->halt_kept = 1;
-        log_error("reserve keeper: a journal write failed: halted until an operator removes %s",
-                  path);
-        return;
-    }
-    int64_t now = cs_mono_ms();
-    if (k->halt_warn_ms == 0 || now - k->halt_warn_ms >= 60000) {
-        k->halt_warn_ms = now;
-        log_error("reserve keeper: writing %s failed: %s; halted while this node runs, but a "
-                  "restart would not know", path, strerror(errno));
-    }
 }

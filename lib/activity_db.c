@@ -65,10 +65,7 @@ static int adb_row(void *arg, int ncols, char **c)
     struct adb_rows *rows = arg;
     if (ncols != 16)
         return CS_ERR;
-    if (rows->n == rows->cap) {
-        rows->cap = rows->cap ? rows->cap * 2 : 8;
-        rows->v = xrealloc(rows->v, rows->cap * sizeof(*rows->v));
-    }
+    rows->v = cs_grow(rows->v, &rows->cap, rows->n + 1, sizeof(*rows->v));
     struct activity_row *r = &rows->v[rows->n++];
     memset(r, 0, sizeof(*r));
     /* ids are BIGINT UNSIGNED; the API serves 1..2^63-1 (strtoull, then the cast). */

@@ -241,10 +241,7 @@ static int mine_row(void *arg, int ncols, char **c)
     struct mine_rows *m = arg;
     if (ncols != 10)
         return CS_ERR;
-    if (m->n == m->cap) {
-        m->cap = m->cap ? m->cap * 2 : 16;
-        m->v = xrealloc(m->v, m->cap * sizeof(*m->v));
-    }
+    m->v = cs_grow(m->v, &m->cap, m->n + 1, sizeof(*m->v));
     struct coupon_row *r = &m->v[m->n++];
     memset(r, 0, sizeof(*r));
     r->id = (int64_t)strtoull(c[0] ? c[0] : "0", NULL, 10);
@@ -347,10 +344,7 @@ static int due_row(void *arg, int ncols, char **c)
     struct due_list *d = arg;
     if (ncols != 2 || c[0] == NULL || c[1] == NULL)
         return CS_ERR;
-    if (d->n == d->cap) {
-        d->cap = d->cap ? d->cap * 2 : 64;
-        d->v = xrealloc(d->v, d->cap * sizeof(*d->v));
-    }
+    d->v = cs_grow(d->v, &d->cap, d->n + 1, sizeof(*d->v));
     d->v[d->n][0] = (int64_t)strtoull(c[0], NULL, 10);
     d->v[d->n][1] = (int64_t)strtoull(c[1], NULL, 10);
     d->n++;
@@ -416,10 +410,7 @@ static int pending_row(void *arg, int ncols, char **c)
     struct pending_list *l = arg;
     if (ncols != 4 || c[0] == NULL || c[1] == NULL || c[2] == NULL || c[3] == NULL)
         return CS_ERR;
-    if (l->n == l->cap) {
-        l->cap = l->cap ? l->cap * 2 : 64;
-        l->v = xrealloc(l->v, l->cap * sizeof(*l->v));
-    }
+    l->v = cs_grow(l->v, &l->cap, l->n + 1, sizeof(*l->v));
     struct coupon_return *r = &l->v[l->n++];
     r->id = (int64_t)strtoull(c[0], NULL, 10);
     r->activity_id = (int64_t)strtoull(c[1], NULL, 10);

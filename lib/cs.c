@@ -38,6 +38,19 @@ void *xrealloc(void *p, size_t n)
     return q;
 }
 
+void *cs_grow(void *v, size_t *cap, size_t need, size_t size)
+{
+    if (need <= *cap)
+        return v;
+    size_t c = *cap ? *cap * 2 : 16;
+    if (c < need)
+        c = need;
+    if (c > SIZE_MAX / size)
+        cs_oom(SIZE_MAX);
+    *cap = c;
+    return xrealloc(v, c * size);
+}
+
 char *xstrdup(const char *s)
 {
     size_t n = strlen(s) + 1;

@@ -13,6 +13,10 @@
 void *xmalloc(size_t n);
 void *xcalloc(size_t nmemb, size_t n);
 void *xrealloc(void *p, size_t n);
+/* The array v of elements of size bytes with room for at least need of
+ * them: *cap doubles (16 at first) when need is past it, as the growable
+ * arrays of nginx and Redis do. v may be NULL with *cap 0. */
+void *cs_grow(void *v, size_t *cap, size_t need, size_t size);
 char *xstrdup(const char *s);
 
 /* Process-wide set-up both binaries run first: cJSON allocates through

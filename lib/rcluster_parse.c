@@ -67,10 +67,7 @@ static int rc_is_str(const redisReply *r)
 static void rc_add_range(struct rcluster_range **v, size_t *n, size_t *cap, long long from,
                          long long to, const char *host, size_t hostlen, int port)
 {
-    if (*n == *cap) {
-        *cap = *cap ? *cap * 2 : 16;
-        *v = xrealloc(*v, *cap * sizeof(**v));
-    }
+    *v = cs_grow(*v, cap, *n + 1, sizeof(**v));
     struct rcluster_range *g = &(*v)[(*n)++];
     g->from = (int)from;
     g->to = (int)to;

@@ -189,6 +189,10 @@ enum rconn_fault rconn_reply_fault(const redisReply *r);
 /* "up", "down", "readonly", "oom", "misconf", "busy", "loading", "error". */
 const char *rconn_fault_name(enum rconn_fault f);
 
+/* The milliseconds of a TIME reply (seconds, microseconds); -1 for a reply
+ * that is not one (NULL, an error). */
+int64_t rconn_time_ms(const redisReply *t);
+
 /* Loads a script file into *s. CS_ERR with a message in err when unreadable. */
 int rscript_load_file(struct rscript *s, const char *path, char *err, size_t errlen);
 /* Sets *s to a copy of the script text (rscript_free() frees it). */

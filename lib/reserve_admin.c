@@ -81,10 +81,7 @@ static int ra_row(void *arg, int ncols, char **cols)
         l->truncated = 1;
         return CS_OK;
     }
-    if (l->n == rr->cap) {
-        rr->cap = rr->cap ? rr->cap * 2 : 16;
-        l->v = xrealloc(l->v, rr->cap * sizeof(*l->v));
-    }
+    l->v = cs_grow(l->v, &rr->cap, l->n + 1, sizeof(*l->v));
     struct reserve_view *v = &l->v[l->n++];
     memset(v, 0, sizeof(*v));
     v->activity_id = strtoll(cols[0], NULL, 10);
@@ -99,15 +96,6 @@ static int ra_row(void *arg, int ncols, char **cols)
 }
 
 /* Redis' clock in ms from a TIME reply, or -1. */
-static int64_t ra_time_ms(const redisReply *t)
-{
-    if (t == NULL || t->type != REDIS_REPLY_ARRAY || t->elements != 2
-        || t->element[0]->type != REDIS_REPLY_STRING || t->element[1]->type != REDIS_REPLY_STRING)
-        return -1;
-    return strtoll(t->element[0]->str, NULL, 10) * 1000
-           + strtoll(t->element[1]->str, NULL, 10) / 1000;
-}
-
 static int64_t ra_int_or(const redisReply *r, int64_t dflt)
 {
     if (r != NULL && r->type == REDIS_REPLY_STRING && r->len > 0)
@@ -143,7 +131,7 @@ static int ra_read_view(struct rconn *rc, struct reserve_view *v, int lease_ms)
             goto out;
         }
     v->left = ra_int_or(r[0], -1);
-    int64_t last = ra_int_or(r[1], -1), now = ra_time_ms(r[3]);
+    int64_t last = ra_int_or(r[1], -1), now = rconn_time_ms(r[3]);
     /* The node spends by its own lease, which may be longer than ours. */
     int64_t theirs = ra_int_or(r[2], 0);
     v->lease_ms = theirs > lease_ms ? theirs : lease_ms;

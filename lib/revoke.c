@@ -92,10 +92,7 @@ static int revoke_id_row(void *arg, int ncols, char **cols)
     int64_t id;
     if (ncols < 1 || cols[0] == NULL || cs_parse_id(cols[0], strlen(cols[0]), &id) != CS_OK)
         return CS_OK;
-    if (ids->n == ids->cap) {
-        ids->cap = ids->cap ? ids->cap * 2 : 16;
-        ids->v = xrealloc(ids->v, ids->cap * sizeof(*ids->v));
-    }
+    ids->v = cs_grow(ids->v, &ids->cap, ids->n + 1, sizeof(*ids->v));
     ids->v[ids->n++] = id;
     return CS_OK;
 }

@@ -173,10 +173,7 @@ static int exp_candidates(struct rconn *rc, int shard, int64_t cutoff_ms, int64_
             /* A field that does not parse is not ours to judge: left alone. */
             if (!ok || a.end_ms >= cutoff_ms)
                 continue;
-            if (*n == cap) {
-                cap = cap ? cap * 2 : 64;
-                *ids = xrealloc(*ids, cap * sizeof(**ids));
-            }
+            *ids = cs_grow(*ids, &cap, *n + 1, sizeof(**ids));
             (*ids)[(*n)++] = id;
         }
         freeReplyObject(r);
@@ -503,10 +500,7 @@ static int rec_scan_shard(struct rconn *rc, int shard, struct rec_item *items, s
             if (keys_parse_queue_field(f->str, f->len, &p.aid, &p.uid) != CS_OK ||
                 rec_find(items, n, p.aid) == NULL)
                 continue;
-            if (np == cap) {
-                cap = cap ? cap * 2 : 1024;
-                pairs = xrealloc(pairs, cap * sizeof(*pairs));
-            }
+            pairs = cs_grow(pairs, &cap, np + 1, sizeof(*pairs));
             pairs[np++] = p;
         }
         freeReplyObject(r);
@@ -704,10 +698,7 @@ static int rec_id_row(void *arg, int ncols, char **cols)
     int64_t id;
     if (ncols < 1 || cols[0] == NULL || cs_parse_id(cols[0], strlen(cols[0]), &id) != CS_OK)
         return CS_OK;
-    if (r->n == r->cap) {
-        r->cap = r->cap ? r->cap * 2 : 64;
-        r->items = xrealloc(r->items, r->cap * sizeof(*r->items));
-    }
+    r->items = cs_grow(r->items, &r->cap, r->n + 1, sizeof(*r->items));
     memset(&r->items[r->n], 0, sizeof(r->items[0]));
     r->items[r->n++].id = id;
     return CS_OK;

@@ -1,5 +1,6 @@
-/* test_keys.c - Redis key names, queue fields and cluster slots. */
+/* test_keys.c - Redis key names, queue fields, cluster slots, ids and growable arrays. */
 #include <check.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cs.h"
@@ -83,6 +84,29 @@ START_TEST(parse_id_bounds)
 }
 END_TEST
 
+/* cs_grow(): room for what is asked, doubling; what was stored stays. */
+START_TEST(grow_keeps_and_doubles)
+{
+    int64_t *v = NULL;
+    size_t cap = 0, n;
+    for (n = 0; n < 1000; n++) {
+        v = cs_grow(v, &cap, n + 1, sizeof(*v));
+        ck_assert_uint_ge(cap, n + 1);
+        v[n] = (int64_t)n * 7;
+    }
+    ck_assert_uint_eq(cap, 1024); /* 16, 32, ... 1024: doubled, not grown by one */
+    for (n = 0; n < 1000; n++)
+        ck_assert_int_eq(v[n], (int64_t)n * 7);
+    int64_t *same = cs_grow(v, &cap, 10, sizeof(*v));
+    ck_assert_ptr_eq(same, v);
+    ck_assert_uint_eq(cap, 1024);
+    v = cs_grow(v, &cap, 5000, sizeof(*v)); /* past twice the room: exactly what is asked */
+    ck_assert_uint_eq(cap, 5000);
+    ck_assert_int_eq(v[999], 999 * 7);
+    free(v);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("keys");
@@ -91,6 +115,7 @@ int main(void)
     tcase_add_test(tc, queue_field_parse);
     tcase_add_test(tc, slots_follow_hash_tags);
     tcase_add_test(tc, parse_id_bounds);
+    tcase_add_test(tc, grow_keeps_and_doubles);
     suite_add_tcase(s, tc);
     return cs_run_suite(s, 0);
 }
