@@ -268,11 +268,6 @@ static void keeper_journal_release(struct keeper *k, const struct kscan *s, cons
     k->nrelease = m;
 }
 
-/*
- * Replays what the journal holds for shards Redis answers on, then WAITs
- * per shard; a record counts as done (its file's mark moves past it) only
- * once its shard met the durability rule. Counts what is left per slot.
- */
 /* What one replay pass has done so far, per shard. */
 struct kpass {
     struct rconn_site site[KEYS_SHARDS]; /* where the shard's last write went */
@@ -443,6 +438,11 @@ static int64_t keeper_journal_advance(struct keeper *k, struct kscan *s, const i
     return depth;
 }
 
+/*
+ * Replays what the journal holds for shards Redis answers on, then WAITs
+ * per shard; a record counts as done (its file's mark moves past it) only
+ * once its shard met the durability rule. Counts what is left per slot.
+ */
 void keeper_journal_replay(struct keeper *k)
 {
     struct kscan s;

@@ -7,9 +7,7 @@
 #include "keys.h"
 #include "log.h"
 #include "reserve.h"
-#include "scripts.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -17,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 static const char SQL_RSV_MINE[] =

@@ -1,6 +1,7 @@
 /* rcluster_copies.c - the durability rule on a cluster: how many replicas
- * of a master could take over, read from its settings and CLUSTER NODES,
- * and the masters walked for health. */
+ * of a master could take over, read from its settings and CLUSTER NODES;
+ * the sites (node and connection) a grant's WAIT goes to; and the masters
+ * walked for health. */
 #include "rcluster_int.h"
 #include "cs.h"
 #include "log.h"
@@ -25,7 +26,7 @@ static redisReply *rc_config_get(struct rcluster *cl, int i, const char *name)
 /* The value in a CONFIG GET reply, or NULL (refused, or no such setting). */
 static const char *rc_config_value(const redisReply *r)
 {
-    return r->type == REDIS_REPLY_ARRAY && r->elements == 2 && rc_is_str(r->element[1])
+    return r->type == REDIS_REPLY_ARRAY && r->elements == 2 && rconn_reply_is_str(r->element[1])
                ? r->element[1]->str
                : NULL;
 }
@@ -118,9 +119,8 @@ static int rc_node_copies_read(struct rcluster *cl, int i)
         return -1;
     }
     int64_t now_ms = rconn_time_ms(t);
-    if (rc_is_str(nodes) && now_ms >= 0) {
+    if (rconn_reply_is_str(nodes) && now_ms >= 0)
         n = rcluster_parse_copies(nodes->str, now_ms, cl->stale_unbounded ? -1 : cl->stale_max);
-    }
     freeReplyObject(nodes);
     freeReplyObject(t);
     return n;

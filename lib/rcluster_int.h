@@ -65,11 +65,6 @@ struct rcluster {
     int64_t pipe_deadline;     /* of the pipeline's first append: resends keep it */
 };
 
-static inline int rc_is_str(const redisReply *r)
-{
-    return r != NULL && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS);
-}
-
 /* Closes node i after a failure; its next connect waits a growing backoff
  * unless the caller keeps its own (rconn_opts.no_backoff). */
 void rc_node_fail(struct rcluster *cl, int i);

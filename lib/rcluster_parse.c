@@ -3,6 +3,7 @@
  * a shard that could be promoted. Pure functions, declared in rcluster.h. */
 #include "rcluster.h"
 #include "cs.h"
+#include "rconn.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,11 +60,6 @@ int rcluster_parse_redirect(const char *str, size_t len, struct rcluster_redirec
     return rc_split_addr(str + i + 1, len - i - 1, out->host, sizeof(out->host), &out->port);
 }
 
-static int rc_is_str(const redisReply *r)
-{
-    return r != NULL && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS);
-}
-
 static void rc_add_range(struct rcluster_range **v, size_t *n, size_t *cap, long long from,
                          long long to, const char *host, size_t hostlen, int port)
 {
@@ -94,17 +90,17 @@ static int rc_shard_master(const redisReply *nodes, const char *self_host, const
             return CS_ERR;
         for (size_t j = 0; j + 1 < nd->elements; j += 2) {
             const redisReply *k = nd->element[j], *v = nd->element[j + 1];
-            if (!rc_is_str(k))
+            if (!rconn_reply_is_str(k))
                 continue;
             if (strcmp(k->str, "port") == 0 && v->type == REDIS_REPLY_INTEGER)
                 p = v->integer;
-            else if (strcmp(k->str, "ip") == 0 && rc_is_str(v))
+            else if (strcmp(k->str, "ip") == 0 && rconn_reply_is_str(v))
                 ip = v->str, iplen = v->len;
-            else if (strcmp(k->str, "endpoint") == 0 && rc_is_str(v))
+            else if (strcmp(k->str, "endpoint") == 0 && rconn_reply_is_str(v))
                 ep = v->str, eplen = v->len;
-            else if (strcmp(k->str, "role") == 0 && rc_is_str(v))
+            else if (strcmp(k->str, "role") == 0 && rconn_reply_is_str(v))
                 master = strcmp(v->str, "master") == 0;
-            else if (strcmp(k->str, "health") == 0 && rc_is_str(v))
+            else if (strcmp(k->str, "health") == 0 && rconn_reply_is_str(v))
                 failed = strcmp(v->str, "online") != 0;
         }
         /* Redis 7.2 groups by shard id: a failed old master may be listed
@@ -134,7 +130,7 @@ static int rc_parse_shards(const redisReply *r, const char *self_host, struct rc
             return CS_ERR;
         for (size_t j = 0; j + 1 < sh->elements; j += 2) {
             const redisReply *k = sh->element[j];
-            if (!rc_is_str(k))
+            if (!rconn_reply_is_str(k))
                 continue;
             if (strcmp(k->str, "slots") == 0)
                 slots = sh->element[j + 1];
@@ -174,7 +170,7 @@ static int rc_parse_slots(const redisReply *r, const char *self_host, struct rcl
         const redisReply *a = e->element[0], *b = e->element[1], *m = e->element[2];
         if (a->type != REDIS_REPLY_INTEGER || b->type != REDIS_REPLY_INTEGER ||
             a->integer < 0 || b->integer >= RCLUSTER_SLOTS || a->integer > b->integer ||
-            m->type != REDIS_REPLY_ARRAY || m->elements < 2 || !rc_is_str(m->element[0]) ||
+            m->type != REDIS_REPLY_ARRAY || m->elements < 2 || !rconn_reply_is_str(m->element[0]) ||
             m->element[1]->type != REDIS_REPLY_INTEGER || m->element[1]->integer < 1 ||
             m->element[1]->integer > 65535)
             return CS_ERR;

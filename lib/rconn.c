@@ -506,10 +506,15 @@ redisReply *rconn_hscan(struct rconn *rc, const char *key, char *cursor, size_t 
     return r;
 }
 
+int rconn_reply_is_str(const redisReply *r)
+{
+    return r != NULL && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS);
+}
+
 int64_t rconn_time_ms(const redisReply *t)
 {
     if (t == NULL || t->type != REDIS_REPLY_ARRAY || t->elements != 2
-        || t->element[0]->type != REDIS_REPLY_STRING || t->element[1]->type != REDIS_REPLY_STRING)
+        || !rconn_reply_is_str(t->element[0]) || !rconn_reply_is_str(t->element[1]))
         return -1;
     return strtoll(t->element[0]->str, NULL, 10) * 1000
            + strtoll(t->element[1]->str, NULL, 10) / 1000;

@@ -189,8 +189,11 @@ enum rconn_fault rconn_reply_fault(const redisReply *r);
 /* "up", "down", "readonly", "oom", "misconf", "busy", "loading", "error". */
 const char *rconn_fault_name(enum rconn_fault f);
 
-/* The milliseconds of a TIME reply (seconds, microseconds); -1 for a reply
- * that is not one (NULL, an error). */
+/* 1 for a bulk or status string reply, 0 otherwise (NULL too). */
+int rconn_reply_is_str(const redisReply *r);
+
+/* The milliseconds of a TIME reply (seconds, microseconds, as bulk or status
+ * strings); -1 for a reply that is not one (NULL, an error). */
 int64_t rconn_time_ms(const redisReply *t);
 
 /* Loads a script file into *s. CS_ERR with a message in err when unreadable. */

@@ -95,7 +95,7 @@ static int ra_row(void *arg, int ncols, char **cols)
     return CS_OK;
 }
 
-/* Redis' clock in ms from a TIME reply, or -1. */
+/* The integer in a bulk-string reply, or dflt. */
 static int64_t ra_int_or(const redisReply *r, int64_t dflt)
 {
     if (r != NULL && r->type == REDIS_REPLY_STRING && r->len > 0)

@@ -127,7 +127,10 @@ if command -v redis-server >/dev/null 2>&1; then
     (cd "$elsewhere" && exec redis-server --port 0 --unixsocket "$elsewhere/by.sock" \
         --save '' --appendonly no >/dev/null 2>&1) &
     bystander=$!
-    cs_defer kill "$bystander"
+    # On every exit path, whatever "down" did: by socket path, not by pid (a
+    # pid swept long ago may be another stack's process by then).
+    cs_defer pkill -f "$COUPON_DIR/stray.sock"
+    cs_defer pkill -f "$elsewhere/by.sock"
     cs_defer rm -rf "$elsewhere"
     stray_up() { [[ -S $COUPON_DIR/stray.sock && -S $elsewhere/by.sock ]]; }
     check "a stray and a bystander redis-server run" wait_for 10 stray_up

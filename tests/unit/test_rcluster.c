@@ -35,6 +35,30 @@ static redisReply *resp(const char *text)
     return r;
 }
 
+/* A TIME reply in milliseconds, its parts as bulk or status strings; -1
+ * for anything else. */
+START_TEST(time_replies_parse)
+{
+    const struct {
+        const char *text;
+        long long ms;
+    } c[] = {
+        {"*2\r\n$10\r\n1700000000\r\n$6\r\n123456\r\n", 1700000000123LL},
+        {"*2\r\n+1700000000\r\n+999999\r\n", 1700000000999LL},
+        {"*2\r\n$10\r\n1700000000\r\n:5\r\n", -1},
+        {"*1\r\n$10\r\n1700000000\r\n", -1},
+        {"-ERR unknown command\r\n", -1},
+        {"$10\r\n1700000000\r\n", -1},
+    };
+    for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+        redisReply *r = resp(c[i].text);
+        ck_assert_int_eq(rconn_time_ms(r), c[i].ms);
+        freeReplyObject(r);
+    }
+    ck_assert_int_eq(rconn_time_ms(NULL), -1);
+}
+END_TEST
+
 START_TEST(redirects_parse)
 {
     struct rcluster_redirect d;
@@ -683,6 +707,7 @@ int main(void)
 {
     Suite *s = suite_create("rcluster");
     TCase *tc = tcase_create("parse");
+    tcase_add_test(tc, time_replies_parse);
     tcase_add_test(tc, redirects_parse);
     tcase_add_test(tc, maps_parse);
     tcase_add_test(tc, seed_lists_parse);
