@@ -138,7 +138,7 @@ void keeper_add_closed(struct keeper *k, int64_t aid, uint64_t epoch)
 {
     if (keeper_is_closed(k, aid, epoch))
         return;
-    k->closed = xrealloc(k->closed, (k->nclosed + 1) * sizeof(*k->closed));
+    k->closed = cs_grow(k->closed, &k->closed_cap, k->nclosed + 1, sizeof(*k->closed));
     k->closed[k->nclosed++] = (struct kclosed){aid, epoch};
 }
 
@@ -147,7 +147,7 @@ void keeper_add_release(struct keeper *k, int64_t aid, uint64_t epoch)
     for (size_t i = 0; i < k->nrelease; i++)
         if (k->release[i].aid == aid && k->release[i].epoch == epoch)
             return;
-    k->release = xrealloc(k->release, (k->nrelease + 1) * sizeof(*k->release));
+    k->release = cs_grow(k->release, &k->release_cap, k->nrelease + 1, sizeof(*k->release));
     k->release[k->nrelease++] = (struct krelease){aid, epoch};
 }
 

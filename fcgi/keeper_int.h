@@ -75,11 +75,11 @@ struct keeper {
     struct rscript s_aside, s_renew, s_replay, s_give, s_release;
     struct kslot loc[SHM_RESERVES];
     struct kfile *files;
-    size_t nfiles;
+    size_t nfiles, files_cap;
     struct kclosed *closed;
-    size_t nclosed;
+    size_t nclosed, closed_cap;
     struct krelease *release;
-    size_t nrelease;
+    size_t nrelease, release_cap;
     int renewed[KEYS_SHARDS];
     int64_t restored[KEYS_SHARDS];  /* restore generation seen; -1 none yet */
     struct kact *acts;

@@ -33,7 +33,7 @@ static struct kfile *keeper_file(struct keeper *k, const char *name, int index, 
     for (size_t i = 0; i < k->nfiles; i++)
         if (strcmp(k->files[i].name, name) == 0)
             return &k->files[i];
-    k->files = xrealloc(k->files, (k->nfiles + 1) * sizeof(*k->files));
+    k->files = cs_grow(k->files, &k->files_cap, k->nfiles + 1, sizeof(*k->files));
     struct kfile *f = &k->files[k->nfiles++];
     memset(f, 0, sizeof(*f));
     snprintf(f->name, sizeof(f->name), "%s", name);

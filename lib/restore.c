@@ -35,7 +35,7 @@ struct open_epoch {
 
 struct open_epochs {
     struct open_epoch *v;
-    size_t n;
+    size_t n, cap;
     int64_t sum;
 };
 
@@ -44,7 +44,7 @@ static int open_epoch_row(void *arg, int ncols, char **cols)
     struct open_epochs *e = arg;
     if (ncols != 3 || cols[0] == NULL || cols[1] == NULL || cols[2] == NULL)
         return CS_ERR;
-    e->v = xrealloc(e->v, (e->n + 1) * sizeof(*e->v));
+    e->v = cs_grow(e->v, &e->cap, e->n + 1, sizeof(*e->v));
     struct open_epoch *o = &e->v[e->n++];
     snprintf(o->inc, sizeof(o->inc), "%s", cols[0]);
     o->epoch = strtoll(cols[1], NULL, 10);
@@ -263,7 +263,7 @@ int restore_stock(struct mconn *mc, struct rconn *rc, const struct activity *a, 
     if (h.failed)
         goto out;
     /* So are the reserves nodes hold: their coupons are not in the stock. */
-    struct open_epochs eps = {NULL, 0, 0};
+    struct open_epochs eps = {0};
     if (mconn_query(mc, SQL_OPEN_EPOCHS, p, 1, open_epoch_row, &eps) != CS_OK) {
         snprintf(err, errlen, "selecting reserve epochs of activity %" PRId64 ": %s", a->id,
                  mc->errstr);

@@ -55,6 +55,11 @@ int jobs_expire(struct rconn *rc, int grace_s, int full, int *removed);
 int jobs_coupons(struct mconn *mc, struct rconn *rc, int batch, int lock_ttl_ms,
                  uint64_t *expired, uint64_t *returned);
 
+/* Routes a job's failure: a dropped connection (rc->ctx or mc->my NULL) is an
+ * outage of that dependency, logged once by smetrics; anything else is
+ * counted as an error and logged at error. Either of mc, rc may be NULL. */
+void jobs_fail(struct mconn *mc, struct rconn *rc, const char *what, const char *err);
+
 /* HLEN of every queue shard into the queue-depth gauges; *total gets the sum. */
 int jobs_queue_depth(struct rconn *rc, int64_t *total);
 
