@@ -217,12 +217,14 @@ mk_activity() {
 # sql_is SQL EXPECTED: the query's answer is EXPECTED (for wait_for).
 sql_is() { [[ $(mysql_q "$1") == "$2" ]]; }
 
+# b64url: stdin as unpadded base64url (one process: tokens are minted by the
+# thousand in a run).
 b64url() {
-    if command -v openssl >/dev/null 2>&1; then
-        openssl base64 -A | tr '+/' '-_' | tr -d '='
-    else
-        base64 -w0 | tr '+/' '-_' | tr -d '='
-    fi
+    local s
+    s=$(base64 -w0)
+    s=${s//+/-}
+    s=${s//\//_}
+    printf '%s' "${s%%=*}"
 }
 
 # mint_jwt SUB [ROLE] [EXP_OFFSET_S]: prints an HS256 token signed with
@@ -231,18 +233,23 @@ b64url() {
 # not empty. JWT_SECRET overrides the key (forged tokens), JWT_ALG the header
 # alg (the signature stays HS256), JWT_EXTRA more claims (a JSON fragment
 # such as '"groups":["vip"]').
+CS_OPENSSL=$(command -v openssl || true)
+declare -A CS_JWT_HEADER
 mint_jwt() {
     local sub=$1 role=${2:-} off=${3:-3600} now header payload input sig
     local key=${JWT_SECRET:-$COUPON_JWT_SECRET} alg=${JWT_ALG:-HS256}
-    now=$(date +%s)
-    header=$(printf '{"alg":"%s","typ":"JWT"}' "$alg" | b64url)
-    payload=$(printf '{"sub":"%s","iat":%d' "$sub" "$now")
-    if [[ $off != none ]]; then payload+=$(printf ',"exp":%d' $((now + off))); fi
-    if [[ -n $role ]]; then payload+=$(printf ',"role":"%s"' "$role"); fi
+    now=$EPOCHSECONDS
+    if [[ -z ${CS_JWT_HEADER[$alg]:-} ]]; then
+        CS_JWT_HEADER[$alg]=$(printf '{"alg":"%s","typ":"JWT"}' "$alg" | b64url)
+    fi
+    header=${CS_JWT_HEADER[$alg]}
+    printf -v payload '{"sub":"%s","iat":%d' "$sub" "$now"
+    if [[ $off != none ]]; then printf -v payload '%s,"exp":%d' "$payload" $((now + off)); fi
+    if [[ -n $role ]]; then printf -v payload '%s,"role":"%s"' "$payload" "$role"; fi
     if [[ -n ${JWT_EXTRA:-} ]]; then payload+=",$JWT_EXTRA"; fi
     payload=$(printf '%s}' "$payload" | b64url)
     input=$header.$payload
-    if command -v openssl >/dev/null 2>&1; then
+    if [[ -n $CS_OPENSSL ]]; then
         sig=$(printf '%s' "$input" | openssl dgst -sha256 -hmac "$key" -binary | b64url)
     else
         sig=$(python3 -c 'import base64, hashlib, hmac, sys
@@ -357,6 +364,12 @@ http_code() {
 # json_get JSON KEY: prints the value of top-level KEY (strings unquoted,
 # everything else as JSON); empty when absent.
 json_get() {
+    # Every answer of the API opens with its code: read that one without a
+    # python3 start (a test reads thousands).
+    if [[ $2 == code && $1 =~ ^\{\"code\":\"([A-Z_]+)\"[,}] && $1 == *\} ]]; then
+        printf '%s\n' "${BASH_REMATCH[1]}"
+        return 0
+    fi
     python3 -c 'import json, sys
 v = json.loads(sys.argv[1]).get(sys.argv[2])
 if v is None: sys.exit(0)
