@@ -20,7 +20,8 @@ K=20
 # the outage gave: on a loaded machine the breaker and four seizes take
 # longer, so the lease scales with the machine (6 s when idle; with 3 s at
 # a load of 3 on 2 cores, so 6 s, the fourth seize came after it and was
-# answered UNAVAILABLE, truthfully). X's sale ends well after it.
+# answered UNAVAILABLE, truthfully). X's sale is open for the steps up to its
+# seize (12 s x CS_TIME_SCALE); the return and the rest may come after its end.
 LEASE=$((6000 * CS_TIME_SCALE))
 export COUPON_WORKERS=2
 export COUPON_CONF_OVERRIDES="fallback.reserve=$K
@@ -37,7 +38,7 @@ X=4301
 Y=4311
 node_up n2 workers=1
 INC2=$(cat "$COUPON_DIR/n2/journal/incarnation")
-mk_activity $X 1000 -60 $((22 + LEASE / 1000))
+mk_activity $X 1000 -60 $((12 * CS_TIME_SCALE))
 mk_activity $Y 1000 -60 3600
 X_END=$(end_ms $X)
 http POST /market/admin/coupon/preheat '' "$ADMIN"
