@@ -11,6 +11,9 @@ nemesis_skip_unless_ready
 out=$(python3 "$NEM/test_checker.py" 2>&1)
 check "the checker's unit tests pass" test $? -eq 0
 [[ $out == *OK* ]] || diag "$out"
+out=$(python3 "$NEM/test_generator.py" 2>&1)
+check "the schedule generator's unit tests pass" test $? -eq 0
+[[ $out == *OK* ]] || diag "$out"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/nemcheck.XXXXXX")
 cs_defer rm -rf "$work"

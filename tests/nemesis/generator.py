@@ -28,6 +28,11 @@ KINDS = {
     "skew": (1, "node", (3.0, 8.0)),             # restart node n with its wall clock moved
 }
 
+# Drawn from a stream of their own (so that adding them left every other
+# kind's schedule of a seed as it was): every fsync and fdatasync of one web
+# node's processes held DELAY ms by strace for dur s, a slow journal disk.
+SLOW_JOURNAL = ("slow-journal", (1.0, 5.0), (50, 600))
+
 REDIS_NODES = 6
 
 
@@ -43,13 +48,13 @@ def schedule(seed, secs, nodes=2, kinds=None):
     """The events of one run, sorted by "at": faults, then the admin events
     "move-window" (at 30 % of the run) and "revoke" (at 45 %)."""
     rng = random.Random("nemesis:%d" % seed)
-    names = sorted(kinds if kinds else KINDS)
+    names = sorted(k for k in (kinds if kinds else KINDS) if k in KINDS)
     weights = [KINDS[k][0] for k in names]
     busy = {}  # target -> time it is free again
     events = []
     t = rng.uniform(1.0, 2.5)
     # Faults start until a little before the end; the run heals at secs.
-    while t < secs - 1.5:
+    while names and t < secs - 1.5:
         kind = rng.choices(names, weights)[0]
         _, tkind, durs = KINDS[kind]
         targets = _targets(tkind, nodes)
@@ -66,10 +71,32 @@ def schedule(seed, secs, nodes=2, kinds=None):
             busy[key] = t + dur + 0.3
             events.append(ev)
         t += rng.expovariate(1.0 / 1.6)
+    if kinds is None or SLOW_JOURNAL[0] in kinds:
+        events += _slow_journal(seed, secs, nodes, bool(kinds))
     events.append({"at": round(secs * 0.30, 2), "kind": "move-window", "target": "admin", "dur": 0.0})
     events.append({"at": round(secs * 0.45, 2), "kind": "revoke", "target": "admin", "dur": 0.0})
     events.sort(key=lambda e: (e["at"], e["kind"]))
     return events
+
+
+def _slow_journal(seed, secs, nodes, only):
+    """The slow-journal faults of a run, one node at a time (about one every
+    6 s; every 2 s when they are the only kind asked for)."""
+    rng = random.Random("nemesis-slow:%d" % seed)
+    events = []
+    t = rng.uniform(1.0, 4.0)
+    while t < secs - 1.5:
+        dur = round(min(rng.uniform(*SLOW_JOURNAL[1]), secs - t), 2)
+        events.append({"at": round(t, 2), "kind": SLOW_JOURNAL[0],
+                       "target": "node%d" % rng.randint(1, nodes), "dur": dur,
+                       "delay_ms": rng.randint(*SLOW_JOURNAL[2])})
+        t += dur + 0.3 + rng.expovariate(1.0 / (2.0 if only else 6.0))
+    return events
+
+
+def all_kinds():
+    """Every fault kind a schedule may hold."""
+    return sorted(KINDS) + [SLOW_JOURNAL[0]]
 
 
 def sales(secs):

@@ -8,6 +8,7 @@ table: the caller runs heal() on every exit path.
 """
 import os
 import random
+import shutil
 import signal
 import subprocess
 import threading
@@ -71,6 +72,7 @@ class Nemesis:
         self.stopped = set()       # pids we SIGSTOPped and owe a SIGCONT
         self.active = {}           # id(ev) -> ev for faults started, not stopped
         self.skewed = set()        # nodes running under libfaketime
+        self.straced = {}          # idx -> strace holding a node's fsyncs (slow-journal)
         self.counts = {}
         self.lock = threading.Lock()  # the schedule runs one thread per target
         self.reload()
@@ -296,6 +298,8 @@ class Nemesis:
             port = self.env["MYSQL_PORT"]
             self.cut("f%d" % idx, [("127.0.0.1", "127.0.0.1", ["tcp", "dport", port]),
                                    ("127.0.0.1", "127.0.0.1", ["tcp", "sport", port])])
+        elif kind == "slow-journal":
+            self.slow_journal(node, idx, ev["delay_ms"])
         elif kind == "skew":
             off = ev["offset_s"]
             self.stackcmd("restart-" + self.fcgi_svc(node),
@@ -326,9 +330,49 @@ class Nemesis:
             self.stackcmd("start-mysql")
         elif kind.startswith("part-"):
             self.uncut("f%d" % idx)
+        elif kind == "slow-journal":
+            self.slow_journal_end(idx)
         elif kind == "skew":
             self.skewed.discard(node)
             self.stackcmd("restart-" + self.fcgi_svc(node))
+
+    def slow_journal(self, node, idx, delay_ms):
+        """A slow journal disk under node: strace holds every fsync and
+        fdatasync of its workers and keeper delay_ms before it runs (a
+        process started meanwhile is not held)."""
+        if shutil.which("strace") is None:
+            raise RuntimeError("slow-journal: strace is not installed")
+        pids = self.family(self.pid_of(self.fcgi_svc(node)))
+        if not pids:
+            return
+        out = os.path.join(self.dir, "slow-journal-%d.strace" % idx)
+        args = ["strace", "-qq", "-o", out, "-e", "trace=fsync,fdatasync",
+                "-e", "inject=fsync,fdatasync:delay_enter=%d" % (delay_ms * 1000)]
+        for p in pids:
+            args += ["-p", str(p)]
+        with open(self.log, "a") as lf:
+            lf.write("$ %s\n" % " ".join(args))
+            self.straced[idx] = subprocess.Popen(args, stdout=lf, stderr=lf)
+
+    def slow_journal_end(self, idx):
+        """strace lets go (SIGTERM: it detaches; a held call runs on)."""
+        st = self.straced.pop(idx, None)
+        if st is None:
+            return
+        st.terminate()
+        try:
+            st.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            st.kill()
+            st.wait()
+        held = 0
+        try:
+            with open(os.path.join(self.dir, "slow-journal-%d.strace" % idx)) as f:
+                held = sum(1 for line in f if "(DELAYED)" in line)
+        except OSError:
+            pass
+        with open(self.log, "a") as lf:
+            lf.write("slow-journal %d: %d calls held\n" % (idx, held))
 
     def skew_env(self, node):
         for ev in list(self.active.values()):
@@ -357,6 +401,8 @@ class Nemesis:
             if not ev["kind"].startswith("part-"):
                 attempt(self.stop, ev, idx)
         self.active.clear()
+        for idx in list(self.straced):
+            attempt(self.slow_journal_end, idx)
         for hp in self.redis:
             host, port = hp.rsplit(":", 1)
             self.sh(["timeout", "3", "redis-cli", "-h", host, "-p", port, "CLIENT", "UNPAUSE"])
