@@ -50,14 +50,8 @@ struct alist_build {
 
 static void alist_add(struct alist_build *b, const char *s, size_t n)
 {
-    if (b->n + 2 > b->ocap) {
-        b->ocap = b->ocap ? b->ocap * 2 : 1024;
-        b->off = xrealloc(b->off, b->ocap * sizeof(*b->off));
-    }
-    if (b->len + n > b->cap) {
-        b->cap = (b->len + n) * 2;
-        b->text = xrealloc(b->text, b->cap);
-    }
+    b->off = cs_grow(b->off, &b->ocap, b->n + 2, sizeof(*b->off));
+    b->text = cs_grow(b->text, &b->cap, b->len + n, 1);
     b->off[b->n++] = b->len;
     memcpy(b->text + b->len, s, n);
     b->len += n;

@@ -25,10 +25,7 @@ struct actlist_buf {
 
 static void actlist_buf_add(struct actlist_buf *b, const char *s, size_t n)
 {
-    if (b->len + n + 1 > b->cap) {
-        b->cap = (b->len + n + 1) * 2;
-        b->p = xrealloc(b->p, b->cap);
-    }
+    b->p = cs_grow(b->p, &b->cap, b->len + n + 1, 1);
     memcpy(b->p + b->len, s, n);
     b->len += n;
     b->p[b->len] = '\0';

@@ -298,10 +298,7 @@ static int returning_row(void *arg, int ncols, char **c)
     if (ncols != 1 || c[0] == NULL)
         return CS_ERR;
     size_t k = strlen(c[0]);
-    if (l->len + k + 2 > l->cap) {
-        l->cap = (l->cap + k + 2) * 2;
-        l->csv = xrealloc(l->csv, l->cap);
-    }
+    l->csv = cs_grow(l->csv, &l->cap, l->len + k + 2, 1);
     if (l->len > 0)
         l->csv[l->len++] = ',';
     memcpy(l->csv + l->len, c[0], k);
