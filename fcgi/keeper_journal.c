@@ -25,6 +25,11 @@ static const char SQL_SALE_ENDED[] =
 static const char SQL_GRANT_HELD[] =
     "SELECT COUNT(*) FROM coupon WHERE activity_id = ? AND user_id = ? AND (live_key = 0 "
     "OR CAST(UNIX_TIMESTAMP(seized_at) * 1000 AS SIGNED) = ?)";
+/* What an admin's return kept out of stock is released: a restore no longer
+ * keeps it out (sql/007_reserve_parked.sql). */
+static const char SQL_RELEASED[] =
+    "UPDATE reserve_epoch SET released_at = NOW(3) WHERE activity_id = ? AND incarnation = ? "
+    "AND epoch = ? AND closed_by = 'admin' AND released_at IS NULL";
 
 /* ---- the journal --------------------------------------------------------------- */
 
@@ -220,6 +225,22 @@ static int keeper_epoch_has_slot(const struct keeper *k, int64_t aid, uint64_t e
     return 0;
 }
 
+/* MySQL says e's parked tokens are released before Redis puts them back:
+ * everything of e is replayed, so nothing waits for them, and a restore
+ * that came between the two steps must not keep them out again. */
+static int keeper_mark_released(struct keeper *k, const struct krelease *e)
+{
+    struct mval p[] = {MV_INT(e->aid), MV_TXT(k->jd.incarnation, JOURNAL_ID_LEN),
+                       MV_INT((int64_t)e->epoch)};
+    if (mconn_exec(k->mc, SQL_RELEASED, p, 3, NULL) != CS_OK) {
+        log_warn("reserve keeper: activity %" PRId64 " epoch %" PRIu64 ": marking what the "
+                 "admin's return kept out of stock released in MySQL: %s; again next pass",
+                 e->aid, e->epoch, k->mc->errstr);
+        return CS_ERR;
+    }
+    return CS_OK;
+}
+
 static void keeper_journal_release(struct keeper *k, const struct kscan *s, const int *durable,
                                    const int *failed)
 {
@@ -238,7 +259,7 @@ static void keeper_journal_release(struct keeper *k, const struct kscan *s, cons
                    && !(kr->answered && !failed[shard] && durable[shard]);
         }
         long long back = -1;
-        if (!left && k->renewed[shard]) {
+        if (!left && k->renewed[shard] && keeper_mark_released(k, e) == CS_OK) {
             struct kargs a = {.n = 0};
             struct rconn_site at;
             ka_key(&a, keys_stock, shard);

@@ -19,13 +19,18 @@
 #include <string.h>
 
 /* Activities that ended within the grace stay listed, so a late seize gets a
- * clear ENDED rather than NO_SUCH_ACTIVITY. The last column says whether MySQL
- * holds any coupon of it (an index probe, not a count). */
+ * clear ENDED rather than NO_SUCH_ACTIVITY. Column 10 says whether MySQL
+ * holds any coupon of it, or a node reserve that still keeps stock out (open,
+ * or returned by an admin and not yet released): index probes, not counts.
+ * Without either, an absent stock field is a new sale's (total_num); with
+ * one, it is restored (restore.c). */
 #define SQL_PREHEAT_COLS \
     "SELECT id, name, coupon_name, coupon_amount, coupon_threshold, total_num, " \
     "UNIX_TIMESTAMP(distribute_start_time)*1000, UNIX_TIMESTAMP(distribute_end_time)*1000, " \
     "validity_days, status, " \
-    "EXISTS (SELECT 1 FROM coupon c WHERE c.activity_id = activity.id), " \
+    "EXISTS (SELECT 1 FROM coupon c WHERE c.activity_id = activity.id) " \
+    "OR EXISTS (SELECT 1 FROM reserve_epoch r WHERE r.activity_id = activity.id " \
+    "AND (r.state = 1 OR (r.parked > 0 AND r.released_at IS NULL))), " \
     "CAST(UNIX_TIMESTAMP(updated_at) * 1000000 AS SIGNED), " \
     "return_on_expiry, COALESCE(eligible_groups, '') FROM activity "
 #define SQL_PREHEAT_SERVED \

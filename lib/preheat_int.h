@@ -12,7 +12,7 @@ struct mconn;
 
 struct preheat_vec {
     struct activity *v;
-    unsigned char *has_coupons; /* parallel to v: MySQL holds coupons of it */
+    unsigned char *has_coupons; /* parallel to v: MySQL holds coupons or reserves of it */
     char **txt;                /* parallel to v: activity_to_text(), made once */
     char (*win)[48];           /* parallel to v: WINDOW value "<startMs>,<endMs>" */
     int64_t *ver;              /* parallel to v: updated_at in microseconds, the version */

@@ -26,8 +26,13 @@ static const char SQL_CLOSED_BY_ADMIN[] =
     "SELECT epoch FROM reserve_epoch WHERE activity_id = ? AND incarnation = ? AND state = 2 "
     "AND closed_by = 'admin' ORDER BY epoch LIMIT ?";
 static const char SQL_CLOSE[] =
-    "UPDATE reserve_epoch SET state = 2, closed_by = 'admin', returned = ?, "
+    "UPDATE reserve_epoch SET state = 2, closed_by = 'admin', returned = ?, parked = ?, "
     "closed_at = NOW(3) WHERE activity_id = ? AND incarnation = ? AND epoch = ? AND state = 1";
+/* What a return kept out of stock is released: a restore no longer keeps
+ * it out (sql/007_reserve_parked.sql). */
+static const char SQL_RELEASED[] =
+    "UPDATE reserve_epoch SET released_at = NOW(3) WHERE activity_id = ? AND incarnation = ? "
+    "AND epoch = ? AND closed_by = 'admin' AND released_at IS NULL";
 
 /* One worker serves one request at a time: the script's SHA is loaded once
  * per process (rconn loads it on first use and on NOSCRIPT). */
@@ -243,12 +248,15 @@ static int ra_durable(struct rconn *rc, const struct reserve_admin_opts *o, int 
     return rconn_wait_at(rc, site, fence ? fkey : NULL, copies, o->wait_timeout_ms);
 }
 
+/* Closes the epoch in MySQL: returned (what went back to stock) and parked
+ * (what the return kept out for the node's replay), each -1 for unknown. */
 static int ra_close_mysql(struct mconn *mc, int64_t id, const char *inc, int64_t epoch,
-                          int64_t returned, char *err, size_t errlen)
+                          int64_t returned, int64_t parked, char *err, size_t errlen)
 {
     struct mval p[] = {returned >= 0 ? MV_INT(returned) : (struct mval){.t = MV_NULL},
+                       parked >= 0 ? MV_INT(parked) : (struct mval){.t = MV_NULL},
                        MV_INT(id), MV_TXT(inc, JOURNAL_ID_LEN), MV_INT(epoch)};
-    if (mconn_exec(mc, SQL_CLOSE, p, 4, NULL) != CS_OK) {
+    if (mconn_exec(mc, SQL_CLOSE, p, 5, NULL) != CS_OK) {
         snprintf(err, errlen, "closing epoch %" PRId64 " in MySQL: %s", epoch, mc->errstr);
         return CS_ERR;
     }
@@ -308,7 +316,17 @@ static int ra_not_open(struct mconn *mc, struct rconn *rc, const struct reserve_
         }
         freeReplyObject(r);
     }
-    if (ra_close_mysql(mc, v->activity_id, v->incarnation, v->epoch, -1, err, errlen) != CS_OK)
+    long long parked = -1;
+    redisReply *pr = rconn_command(rc, ekey, "HGET %s %s:%" PRId64 ":parked", ekey,
+                                   v->incarnation, v->epoch);
+    if (pr != NULL && pr->type == REDIS_REPLY_STRING)
+        parked = strtoll(pr->str, NULL, 10);
+    else if (pr != NULL && pr->type == REDIS_REPLY_NIL)
+        parked = 0;
+    if (pr != NULL)
+        freeReplyObject(pr);
+    if (ra_close_mysql(mc, v->activity_id, v->incarnation, v->epoch, -1, parked, err, errlen)
+        != CS_OK)
         return CS_ERR;
     res->epochs++;
     res->amount += v->amount;
@@ -350,6 +368,15 @@ static int ra_release_lost(struct mconn *mc, struct rconn *rc, const struct rese
     snprintf(abuf, sizeof(abuf), "%" PRId64, id);
     for (size_t i = 0; i < e.n; i++) {
         snprintf(ebuf, sizeof(ebuf), "%" PRId64, e.v[i]);
+        /* MySQL first: once the journal is declared lost nothing waits for
+         * those tokens, and a restore between the two steps must not keep
+         * them out again. */
+        struct mval rp[] = {MV_INT(id), MV_TXT(inc, JOURNAL_ID_LEN), MV_INT(e.v[i])};
+        if (mconn_exec(mc, SQL_RELEASED, rp, 3, NULL) != CS_OK) {
+            snprintf(err, errlen, "marking epoch %" PRId64 " released in MySQL: %s", e.v[i],
+                     mc->errstr);
+            return CS_ERR;
+        }
         const char *argv[] = {skey, rkey, ekey, abuf, inc, ebuf};
         size_t argl[CS_ARRAY_LEN(argv)];
         for (size_t j = 0; j < CS_ARRAY_LEN(argv); j++)
@@ -469,7 +496,7 @@ int reserve_admin_return(struct mconn *mc, struct rconn *rc, const struct reserv
             ret = CS_ERR;
             break;
         }
-        if (ra_close_mysql(mc, id, inc, v->epoch, back, err, errlen) != CS_OK) {
+        if (ra_close_mysql(mc, id, inc, v->epoch, back, parked, err, errlen) != CS_OK) {
             log_error("reserve return: activity %" PRId64 " incarnation %s epoch %" PRId64
                       ": %lld coupons went back to stock in Redis, but MySQL still has the "
                       "epoch open: %s", id, inc, v->epoch, back, err);

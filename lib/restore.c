@@ -27,6 +27,11 @@ static const char SQL_COUPON_USERS[] =
 /* Reserve epochs still open: coupons that nodes hold (DESIGN.md rule 10). */
 static const char SQL_OPEN_EPOCHS[] =
     "SELECT incarnation, epoch, amount FROM reserve_epoch WHERE activity_id = ? AND state = 1";
+/* Epochs an admin returned whose node has not replayed yet: what the return
+ * kept out of stock waits for those grants (rule 16). */
+static const char SQL_PARKED_EPOCHS[] =
+    "SELECT incarnation, epoch, parked FROM reserve_epoch WHERE activity_id = ? AND state = 2 "
+    "AND closed_by = 'admin' AND parked > 0 AND released_at IS NULL";
 
 struct open_epoch {
     char inc[40];
@@ -56,15 +61,15 @@ static int open_epoch_row(void *arg, int ncols, char **cols)
 
 /* script_restore for activity a: CS_OK with *created (1: written now). */
 static int restore_write(struct rconn *rc, const struct activity *a, int64_t stock,
-                         int with_reserves, const struct open_epochs *e, int *created, char *err,
-                         size_t errlen)
+                         int with_reserves, const struct open_epochs *e,
+                         const struct open_epochs *parked, int *created, char *err, size_t errlen)
 {
-    char skey[KEYS_MAX], rkey[KEYS_MAX], ekey[KEYS_MAX], id[24], st[24], gen[24];
+    char skey[KEYS_MAX], rkey[KEYS_MAX], ekey[KEYS_MAX], id[24], st[24], gen[24], nopen[24];
     int shard = keys_shard(a->id);
-    size_t n = 10 + 3 * e->n;
+    size_t n = 11 + 3 * (e->n + parked->n);
     const char **argv = xmalloc(n * sizeof(*argv));
     size_t *argl = xmalloc(n * sizeof(*argl));
-    char (*num)[2][24] = xmalloc((e->n + 1) * sizeof(*num));
+    char (*num)[2][24] = xmalloc((e->n + parked->n + 1) * sizeof(*num));
     int ret = CS_ERR;
 
     keys_stock(skey, shard);
@@ -90,12 +95,18 @@ static int restore_write(struct rconn *rc, const struct activity *a, int64_t sto
     argv[c++] = st;
     argv[c++] = gen;
     argv[c++] = with_reserves ? "1" : "0";
-    for (size_t i = 0; with_reserves && i < e->n; i++) {
-        snprintf(num[i][0], sizeof(num[i][0]), "%" PRId64, e->v[i].epoch);
-        snprintf(num[i][1], sizeof(num[i][1]), "%" PRId64, e->v[i].amount);
-        argv[c++] = e->v[i].inc;
-        argv[c++] = num[i][0];
-        argv[c++] = num[i][1];
+    snprintf(nopen, sizeof(nopen), "%zu", with_reserves ? e->n : 0);
+    argv[c++] = nopen;
+    size_t k = 0;
+    for (int pass = 0; with_reserves && pass < 2; pass++) {
+        const struct open_epochs *l = pass == 0 ? e : parked;
+        for (size_t i = 0; i < l->n; i++, k++) {
+            snprintf(num[k][0], sizeof(num[k][0]), "%" PRId64, l->v[i].epoch);
+            snprintf(num[k][1], sizeof(num[k][1]), "%" PRId64, l->v[i].amount);
+            argv[c++] = l->v[i].inc;
+            argv[c++] = num[k][0];
+            argv[c++] = num[k][1];
+        }
     }
     for (size_t i = 0; i < c; i++)
         argl[i] = strlen(argv[i]);
@@ -270,22 +281,35 @@ int restore_stock(struct mconn *mc, struct rconn *rc, const struct activity *a, 
         free(eps.v);
         goto out;
     }
+    struct open_epochs parked = {0};
+    if (mconn_query(mc, SQL_PARKED_EPOCHS, p, 1, open_epoch_row, &parked) != CS_OK) {
+        snprintf(err, errlen, "selecting returned reserve epochs of activity %" PRId64 ": %s",
+                 a->id, mc->errstr);
+        free(eps.v);
+        free(parked.v);
+        goto out;
+    }
     int64_t reserved = eps.sum;
     size_t nepochs = eps.n;
-    int64_t stock = a->total_num - in_mysql - queued - reserved;
+    int64_t stock = a->total_num - in_mysql - queued - reserved - parked.sum;
     if (stock < 0)
         stock = 0;
-    int rc2 = restore_write(rc, a, stock, in_mysql + queued > 0 || eps.n > 0, &eps, created, err,
-                            errlen);
+    int rc2 = restore_write(rc, a, stock, in_mysql + queued > 0 || eps.n > 0 || parked.n > 0,
+                            &eps, &parked, created, err, errlen);
     free(eps.v);
+    free(parked.v);
     if (rc2 != CS_OK)
         goto out;
-    if (*created && in_mysql + queued + reserved > 0) {
+    if (*created && in_mysql + queued + reserved + parked.sum > 0) {
+        char extra[96] = "";
+        if (parked.n > 0)
+            snprintf(extra, sizeof(extra), ", %" PRId64 " kept out by %zu returns awaiting their "
+                     "node's replay", parked.sum, parked.n);
         *restored = 1;
         log_notice("activity %" PRId64 ": stock restored to %" PRId64 " (total %" PRId64
                    ", %" PRId64 " coupons in MySQL, %" PRId64 " queued, %" PRId64
-                   " in %zu open node reserves)",
-                   a->id, stock, a->total_num, in_mysql, queued, reserved, nepochs);
+                   " in %zu open node reserves%s)",
+                   a->id, stock, a->total_num, in_mysql, queued, reserved, nepochs, extra);
     }
     ret = CS_OK;
 out:
