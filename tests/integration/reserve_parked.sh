@@ -10,6 +10,8 @@
 #  Node 3 comes back: its three grants take from what was kept out (none goes
 #  to the dead letters), the rest goes back to stock, MySQL marks it
 #  released, and every user told SEIZED holds exactly one coupon.
+#  (b) a sale with an open reserve and no coupon in MySQL yet is restored
+#  (stock = total - the open epoch), not started again at its total.
 # shellcheck source=tests/lib.sh
 . "${top_srcdir:-$(dirname "$0")/../..}/tests/lib.sh"
 
@@ -102,4 +104,26 @@ check_eq "every user told SEIZED holds exactly one coupon, the others none" 0 \
     "$(users_misjudged $B "" "$L3" "$L1")"
 check_eq "coupons: node 3's three and node 1's $((TOTAL - K))" $((TOTAL - K + 3)) "$(rows_of $B)"
 check "stock + reserves + coupons = total" balanced $B $TOTAL
+
+# --- (b) an open reserve, no coupon yet ------------------------------------------------
+C=4603
+mk_activity $C $TOTAL -60 3600
+http POST /market/admin/coupon/preheat '' "$ADMIN"
+check "(b) node 3 set aside a reserve of $K" wait_for 20 field_is $C n3 $K
+check_eq "(b) MySQL has no coupon of it" 0 "$(rows_of $C)"
+stack stop-sync
+stack stop-redis --kill
+rm -rf "$COUPON_DIR/redis/appendonlydir" "$COUPON_DIR/redis/appendonly.aof" \
+    "$COUPON_DIR/redis/dump.rdb"
+stack start-redis
+off=$(stat -c %s "$COUPON_DIR/fcgi.log")
+http POST /market/admin/coupon/preheat '' "$ADMIN"
+line=$(tail -c +$((off + 1)) "$COUPON_DIR/fcgi.log" | grep -m1 "activity $C: stock restored to")
+diag "(b) ${line#*: }"
+check_match "(b) restore: the open reserve stays out of the stock" \
+    "stock restored to $((TOTAL - K)) \\(total $TOTAL, 0 coupons in MySQL, 0 queued, $K in 1 open node reserves\\)" \
+    "$line"
+check_eq "(b) ... and its field is back" "$((TOTAL - K)) $K" "$(stock_of $C) $(field_of $C n3)"
+stack start-sync
+check "(b) stock + reserves + coupons = total" balanced $C $TOTAL
 finish
