@@ -148,7 +148,7 @@ void keeper_add_release(struct keeper *k, int64_t aid, uint64_t epoch)
         if (k->release[i].aid == aid && k->release[i].epoch == epoch)
             return;
     k->release = cs_grow(k->release, &k->release_cap, k->nrelease + 1, sizeof(*k->release));
-    k->release[k->nrelease++] = (struct krelease){aid, epoch};
+    k->release[k->nrelease++] = (struct krelease){aid, epoch, 0};
 }
 
 static void keeper_lease_set(struct shm_reserves *rv, int shard, int64_t sent, int64_t recv,

@@ -56,6 +56,7 @@ struct kact {
 struct krelease {
     int64_t aid;
     uint64_t epoch;
+    int marked;                /* MySQL says released already */
 };
 
 /* Epochs closed by this node (given back after a full replay): their

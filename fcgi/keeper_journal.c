@@ -26,10 +26,12 @@ static const char SQL_GRANT_HELD[] =
     "SELECT COUNT(*) FROM coupon WHERE activity_id = ? AND user_id = ? AND (live_key = 0 "
     "OR CAST(UNIX_TIMESTAMP(seized_at) * 1000 AS SIGNED) = ?)";
 /* What an admin's return kept out of stock is released: a restore no longer
- * keeps it out (sql/007_reserve_parked.sql). */
+ * keeps it out (sql/007_reserve_parked.sql). Not only rows closed by the
+ * admin yet: the node may see the return's Redis half and release before
+ * the return's MySQL step closes the row, which leaves released_at alone. */
 static const char SQL_RELEASED[] =
     "UPDATE reserve_epoch SET released_at = NOW(3) WHERE activity_id = ? AND incarnation = ? "
-    "AND epoch = ? AND closed_by = 'admin' AND released_at IS NULL";
+    "AND epoch = ? AND released_at IS NULL";
 
 /* ---- the journal --------------------------------------------------------------- */
 
@@ -228,8 +230,10 @@ static int keeper_epoch_has_slot(const struct keeper *k, int64_t aid, uint64_t e
 /* MySQL says e's parked tokens are released before Redis puts them back:
  * everything of e is replayed, so nothing waits for them, and a restore
  * that came between the two steps must not keep them out again. */
-static int keeper_mark_released(struct keeper *k, const struct krelease *e)
+static int keeper_mark_released(struct keeper *k, struct krelease *e)
 {
+    if (e->marked)
+        return CS_OK;
     struct mval p[] = {MV_INT(e->aid), MV_TXT(k->jd.incarnation, JOURNAL_ID_LEN),
                        MV_INT((int64_t)e->epoch)};
     if (mconn_exec(k->mc, SQL_RELEASED, p, 3, NULL) != CS_OK) {
@@ -238,6 +242,7 @@ static int keeper_mark_released(struct keeper *k, const struct krelease *e)
                  e->aid, e->epoch, k->mc->errstr);
         return CS_ERR;
     }
+    e->marked = 1;
     return CS_OK;
 }
 
@@ -245,6 +250,7 @@ static void keeper_journal_release(struct keeper *k, const struct kscan *s, cons
                                    const int *failed)
 {
     size_t m = 0;
+    int mysql_failed = 0; /* one timeout a pass at most while MySQL is away */
     for (size_t i = 0; i < k->nrelease; i++) {
         struct krelease *e = &k->release[i];
         int shard = keys_shard(e->aid), left = 0;
@@ -259,7 +265,8 @@ static void keeper_journal_release(struct keeper *k, const struct kscan *s, cons
                    && !(kr->answered && !failed[shard] && durable[shard]);
         }
         long long back = -1;
-        if (!left && k->renewed[shard] && keeper_mark_released(k, e) == CS_OK) {
+        if (!left && k->renewed[shard] && !mysql_failed
+            && !(mysql_failed = keeper_mark_released(k, e) != CS_OK)) {
             struct kargs a = {.n = 0};
             struct rconn_site at;
             ka_key(&a, keys_stock, shard);

@@ -22,7 +22,8 @@ static const char SQL_RSV_MINE[] =
 /* Epochs an admin closed lately: what their returns kept out of stock waits
  * for this node's replay (DESIGN.md rule 16). */
 static const char SQL_RSV_ADMIN_CLOSED[] =
-    "SELECT activity_id, epoch FROM reserve_epoch WHERE incarnation = ? AND state = 2 "
+    "SELECT activity_id, epoch, released_at IS NOT NULL FROM reserve_epoch "
+    "WHERE incarnation = ? AND state = 2 "
     "AND closed_by = 'admin' AND closed_at > NOW() - INTERVAL 30 DAY LIMIT 10000";
 
 /* ---- start-up ---------------------------------------------------------------------- */
@@ -81,8 +82,13 @@ static int keeper_mine_row(void *arg, int ncols, char **cols)
 
 static int keeper_admin_closed_row(void *arg, int ncols, char **cols)
 {
-    if (ncols >= 2 && cols[0] != NULL && cols[1] != NULL)
-        keeper_add_release(arg, strtoll(cols[0], NULL, 10), strtoull(cols[1], NULL, 10));
+    struct keeper *k = arg;
+    if (ncols >= 3 && cols[0] != NULL && cols[1] != NULL) {
+        keeper_add_release(k, strtoll(cols[0], NULL, 10), strtoull(cols[1], NULL, 10));
+        /* Released in MySQL, perhaps not yet in Redis: the release runs
+         * again, the mark need not. */
+        k->release[k->nrelease - 1].marked = cols[2] != NULL && atoi(cols[2]) != 0;
+    }
     return CS_OK;
 }
 

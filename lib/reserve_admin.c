@@ -316,6 +316,7 @@ static int ra_not_open(struct mconn *mc, struct rconn *rc, const struct reserve_
         }
         freeReplyObject(r);
     }
+    /* What the return's Redis half kept out, for a restore to keep out. */
     long long parked = -1;
     redisReply *pr = rconn_command(rc, ekey, "HGET %s %s:%" PRId64 ":parked", ekey,
                                    v->incarnation, v->epoch);
@@ -325,6 +326,11 @@ static int ra_not_open(struct mconn *mc, struct rconn *rc, const struct reserve_
         parked = 0;
     if (pr != NULL)
         freeReplyObject(pr);
+    if (parked < 0) {
+        snprintf(err, errlen, "reading what epoch %" PRId64 " kept out of stock from Redis: %s",
+                 v->epoch, rc->errstr);
+        return CS_ERR;
+    }
     if (ra_close_mysql(mc, v->activity_id, v->incarnation, v->epoch, -1, parked, err, errlen)
         != CS_OK)
         return CS_ERR;

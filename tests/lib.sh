@@ -234,11 +234,14 @@ b64url() {
 # alg (the signature stays HS256), JWT_EXTRA more claims (a JSON fragment
 # such as '"groups":["vip"]').
 CS_OPENSSL=$(command -v openssl || true)
+# Filled here, not in mint_jwt: callers run it in $(...), whose assignments
+# are lost.
 declare -A CS_JWT_HEADER
+CS_JWT_HEADER[HS256]=$(printf '{"alg":"HS256","typ":"JWT"}' | b64url)
 mint_jwt() {
     local sub=$1 role=${2:-} off=${3:-3600} now header payload input sig
     local key=${JWT_SECRET:-$COUPON_JWT_SECRET} alg=${JWT_ALG:-HS256}
-    now=$EPOCHSECONDS
+    now=${EPOCHSECONDS:-$(date +%s)}
     if [[ -z ${CS_JWT_HEADER[$alg]:-} ]]; then
         CS_JWT_HEADER[$alg]=$(printf '{"alg":"%s","typ":"JWT"}' "$alg" | b64url)
     fi
@@ -365,8 +368,10 @@ http_code() {
 # everything else as JSON); empty when absent.
 json_get() {
     # Every answer of the API opens with its code: read that one without a
-    # python3 start (a test reads thousands).
-    if [[ $2 == code && $1 =~ ^\{\"code\":\"([A-Z_]+)\"[,}] && $1 == *\} ]]; then
+    # python3 start (a test reads thousands), when the body is a flat object
+    # of plain values (anything else, a cut body included, goes to python).
+    local flat='^\{"code":"([A-Z_]+)"(,"[A-Za-z_]+":("[^"\\]*"|-?[0-9]+|true|false|null))*\}$'
+    if [[ $2 == code && $1 =~ $flat ]]; then
         printf '%s\n' "${BASH_REMATCH[1]}"
         return 0
     fi
