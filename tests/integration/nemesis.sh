@@ -40,4 +40,5 @@ check_match "a raised stock is judged unbalanced" '"kind": "unbalanced"' "$out"
 check_match "an anomaly prints the command that replays it" \
     "reproduce: NEMESIS_PLANT=lose-row,double,oversell tests/nemesis/run --seed 2" "$line"
 check "no nftables table of the nemesis is left" nemesis_tables_gone
+check "no strace of the nemesis is left (slow-journal)" test -z "$(pgrep -f "strace .*$work/" || true)"
 finish

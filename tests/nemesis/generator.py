@@ -72,24 +72,35 @@ def schedule(seed, secs, nodes=2, kinds=None):
             events.append(ev)
         t += rng.expovariate(1.0 / 1.6)
     if kinds is None or SLOW_JOURNAL[0] in kinds:
-        events += _slow_journal(seed, secs, nodes, bool(kinds))
+        only = kinds is not None and all(k == SLOW_JOURNAL[0] for k in kinds)
+        events += _slow_journal(seed, secs, nodes, only, events)
     events.append({"at": round(secs * 0.30, 2), "kind": "move-window", "target": "admin", "dur": 0.0})
     events.append({"at": round(secs * 0.45, 2), "kind": "revoke", "target": "admin", "dur": 0.0})
     events.sort(key=lambda e: (e["at"], e["kind"]))
     return events
 
 
-def _slow_journal(seed, secs, nodes, only):
+# Faults on a web node's processes: a slow-journal never overlaps one of them
+# on the same node (one fault acts on a process at a time).
+NODE_PROCESS_KINDS = ("kill-worker", "kill-keeper", "kill-node", "stop-node", "skew")
+
+
+def _slow_journal(seed, secs, nodes, only, others):
     """The slow-journal faults of a run, one node at a time (about one every
-    6 s; every 2 s when they are the only kind asked for)."""
+    6 s; every 2 s when they are the only kind asked for), none on a node
+    while one of others' process faults acts on it."""
     rng = random.Random("nemesis-slow:%d" % seed)
+    busy = [(e["target"], e["at"], e["at"] + e["dur"] + 0.3) for e in others
+            if e["kind"] in NODE_PROCESS_KINDS]
     events = []
     t = rng.uniform(1.0, 4.0)
     while t < secs - 1.5:
         dur = round(min(rng.uniform(*SLOW_JOURNAL[1]), secs - t), 2)
-        events.append({"at": round(t, 2), "kind": SLOW_JOURNAL[0],
-                       "target": "node%d" % rng.randint(1, nodes), "dur": dur,
-                       "delay_ms": rng.randint(*SLOW_JOURNAL[2])})
+        ev = {"at": round(t, 2), "kind": SLOW_JOURNAL[0],
+              "target": "node%d" % rng.randint(1, nodes), "dur": dur,
+              "delay_ms": rng.randint(*SLOW_JOURNAL[2])}
+        if not any(n == ev["target"] and a < t + dur + 0.3 and t < b for n, a, b in busy):
+            events.append(ev)
         t += dur + 0.3 + rng.expovariate(1.0 / (2.0 if only else 6.0))
     return events
 

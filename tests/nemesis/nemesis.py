@@ -352,7 +352,13 @@ class Nemesis:
             args += ["-p", str(p)]
         with open(self.log, "a") as lf:
             lf.write("$ %s\n" % " ".join(args))
-            self.straced[idx] = subprocess.Popen(args, stdout=lf, stderr=lf)
+            st = subprocess.Popen(args, stdout=lf, stderr=lf)
+        try:
+            rc = st.wait(timeout=0.3)  # an attach that fails ends strace at once
+        except subprocess.TimeoutExpired:
+            self.straced[idx] = st
+            return
+        raise RuntimeError("slow-journal: strace could not attach (exit %d)" % rc)
 
     def slow_journal_end(self, idx):
         """strace lets go (SIGTERM: it detaches; a held call runs on)."""
