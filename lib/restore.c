@@ -61,12 +61,13 @@ static int open_epoch_row(void *arg, int ncols, char **cols)
 
 /* script_restore for activity a: CS_OK with *created (1: written now). */
 static int restore_write(struct rconn *rc, const struct activity *a, int64_t stock,
-                         int with_reserves, const struct open_epochs *e,
+                         int64_t debt, int with_reserves, const struct open_epochs *e,
                          const struct open_epochs *parked, int *created, char *err, size_t errlen)
 {
     char skey[KEYS_MAX], rkey[KEYS_MAX], ekey[KEYS_MAX], id[24], st[24], gen[24], nopen[24];
+    char dbuf[24];
     int shard = keys_shard(a->id);
-    size_t n = 11 + 3 * (e->n + parked->n);
+    size_t n = 12 + 3 * (e->n + parked->n);
     const char **argv = xmalloc(n * sizeof(*argv));
     size_t *argl = xmalloc(n * sizeof(*argl));
     char (*num)[2][24] = xmalloc((e->n + parked->n + 1) * sizeof(*num));
@@ -97,6 +98,8 @@ static int restore_write(struct rconn *rc, const struct activity *a, int64_t sto
     argv[c++] = with_reserves ? "1" : "0";
     snprintf(nopen, sizeof(nopen), "%zu", with_reserves ? e->n : 0);
     argv[c++] = nopen;
+    snprintf(dbuf, sizeof(dbuf), "%" PRId64, with_reserves ? debt : 0);
+    argv[c++] = dbuf;
     size_t k = 0;
     for (int pass = 0; with_reserves && pass < 2; pass++) {
         const struct open_epochs *l = pass == 0 ? e : parked;
@@ -291,20 +294,30 @@ int restore_stock(struct mconn *mc, struct rconn *rc, const struct activity *a, 
     }
     int64_t reserved = eps.sum;
     size_t nepochs = eps.n;
-    int64_t stock = a->total_num - in_mysql - queued - reserved - parked.sum;
-    if (stock < 0)
+    /* Below 0 when tokens replayed before the loss are counted twice (as
+     * coupons and in their epoch): the stock is 0 and the rest a debt that
+     * what the reserves give back pays first (lua/restore.lua). */
+    int64_t stock = a->total_num - in_mysql - queued - reserved - parked.sum, debt = 0;
+    if (stock < 0) {
+        debt = -stock;
         stock = 0;
-    int rc2 = restore_write(rc, a, stock, in_mysql + queued > 0 || eps.n > 0 || parked.n > 0,
-                            &eps, &parked, created, err, errlen);
+    }
+    int rc2 = restore_write(rc, a, stock, debt,
+                            in_mysql + queued > 0 || eps.n > 0 || parked.n > 0, &eps, &parked,
+                            created, err, errlen);
     free(eps.v);
     free(parked.v);
     if (rc2 != CS_OK)
         goto out;
     if (*created && in_mysql + queued + reserved + parked.sum > 0) {
-        char extra[96] = "";
+        char extra[192] = "";
+        int off = 0;
         if (parked.n > 0)
-            snprintf(extra, sizeof(extra), ", %" PRId64 " kept out by %zu returns awaiting their "
-                     "node's replay", parked.sum, parked.n);
+            off = snprintf(extra, sizeof(extra), ", %" PRId64 " kept out by %zu returns "
+                           "awaiting their node's replay", parked.sum, parked.n);
+        if (debt > 0 && off >= 0 && (size_t)off < sizeof(extra))
+            snprintf(extra + off, sizeof(extra) - (size_t)off, "; %" PRId64 " counted twice, "
+                     "paid from what the reserves give back", debt);
         *restored = 1;
         log_notice("activity %" PRId64 ": stock restored to %" PRId64 " (total %" PRId64
                    ", %" PRId64 " coupons in MySQL, %" PRId64 " queued, %" PRId64

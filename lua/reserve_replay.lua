@@ -19,6 +19,19 @@
 -- (3) when there is any, else goes to the dead letters (-1). Without a
 -- stock field (Redis lost its data and is not restored yet) nothing is
 -- written (-3): the token waits.
+-- What goes back to stock first pays what a restore counted twice
+-- ('<id>:debt' in the reserve hash, lua/restore.lua); the rest is added.
+local function to_stock(rk, n)
+  local df = ARGV[1] .. ':debt'
+  local d = tonumber(redis.call('HGET', rk, df) or '0')
+  if d > 0 then
+    local p = math.min(d, n)
+    if p == d then redis.call('HDEL', rk, df) else redis.call('HINCRBY', rk, df, -p) end
+    n = n - p
+  end
+  if n > 0 then redis.call('HINCRBY', KEYS[1], ARGV[1], n) end
+  return n
+end
 local mk = ARGV[3] .. ':' .. ARGV[4] .. ':' .. ARGV[5]
 local was = redis.call('HGET', KEYS[5], mk)
 if was then
@@ -42,7 +55,7 @@ if open then
   redis.call('HINCRBY', KEYS[4], rf, -1)
   redis.call('HINCRBY', KEYS[4], ARGV[1] .. ':held', -1)
   if has then
-    if stock and stock >= 0 then redis.call('HINCRBY', KEYS[1], ARGV[1], 1) end
+    if stock and stock >= 0 then to_stock(KEYS[4], 1) end
     redis.call('HSET', KEYS[5], mk, 'dup:' .. ARGV[2])
     return 2
   end
@@ -55,7 +68,7 @@ if parked > 0 then
   else redis.call('HINCRBY', KEYS[5], pf, -1) end
   redis.call('HINCRBY', KEYS[4], ARGV[1] .. ':held', -1)
   if has then
-    if stock >= 0 then redis.call('HINCRBY', KEYS[1], ARGV[1], 1) end
+    if stock >= 0 then to_stock(KEYS[4], 1) end
     redis.call('HSET', KEYS[5], mk, 'dup:' .. ARGV[2])
     return 2
   end

@@ -4,7 +4,7 @@
 -- reserve without its sale's stock, nor the stock without the reserves it
 -- leaves out. KEYS: stock, reserve, epochs. ARGV: activityId, stock, the
 -- restore generation, 1 to recreate the reserves (0: the stock only), the
--- number of open epochs, then per open epoch its incarnation, epoch and
+-- number of open epochs, the debt (below), then per open epoch its incarnation, epoch and
 -- amount, then per returned epoch awaiting its node its incarnation, epoch
 -- and parked count. Nothing is written when
 -- the stock field exists (a live sale, or a restore that raced this one:
@@ -21,11 +21,19 @@
 -- parked): what the return kept out of stock is kept out again, as the
 -- return wrote it ('<inc>:<epoch>:parked', counted in '<id>:held'), for the
 -- node's replay to take from and its release to give back.
+--
+-- Tokens a node replayed before the loss are counted twice here, as coupons
+-- in MySQL and in their epoch's amount; what the node gives back or replays
+-- again later evens that out. When the count passes the total, the stock is
+-- 0 and the excess is '<id>:debt': what goes back to stock pays it first
+-- (reserve_give_back, reserve_release, reserve_replay), so that it is never
+-- sold twice.
 if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 1 then return 0 end
 if ARGV[4] == '1' then
   local nopen = tonumber(ARGV[5])
+  if tonumber(ARGV[6]) > 0 then redis.call('HSET', KEYS[2], ARGV[1] .. ':debt', ARGV[6]) end
   local n, sum = 0, 0
-  for i = 6, #ARGV - 2, 3 do
+  for i = 7, #ARGV - 2, 3 do
     if n < nopen then
       redis.call('HSETNX', KEYS[2], ARGV[1] .. ':' .. ARGV[i], ARGV[i + 2])
       redis.call('HSETNX', KEYS[3], ARGV[i] .. ':' .. ARGV[i + 1], 'open:' .. ARGV[i + 2])

@@ -217,8 +217,8 @@ static int exp_remove(struct rconn *rc, int shard, int64_t id, char *err, size_t
         || rconn_append(rc, lkey, "UNLINK %s", lkey) != CS_OK
         || rconn_append(rc, wkey, "HDEL %s %" PRId64, wkey, id) != CS_OK
         || rconn_append(rc, mkey, "HDEL %s %" PRId64, mkey, id) != CS_OK
-        || rconn_append(rc, rkey, "HDEL %s %" PRId64 " %" PRId64 ":held %" PRId64 ":low", rkey,
-                        id, id, id) != CS_OK
+        || rconn_append(rc, rkey, "HDEL %s %" PRId64 " %" PRId64 ":held %" PRId64 ":low %" PRId64
+                        ":debt", rkey, id, id, id, id) != CS_OK
         || rconn_append(rc, pkey, "UNLINK %s", pkey) != CS_OK
         || rconn_append(rc, vkey, "HDEL %s %" PRId64, vkey, id) != CS_OK
         || rconn_append(rc, ekey, "ZREM %s %" PRId64, ekey, id) != CS_OK) {

@@ -162,7 +162,8 @@ static int rec_read_shard(struct mconn *mc, struct rconn *rc, struct rec_item *i
     keys_stock(skey, shard);
     keys_reserve(rkey, shard);
     /* Pipelined: one round trip for the shard's stock fields and what node
-     * reserves hold of each (counted with the stock: not sold, not free). */
+     * reserves hold of each (counted with the stock: not sold, not free),
+     * less what a restore counted twice (':debt', lua/restore.lua). */
     size_t sent = 0;
     for (size_t i = 0; i < n; i++) {
         struct rec_item *it = &items[i];
@@ -172,7 +173,8 @@ static int rec_read_shard(struct mconn *mc, struct rconn *rc, struct rec_item *i
         it->found = it->has_stock = 0;
         it->total = it->coupons = it->queued = it->stock = it->delta = 0;
         if (rconn_append(rc, skey, "HGET %s %" PRId64, skey, it->id) != CS_OK
-            || rconn_append(rc, rkey, "HGET %s %" PRId64 ":held", rkey, it->id) != CS_OK) {
+            || rconn_append(rc, rkey, "HMGET %s %" PRId64 ":held %" PRId64 ":debt", rkey, it->id,
+                            it->id) != CS_OK) {
             snprintf(err, errlen, "HGET %s: %s", skey, rc->errstr);
             return CS_ERR;
         }
@@ -200,8 +202,11 @@ static int rec_read_shard(struct mconn *mc, struct rconn *rc, struct rec_item *i
         if (r[0]->type == REDIS_REPLY_STRING) {
             it->has_stock = 1;
             it->stock = strtoll(r[0]->str, NULL, 10);
-            if (r[1]->type == REDIS_REPLY_STRING && it->stock >= 0)
-                it->stock += strtoll(r[1]->str, NULL, 10);
+            if (r[1]->type == REDIS_REPLY_ARRAY && r[1]->elements == 2 && it->stock >= 0) {
+                for (int j = 0; j < 2; j++)
+                    if (r[1]->element[j]->type == REDIS_REPLY_STRING)
+                        it->stock += (j ? -1 : 1) * strtoll(r[1]->element[j]->str, NULL, 10);
+            }
         }
         freeReplyObject(r[0]);
         freeReplyObject(r[1]);

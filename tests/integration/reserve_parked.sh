@@ -12,6 +12,12 @@
 #  released, and every user told SEIZED holds exactly one coupon.
 #  (b) a sale with an open reserve and no coupon in MySQL yet is restored
 #  (stock = total - the open epoch), not started again at its total.
+#  (c) a restore that counts tokens twice: node 4 grants five users from its
+#  reserve while cut off and replays them (coupons in MySQL; its epoch stays
+#  open at its full amount), node 1 sells the rest, then Redis loses its
+#  data. total - coupons - the open epoch is -5: the stock is 0 and 5 is a
+#  debt that what node 4 gives back pays first; after its graceful stop node
+#  1 sells exactly what is left, never more than the total.
 # shellcheck source=tests/lib.sh
 . "${top_srcdir:-$(dirname "$0")/../..}/tests/lib.sh"
 
@@ -126,4 +132,90 @@ check_match "(b) restore: the open reserve stays out of the stock" \
 check_eq "(b) ... and its field is back" "$((TOTAL - K)) $K" "$(stock_of $C) $(field_of $C n3)"
 stack start-sync
 check "(b) stock + reserves + coupons = total" balanced $C $TOTAL
+
+# --- (c) counted twice: the debt ------------------------------------------------------
+# A node of its own, started after (b)'s restore; node 4 stops first (a
+# graceful stop gives its reserves back), so that only node 4 holds one.
+# Node 4's keeper stops itself after each pass's replay, before its
+# decisions (COUPONSEIZE_PAUSE_AT=keeper-decide), and is let go on again
+# until keeper_hold: so it cannot give its reserve back at the low-water mark
+# between its replay and Redis' loss.
+node_down n3
+GO=$COUPON_DIR/keeper-go
+keeper_held() {
+    local c
+    for c in $(pgrep -P "$NODE_PID_n4"); do
+        [[ $(cut -d' ' -f3 "/proc/$c/stat" 2>/dev/null) == T ]] && { KEEPER_PID=$c; return 0; }
+    done
+    return 1
+}
+keeper_go() {
+    touch "$GO"
+    (while [[ -e $GO ]]; do
+        keeper_held && kill -CONT "$KEEPER_PID"
+        sleep 0.02
+    done) &
+    GO_PID=$!
+}
+keeper_hold() {
+    rm -f "$GO"
+    wait "$GO_PID"
+    wait_for 20 keeper_held
+}
+cs_defer rm -f "$GO"
+COUPON_CONF=$COUPON_DIR/n3-proxy.conf NODE_ENV="COUPONSEIZE_PAUSE_AT=keeper-decide" \
+    node_up n4 workers=1 reserve=$K || finish
+keeper_go
+D=4604
+mk_activity $D $TOTAL -60 3600
+http POST /market/admin/coupon/preheat '' "$ADMIN"
+check "(c) node 4 set aside a reserve of $K" wait_for 20 field_is $D n4 $K
+check "(c) ... and opened it" wait_for 20 reserves_open_on n4
+proxy_kill
+check "(c) node 4, cut off, seizes from its reserve" wait_for 10 node_health_says n4 reserve
+LC=$COUPON_DIR/c.log
+: >"$LC"
+for u in 1 2 3 4 5; do seize_on n4 $D $((D * 1000 + u)) "$LC"; done
+check_eq "(c) five users were told SEIZED by node 4" 5 "$(grep -c ' SEIZED$' "$LC")"
+check "(c) the proxy is back" proxy_up
+in_list_d() { [[ $(rcli HEXISTS "COUPON:SEIZE:LIST:${D}_{$((D % 10))}" "$1") == 1 ]]; }
+for u in 1 2 3 4 5; do
+    check "(c) node 4 replayed user $u's grant" wait_for 30 in_list_d $((D * 1000 + u))
+done
+check "(c) node 4's keeper is held after a replay" keeper_hold
+LG=$COUPON_DIR/c1.lg
+seize_load $D 4 $((TOTAL - K + 10)) $((D * 1000 + 1000)) -L "$LG" >/dev/null
+awk 'NR > 1 { print $4, $3 }' "$LG" >"$COUPON_DIR/c1.log"
+check_eq "(c) node 1 sold the rest of the stock" $((TOTAL - K)) \
+    "$(grep -c ' SEIZED$' "$COUPON_DIR/c1.log")"
+rows_are() { drained $((D % 10)) && [[ $(rows_of $D) == "$1" ]]; }
+check "(c) coupon-sync wrote them all" wait_for 60 rows_are $((TOTAL - K + 5))
+stack stop-sync
+stack stop-redis --kill
+rm -rf "$COUPON_DIR/redis/appendonlydir" "$COUPON_DIR/redis/appendonly.aof" \
+    "$COUPON_DIR/redis/dump.rdb"
+stack start-redis
+off=$(stat -c %s "$COUPON_DIR/fcgi.log")
+http POST /market/admin/coupon/preheat '' "$ADMIN"
+line=$(tail -c +$((off + 1)) "$COUPON_DIR/fcgi.log" | grep -m1 "activity $D: stock restored to")
+diag "(c) ${line#*: }"
+check_match "(c) restore: stock 0 and a debt of what was counted twice" \
+    "stock restored to 0 \\(total $TOTAL, $((TOTAL - K + 5)) coupons in MySQL, 0 queued, $K in 1 open node reserves; 5 counted twice" \
+    "$line"
+stack start-sync
+keeper_go
+node_down n4
+no_field() { [[ -z $(field_of $D n4) ]]; }
+check "(c) node 4 gave its reserve back on its graceful stop" wait_for 30 no_field
+check_eq "(c) the debt is paid and the rest is stock" " $((K - 5))" \
+    "$(rcli HGET "COUPON:RESERVE:{$((D % 10))}" "$D:debt") $(stock_of $D)"
+LG2=$COUPON_DIR/c2.lg
+seize_load $D 2 $((K + 10)) $((D * 1000 + 5000)) -L "$LG2" >/dev/null
+awk 'NR > 1 { print $4, $3 }' "$LG2" >"$COUPON_DIR/c2.log"
+check_eq "(c) node 1 then sold what was left, no more" $((K - 5)) \
+    "$(grep -c ' SEIZED$' "$COUPON_DIR/c2.log")"
+check "(c) coupon-sync wrote them" wait_for 60 rows_are $TOTAL
+check_eq "(c) every user told SEIZED holds exactly one coupon, the others none" 0 \
+    "$(users_misjudged $D "(c)" "$LC" "$COUPON_DIR/c1.log" "$COUPON_DIR/c2.log")"
+check "(c) stock + reserves + coupons = total" balanced $D $TOTAL
 finish
