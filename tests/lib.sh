@@ -474,6 +474,32 @@ wait_past_ms() {
     done
 }
 
+# A keeper run with COUPONSEIZE_PAUSE_AT=keeper-decide stops itself after
+# each pass's replay, before its decisions. keeper_held: node KEEPER_NODE's
+# keeper is stopped there (the one child of its supervisor that stops); sets
+# KEEPER_PID, for wait_for. keeper_go lets it go on at every stop (while
+# the file GO exists), keeper_hold holds it at the next one.
+keeper_held() {
+    local c pid=NODE_PID_${KEEPER_NODE:?}
+    for c in $(pgrep -P "${!pid}"); do
+        [[ $(cut -d' ' -f3 "/proc/$c/stat" 2>/dev/null) == T ]] && { KEEPER_PID=$c; return 0; }
+    done
+    return 1
+}
+keeper_go() {
+    touch "${GO:?}"
+    (while [[ -e $GO ]]; do
+        keeper_held && kill -CONT "$KEEPER_PID"
+        sleep 0.02
+    done) &
+    GO_PID=$!
+}
+keeper_hold() {
+    rm -f "${GO:?}"
+    wait "$GO_PID"
+    wait_for 20 keeper_held
+}
+
 # end_soon ID [SECONDS]: activity ID ends SECONDS (2) from now: its end moved
 # in MySQL, as a change by hand (the admin API refuses an earlier end once a
 # sale has started), and preheated into Redis. A test opens a sale for as

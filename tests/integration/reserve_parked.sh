@@ -35,6 +35,23 @@ cs_stack_up
 ADMIN=$(mint_jwt 1 admin)
 
 dead_of() { rcli HLEN "COUPON:RESERVE:DEAD:{$(($1 % 10))}"; }
+# lose_redis: Redis loses everything (no AOF, no RDB); coupon-sync stopped,
+# so that no periodic preheat restores before the test asks for one.
+lose_redis() {
+    stack stop-sync
+    stack stop-redis --kill
+    rm -rf "$COUPON_DIR/redis/appendonlydir" "$COUPON_DIR/redis/appendonly.aof" \
+        "$COUPON_DIR/redis/dump.rdb"
+    stack start-redis
+}
+# restore_of ID: an admin preheat (HTTP_CODE), and its restore's log line of
+# activity ID in LINE.
+restore_of() {
+    local off
+    off=$(stat -c %s "$COUPON_DIR/fcgi.log")
+    http POST /market/admin/coupon/preheat '' "$ADMIN"
+    line=$(tail -c +$((off + 1)) "$COUPON_DIR/fcgi.log" | grep -m1 "activity $1: stock restored to")
+}
 parked_of() { rcli HGET "COUPON:RESERVE:EPOCH:${1}_{$(($1 % 10))}" "$2:$3:parked"; }
 
 B=4602
@@ -65,18 +82,10 @@ check_eq "MySQL says what the return kept out, not yet released" "2 admin $K NUL
     "$(mysql_q "SELECT state, closed_by, parked, COALESCE(released_at, 'NULL') FROM reserve_epoch
         WHERE activity_id = $B AND incarnation = '$INC3' AND epoch = $EP3" | tr '\t' ' ')"
 
-# Redis loses everything: no AOF, no RDB. No periodic preheat restores
-# before the test asks for one.
-stack stop-sync
-stack stop-redis --kill
-rm -rf "$COUPON_DIR/redis/appendonlydir" "$COUPON_DIR/redis/appendonly.aof" \
-    "$COUPON_DIR/redis/dump.rdb"
-stack start-redis
+lose_redis
 check_eq "Redis came back empty" "" "$(stock_of $B)$(parked_of $B "$INC3" "$EP3")"
-off=$(stat -c %s "$COUPON_DIR/fcgi.log")
-http POST /market/admin/coupon/preheat '' "$ADMIN"
+restore_of $B
 check_eq "the preheat (restore) answers" 200 "$HTTP_CODE"
-line=$(tail -c +$((off + 1)) "$COUPON_DIR/fcgi.log" | grep -m1 "activity $B: stock restored to")
 diag "${line#*: }"
 check_match "restore: what the return kept out stays out" \
     "stock restored to $((TOTAL - K)) \\(total $TOTAL, 0 coupons in MySQL, 0 queued, 0 in 0 open node reserves, $K kept out by 1 returns awaiting their node's replay\\)" \
@@ -117,14 +126,8 @@ mk_activity $C $TOTAL -60 3600
 http POST /market/admin/coupon/preheat '' "$ADMIN"
 check "(b) node 3 set aside a reserve of $K" wait_for 20 field_is $C n3 $K
 check_eq "(b) MySQL has no coupon of it" 0 "$(rows_of $C)"
-stack stop-sync
-stack stop-redis --kill
-rm -rf "$COUPON_DIR/redis/appendonlydir" "$COUPON_DIR/redis/appendonly.aof" \
-    "$COUPON_DIR/redis/dump.rdb"
-stack start-redis
-off=$(stat -c %s "$COUPON_DIR/fcgi.log")
-http POST /market/admin/coupon/preheat '' "$ADMIN"
-line=$(tail -c +$((off + 1)) "$COUPON_DIR/fcgi.log" | grep -m1 "activity $C: stock restored to")
+lose_redis
+restore_of $C
 diag "(b) ${line#*: }"
 check_match "(b) restore: the open reserve stays out of the stock" \
     "stock restored to $((TOTAL - K)) \\(total $TOTAL, 0 coupons in MySQL, 0 queued, $K in 1 open node reserves\\)" \
@@ -141,27 +144,7 @@ check "(b) stock + reserves + coupons = total" balanced $C $TOTAL
 # until keeper_hold: so it cannot give its reserve back at the low-water mark
 # between its replay and Redis' loss.
 node_down n3
-GO=$COUPON_DIR/keeper-go
-keeper_held() {
-    local c
-    for c in $(pgrep -P "$NODE_PID_n4"); do
-        [[ $(cut -d' ' -f3 "/proc/$c/stat" 2>/dev/null) == T ]] && { KEEPER_PID=$c; return 0; }
-    done
-    return 1
-}
-keeper_go() {
-    touch "$GO"
-    (while [[ -e $GO ]]; do
-        keeper_held && kill -CONT "$KEEPER_PID"
-        sleep 0.02
-    done) &
-    GO_PID=$!
-}
-keeper_hold() {
-    rm -f "$GO"
-    wait "$GO_PID"
-    wait_for 20 keeper_held
-}
+GO=$COUPON_DIR/keeper-go KEEPER_NODE=n4
 cs_defer rm -f "$GO"
 COUPON_CONF=$COUPON_DIR/n3-proxy.conf NODE_ENV="COUPONSEIZE_PAUSE_AT=keeper-decide" \
     node_up n4 workers=1 reserve=$K || finish
@@ -190,14 +173,8 @@ check_eq "(c) node 1 sold the rest of the stock" $((TOTAL - K)) \
     "$(grep -c ' SEIZED$' "$COUPON_DIR/c1.log")"
 rows_are() { drained $((D % 10)) && [[ $(rows_of $D) == "$1" ]]; }
 check "(c) coupon-sync wrote them all" wait_for 60 rows_are $((TOTAL - K + 5))
-stack stop-sync
-stack stop-redis --kill
-rm -rf "$COUPON_DIR/redis/appendonlydir" "$COUPON_DIR/redis/appendonly.aof" \
-    "$COUPON_DIR/redis/dump.rdb"
-stack start-redis
-off=$(stat -c %s "$COUPON_DIR/fcgi.log")
-http POST /market/admin/coupon/preheat '' "$ADMIN"
-line=$(tail -c +$((off + 1)) "$COUPON_DIR/fcgi.log" | grep -m1 "activity $D: stock restored to")
+lose_redis
+restore_of $D
 diag "(c) ${line#*: }"
 check_match "(c) restore: stock 0 and a debt of what was counted twice" \
     "stock restored to 0 \\(total $TOTAL, $((TOTAL - K + 5)) coupons in MySQL, 0 queued, $K in 1 open node reserves; 5 counted twice" \

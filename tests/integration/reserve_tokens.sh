@@ -160,28 +160,7 @@ cs_defer node_down n3 KILL # before node_up's own graceful stop: a held keeper w
 NODE_ENV="COUPONSEIZE_PAUSE_AT=keeper-decide" node_up n3 breaker_open_ms=600000
 check_match "(c) node 3's breaker stays open for ten minutes" "breaker_open_ms = 600000;" \
     "$(cat "$COUPON_DIR/n3/couponseize.conf")"
-# keeper_held: node 3's keeper is stopped at its pause point (the one child
-# of its supervisor that stops); sets KEEPER_PID. For wait_for.
-keeper_held() {
-    local c
-    for c in $(pgrep -P "$NODE_PID_n3"); do
-        [[ $(cut -d' ' -f3 "/proc/$c/stat" 2>/dev/null) == T ]] && { KEEPER_PID=$c; return 0; }
-    done
-    return 1
-}
-keeper_go() {
-    touch "$GO"
-    (while [[ -e $GO ]]; do
-        keeper_held && kill -CONT "$KEEPER_PID"
-        sleep 0.02
-    done) &
-    GO_PID=$!
-}
-keeper_hold() {
-    rm -f "$GO"
-    wait "$GO_PID"
-    wait_for 20 keeper_held
-}
+KEEPER_NODE=n3
 keeper_go
 mk_activity $C 1000000 -60 3600
 http POST /market/admin/coupon/preheat '' "$ADMIN"
