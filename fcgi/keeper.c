@@ -184,6 +184,13 @@ int keeper_fenced(struct keeper *k, int i)
     return !keeper_epoch_busy(k, atomic_load(&s->activity_id), atomic_load(&s->epoch));
 }
 
+void keeper_slot_hold(struct keeper *k, int i)
+{
+    atomic_store(&k->rv->slot[i].state, RSV_STOPPED);
+    if (k->loc[i].phase == KP_LIVE)
+        k->loc[i].phase = KP_RESUME;
+}
+
 void keeper_slot_free(struct keeper *k, int i)
 {
     struct shm_rsv_slot *s = &k->rv->slot[i];
@@ -293,10 +300,8 @@ static int keeper_renew(struct keeper *k, int shard)
             log_warn("reserve keeper: shard %d was restored; reserves stop until replayed", shard);
             for (int i = 0; i < SHM_RESERVES; i++) {
                 int64_t id = atomic_load(&k->rv->slot[i].activity_id);
-                if (atomic_load(&k->rv->slot[i].state) != RSV_EMPTY && keys_shard(id) == shard) {
-                    atomic_store(&k->rv->slot[i].state, RSV_STOPPED);
-                    k->loc[i].resume = 1;
-                }
+                if (atomic_load(&k->rv->slot[i].state) != RSV_EMPTY && keys_shard(id) == shard)
+                    keeper_slot_hold(k, i);
             }
         }
         k->restored[shard] = gen;
@@ -305,13 +310,13 @@ static int keeper_renew(struct keeper *k, int shard)
             struct shm_rsv_slot *s = &k->rv->slot[idx[j]];
             redisReply **e = &r->element[3 + 4 * j];
             l->field = e[0]->type == REDIS_REPLY_STRING && e[0]->len > 0;
-            if (l->field)
-                l->awaits_restore = 0;
+            if (l->field && l->phase == KP_AWAITS_RESTORE)
+                l->phase = KP_RESUME; /* restored: replay, then resume */
             /* Its reserve is gone from Redis (an admin returned it after the
              * lease ran out, or Redis lost it): stopped before this renewal
              * makes the lease good again, so no worker spends it meanwhile.
              * keeper_slots() decides what comes next. */
-            if (!l->field && !l->in_doubt && atomic_load(&s->state) == RSV_OPEN)
+            if (!l->field && l->phase != KP_IN_DOUBT && atomic_load(&s->state) == RSV_OPEN)
                 atomic_store(&s->state, RSV_STOPPED);
             l->stock = e[1]->type == REDIS_REPLY_STRING && e[1]->len > 0
                            ? strtoll(e[1]->str, NULL, 10) : INT64_MIN;
@@ -452,11 +457,11 @@ static void keeper_slot_unopened(struct keeper *k, int i)
     uint64_t epoch = atomic_load(&s->epoch);
 
     atomic_store(&s->state, RSV_STOPPED);
-    if (!l->closed_elsewhere && !l->awaits_restore) {
+    if (l->phase != KP_CLOSED && l->phase != KP_AWAITS_RESTORE) {
         char by[16];
         int st = keeper_epoch_state(k, aid, epoch, by, sizeof(by));
         if (st == 2 || st == 0) {
-            l->closed_elsewhere = 1;
+            l->phase = KP_CLOSED;
             if (st == 2 && strcmp(by, "admin") == 0)
                 keeper_add_release(k, aid, epoch);
             log_warn("reserve keeper: activity %" PRId64 " epoch %" PRIu64
@@ -470,18 +475,17 @@ static void keeper_slot_unopened(struct keeper *k, int i)
             if (keeper_epoch_amount(k, aid, epoch, &amount) != CS_OK)
                 return;
             if (amount == -2) {
-                l->closed_elsewhere = 1;
+                l->phase = KP_CLOSED;
                 keeper_add_release(k, aid, epoch);
                 log_warn("reserve keeper: activity %" PRId64 " epoch %" PRIu64
                          " was closed in Redis (an admin's return; MySQL not yet); "
                          "this node spends no more of it", aid, epoch);
             } else {
-                l->awaits_restore = 1;
-                l->resume = 1; /* a restore brings it back */
+                l->phase = KP_AWAITS_RESTORE; /* a restore brings it back */
             }
         }
     }
-    if (l->closed_elsewhere && keeper_fenced(k, i) && l->fenced && l->pending == 0)
+    if (l->phase == KP_CLOSED && keeper_fenced(k, i) && l->fenced && l->pending == 0)
         keeper_slot_free(k, i);
 }
 
@@ -521,7 +525,7 @@ static int keeper_slot_confirm(struct keeper *k, int i, int shard)
     struct rconn_site at = {0, -1};
     char fkey[KEYS_MAX];
 
-    if (!l->unconfirmed)
+    if (l->phase != KP_UNCONFIRMED)
         return CS_OK;
     keys_fence(fkey, shard);
     redisReply *r = rconn_commandv_at(k->rc, fkey, 2, (const char *[]){"INCR", fkey},
@@ -529,9 +533,9 @@ static int keeper_slot_confirm(struct keeper *k, int i, int shard)
     if (r != NULL) {
         freeReplyObject(r);
         if (keeper_durable(k, shard, &at, 0) == CS_OK)
-            l->unconfirmed = 0;
+            l->phase = KP_LIVE;
     }
-    return l->unconfirmed ? CS_ERR : CS_OK;
+    return l->phase == KP_UNCONFIRMED ? CS_ERR : CS_OK;
 }
 
 /* A slot stopped until replayed (a restart, a restore): once everything on
@@ -544,7 +548,7 @@ static int keeper_slot_resume(struct keeper *k, int i)
     int64_t aid = atomic_load(&s->activity_id);
     uint64_t epoch = atomic_load(&s->epoch);
 
-    if (!l->resume)
+    if (l->phase != KP_RESUME)
         return CS_OK;
     if (!keeper_fenced(k, i) || !l->fenced || l->pending > 0)
         return CS_ERR;
@@ -574,7 +578,7 @@ static int keeper_slot_resume(struct keeper *k, int i)
                  left, atomic_load(&s->amount), used, atomic_load(&s->next));
         atomic_store(&s->next, used);
     }
-    l->resume = 0;
+    l->phase = KP_LIVE;
     return CS_OK;
 }
 
@@ -591,9 +595,10 @@ static void keeper_slots(struct keeper *k, int stopping)
             continue;
         int64_t aid = atomic_load(&s->activity_id);
         int shard = keys_shard(aid);
-        if (stopping && !l->giveback) {
-            l->giveback = 1;
+        if (stopping) {
             atomic_store(&s->state, RSV_STOPPED);
+            if (l->phase == KP_LIVE || l->phase == KP_UNCONFIRMED || l->phase == KP_RESUME)
+                l->phase = KP_GIVEBACK;
         }
         if (!k->renewed[shard])
             continue;
@@ -601,19 +606,19 @@ static void keeper_slots(struct keeper *k, int stopping)
         int lease = reserve_lease(k->rv, shard, k->conf->fallback_lease_ms, now, &lo, &hi, NULL)
                     == CS_OK;
 
-        if (l->in_doubt)
+        if (l->phase == KP_IN_DOUBT)
             continue; /* keeper_aside_pass() asks again */
         if (!l->field) {
             keeper_slot_unopened(k, i);
             continue;
         }
         const char *why = keeper_slot_why_back(k, i, stopping, lease, hi);
-        if (why != NULL && !l->giveback) {
+        if (why != NULL && l->phase != KP_GIVEBACK) {
             log_info("reserve keeper: activity %" PRId64 ": giving back its reserve (%s)", aid,
                      why);
-            l->giveback = 1;
+            l->phase = KP_GIVEBACK;
         }
-        if (l->giveback) {
+        if (l->phase == KP_GIVEBACK) {
             if (keeper_fenced(k, i) && l->fenced && l->pending == 0)
                 keeper_give_back(k, i);
             continue;

@@ -122,18 +122,18 @@ static void keeper_aside_script(struct keeper *k, int i)
                  r != NULL && r->type == REDIS_REPLY_ERROR ? r->str : k->rc->errstr);
         if (r != NULL)
             freeReplyObject(r);
-        l->in_doubt = 1;
+        l->phase = KP_IN_DOUBT;
         return;
     }
     long long n = r->integer;
     freeReplyObject(r);
-    l->in_doubt = 0;
+    l->phase = KP_LIVE;
     if (n <= 0) { /* SCRIPT_ASIDE_REFUSED, or nothing to take */
         if (keeper_close_epoch(k, aid, epoch, 0, 0) == CS_OK) {
             keeper_add_closed(k, aid, epoch);
             keeper_slot_free(k, i);
         } else {
-            l->in_doubt = 1;
+            l->phase = KP_IN_DOUBT;
         }
         return;
     }
@@ -146,15 +146,16 @@ static void keeper_aside_script(struct keeper *k, int i)
             log_warn("reserve keeper: recording the amount of activity %" PRId64 ": %s; giving "
                      "it back", aid, k->mc->errstr);
             atomic_store(&s->amount, (int32_t)n);
-            l->giveback = 1;
+            l->phase = KP_GIVEBACK;
             return;
         }
     }
     atomic_store(&s->amount, (int32_t)n);
     atomic_fetch_add(&k->rv->set_aside, (uint64_t)n);
-    l->unconfirmed = keeper_durable(k, shard, &at, 0) != CS_OK;
+    if (keeper_durable(k, shard, &at, 0) != CS_OK)
+        l->phase = KP_UNCONFIRMED;
     log_info("reserve keeper: activity %" PRId64 " epoch %" PRIu64 ": %lld set aside%s", aid, epoch,
-             n, l->unconfirmed ? " (not yet confirmed by replicas)" : "");
+             n, l->phase == KP_UNCONFIRMED ? " (not yet confirmed by replicas)" : "");
 }
 
 /* Redis' clock now (TIME on the node of shard 0's keys, plus half the round
@@ -183,7 +184,7 @@ void keeper_aside_pass(struct keeper *k)
 
     /* Answers lost earlier are asked for again. */
     for (int i = 0; i < SHM_RESERVES; i++)
-        if (k->loc[i].in_doubt && k->renewed[keys_shard(atomic_load(&k->rv->slot[i].activity_id))])
+        if (k->loc[i].phase == KP_IN_DOUBT && k->renewed[keys_shard(atomic_load(&k->rv->slot[i].activity_id))])
             keeper_aside_script(k, i);
     if (mono < k->aside_next_ms || k->conf->fallback_reserve <= 0
         || atomic_load(&k->rv->halted))

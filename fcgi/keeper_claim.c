@@ -94,10 +94,8 @@ int keeper_claim(struct keeper *k)
     /* Nothing spends while another instance holds the incarnation: its
      * token numbers are the same as ours. */
     for (int i = 0; i < SHM_RESERVES; i++)
-        if (atomic_load(&k->rv->slot[i].state) != RSV_EMPTY) {
-            atomic_store(&k->rv->slot[i].state, RSV_STOPPED);
-            k->loc[i].resume = 1;
-        }
+        if (atomic_load(&k->rv->slot[i].state) != RSV_EMPTY)
+            keeper_slot_hold(k, i);
     int64_t now = cs_mono_ms();
     if (k->claim_warn_ms == 0 || now - k->claim_warn_ms >= 60000) {
         k->claim_warn_ms = now;

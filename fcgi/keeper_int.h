@@ -21,17 +21,36 @@
 #define KEEPER_STOP_MS 10000       /* a graceful stop gives up on Redis after this */
 #define KEEPER_CLAIM_SLACK_MS 5000 /* a claim outlives the lease by this much */
 
-/* What the keeper knows of a slot beyond shared memory. */
+/*
+ * Where a slot is in its life, beyond its state in shared memory (DESIGN.md
+ * reserves rules 3, 8, 10 and 16); one phase at a time:
+ *
+ *   a set-aside     -> LIVE, or UNCONFIRMED (then LIVE once confirmed), or
+ *                      IN_DOUBT (asked again) when its answer was lost;
+ *   a restart, a restore, the claim lost: LIVE -> RESUME -> LIVE once replayed
+ *                      (IN_DOUBT and UNCONFIRMED slots were never opened:
+ *                      nothing to replay, they stay);
+ *   its field gone  -> AWAITS_RESTORE (open in MySQL; RESUME when the field
+ *                      is back) or CLOSED (freed once replayed);
+ *   a reason to give back -> GIVEBACK (freed once given back).
+ */
+enum kphase {
+    KP_LIVE = 0,           /* opened whenever the claim holds and nothing is halted */
+    KP_IN_DOUBT,           /* the set-aside script's answer was lost: ask again */
+    KP_UNCONFIRMED,        /* set aside, the durability rule not met yet */
+    KP_RESUME,             /* stopped until replayed (a restart, a restore, the claim lost) */
+    KP_AWAITS_RESTORE,     /* open in MySQL, gone from Redis: Redis lost it */
+    KP_CLOSED,             /* closed elsewhere (an admin, or no row): freed once replayed */
+    KP_GIVEBACK,           /* stopped to be given back */
+};
+
+/* What the keeper knows of a slot beyond shared memory: its phase, and the
+ * facts of the last renewal and of this pass beside it. */
 struct kslot {
-    int giveback;              /* stopped to be given back */
+    enum kphase phase;
     int fenced;                /* stopped, no grant of its epoch in flight, before this
                                   pass read the journal: the replay saw every record it
                                   will ever have (rule 8) */
-    int resume;                /* stopped until replayed (a restart, a restore) */
-    int unconfirmed;           /* set aside, the durability rule not met yet */
-    int in_doubt;              /* the set-aside script's answer was lost: ask again */
-    int closed_elsewhere;      /* its epoch was closed by an admin: drop after replay */
-    int awaits_restore;        /* open in MySQL, gone from Redis: Redis lost it */
     int64_t pending;           /* its records not yet replayed */
     int64_t stock, held;       /* from the last renewal */
     int field;                 /* the last renewal found this node's reserve field */
@@ -130,6 +149,9 @@ void keeper_add_release(struct keeper *k, int64_t aid, uint64_t epoch);
 /* Slot i: no new grants, and whether every grant in flight is done. */
 int keeper_fenced(struct keeper *k, int i);
 void keeper_slot_free(struct keeper *k, int i);
+/* Slot i stops until everything on disk is replayed (a restore, the claim
+ * lost): a live slot resumes after the replay; the others keep their phase. */
+void keeper_slot_hold(struct keeper *k, int i);
 /* The epoch's row: 1 open, 2 closed (by in *by), 0 no row, -1 MySQL failed. */
 int keeper_epoch_state(struct keeper *k, int64_t aid, uint64_t epoch, char *by, size_t bylen);
 /* Closes the epoch in MySQL as the node's (amount < 0: leaves the amount). */

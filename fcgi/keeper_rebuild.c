@@ -74,7 +74,7 @@ static int keeper_mine_row(void *arg, int ncols, char **cols)
     atomic_store(&s->start_ms, 0);
     atomic_store(&s->end_ms, 0);
     atomic_store(&s->open_to_all, 0); /* until the activity list is read */
-    k->loc[i].resume = 1;
+    k->loc[i].phase = KP_RESUME;
     k->loc[i].field = 1;
     atomic_store(&s->state, RSV_STOPPED);
     return CS_OK;
