@@ -61,18 +61,12 @@ void api_admin_preheat(struct worker *w, struct req *r)
 void api_admin_revoke(struct worker *w, struct req *r)
 {
     struct auth_identity who;
-    const char *why;
     char err[256], extra[64];
     int64_t id;
     int found = 0;
 
-    if (req_auth(r, 2, &who) != CS_OK || req_read_body(r) != CS_OK)
+    if (req_admin_id(r, &who, &id) != CS_OK)
         return;
-    if (http_parse_id_body(r->body, r->body_len, &id, &why) != CS_OK) {
-        req_reply(r, CODE_BAD_REQUEST, why, NULL, 0);
-        return;
-    }
-    r->audit_id = id;
     struct rconn *rc = rconn_new_conf(w->conf, w->conf->sync_redis_timeout_ms);
     int ok = revoke_activity(w->mc, rc, id, w->conf->preheat_horizon_days, &found, err,
                              sizeof(err));
@@ -99,17 +93,11 @@ void api_admin_reconcile(struct worker *w, struct req *r)
 {
     struct auth_identity who;
     struct reconcile_result res;
-    const char *why;
     char err[256], extra[192];
     int64_t id;
 
-    if (req_auth(r, 2, &who) != CS_OK || req_read_body(r) != CS_OK)
+    if (req_admin_id(r, &who, &id) != CS_OK)
         return;
-    if (http_parse_id_body(r->body, r->body_len, &id, &why) != CS_OK) {
-        req_reply(r, CODE_BAD_REQUEST, why, NULL, 0);
-        return;
-    }
-    r->audit_id = id;
     /* An update's Redis step runs within one command timeout of its commit. */
     int guard_s = w->conf->redis_command_timeout_ms / 1000 + 2;
     if (reconcile_activity(w->mc, w->rc, id, guard_s, &res, err, sizeof(err)) != CS_OK) {

@@ -140,3 +140,17 @@ int req_auth(struct req *r, int need, struct auth_identity *id)
     }
     return CS_OK;
 }
+
+int req_admin_id(struct req *r, struct auth_identity *who, int64_t *id)
+{
+    const char *why;
+
+    if (req_auth(r, 2, who) != CS_OK || req_read_body(r) != CS_OK)
+        return CS_ERR;
+    if (http_parse_id_body(r->body, r->body_len, id, &why) != CS_OK) {
+        req_reply(r, CODE_BAD_REQUEST, why, NULL, 0);
+        return CS_ERR;
+    }
+    r->audit_id = *id;
+    return CS_OK;
+}

@@ -92,4 +92,9 @@ int req_read_optional_json(struct req *r);
  * 401 / 403. */
 int req_auth(struct req *r, int need, struct auth_identity *id);
 
+/* An admin's action on one activity: authenticated (need 2), the body read
+ * and exactly {"id": N} (400 BAD_REQUEST otherwise), the id audited. CS_OK
+ * with *id, else CS_ERR after answering. */
+int req_admin_id(struct req *r, struct auth_identity *who, int64_t *id);
+
 #endif

@@ -119,7 +119,9 @@ int super_listen(const struct cs_conf *conf)
 
 static sigset_t super_sigs;
 
-static pid_t super_spawn(struct cs_conf *conf, int listen_fd, struct shm_node *shm, int index)
+/* Forks a worker (index >= 0) or the reserve keeper (index < 0, restarted
+ * like a worker); 0 when fork() failed. */
+static pid_t super_fork(struct cs_conf *conf, int listen_fd, struct shm_node *shm, int index)
 {
     pid_t parent = getpid();
     pid_t pid = fork();
@@ -127,38 +129,20 @@ static pid_t super_spawn(struct cs_conf *conf, int listen_fd, struct shm_node *s
         log_error("fork() failed: %s", strerror(errno));
         return 0;
     }
-    if (pid == 0) {
-        /* A worker never outlives its supervisor: nobody would restart it,
-         * reload it or stop it. SIGTERM lets the request in flight finish;
-         * the getppid() check covers a supervisor that died before prctl(). */
-        if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent)
-            _exit(1);
-        /* The worker gets default signal handling back, and the socket. */
-        sigprocmask(SIG_UNBLOCK, &super_sigs, NULL);
-        signal(SIGCHLD, SIG_DFL);
+    if (pid > 0)
+        return pid;
+    /* A child never outlives its supervisor: nobody would restart it,
+     * reload it or stop it. SIGTERM lets the request in flight finish;
+     * the getppid() check covers a supervisor that died before prctl(). */
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent)
+        _exit(1);
+    /* Default signal handling back; the socket for a worker only. */
+    sigprocmask(SIG_UNBLOCK, &super_sigs, NULL);
+    signal(SIGCHLD, SIG_DFL);
+    if (index >= 0)
         _exit(worker_main(conf, listen_fd, shm, index));
-    }
-    return pid;
-}
-
-/* The reserve keeper: forked like a worker, restarted like one. */
-static pid_t super_spawn_keeper(struct cs_conf *conf, struct shm_node *shm, int listen_fd)
-{
-    pid_t parent = getpid();
-    pid_t pid = fork();
-    if (pid < 0) {
-        log_error("fork() failed: %s", strerror(errno));
-        return 0;
-    }
-    if (pid == 0) {
-        if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent)
-            _exit(1);
-        close(listen_fd);
-        sigprocmask(SIG_UNBLOCK, &super_sigs, NULL);
-        signal(SIGCHLD, SIG_DFL);
-        _exit(keeper_main(conf, shm));
-    }
-    return pid;
+    close(listen_fd);
+    _exit(keeper_main(conf, shm));
 }
 
 static void super_describe_exit(int index, pid_t pid, int status, int64_t lived_ms)
@@ -254,7 +238,7 @@ static void super_on_reload(struct super *s, int64_t now)
     /* Rolling: each new worker is up before its predecessor is told to go. */
     for (int i = 0; i < s->n; i++) {
         pid_t old = s->slots[i].pid;
-        s->slots[i].pid = super_spawn(conf, s->listen_fd, s->shm, i);
+        s->slots[i].pid = super_fork(conf, s->listen_fd, s->shm, i);
         s->slots[i].started_ms = now;
         s->slots[i].backoff_ms = 0;
         if (old > 0) {
@@ -394,14 +378,14 @@ static void super_tick(struct super *s, int64_t now)
         }
     }
     if (s->keeper == 0 && s->keeper_at != 0 && s->keeper_at <= now) {
-        s->keeper = keeper_wanted(conf) ? super_spawn_keeper(conf, s->shm, s->listen_fd) : 0;
+        s->keeper = keeper_wanted(conf) ? super_fork(conf, s->listen_fd, s->shm, -1) : 0;
         s->keeper_started = now;
         s->keeper_at = s->keeper == 0 && keeper_wanted(conf) ? now + 1000 : 0;
     }
     for (int i = 0; i < s->n; i++) {
         struct slot *sl = &s->slots[i];
         if (sl->pid == 0 && sl->restart_at_ms <= now) {
-            sl->pid = super_spawn(conf, s->listen_fd, s->shm, i);
+            sl->pid = super_fork(conf, s->listen_fd, s->shm, i);
             sl->started_ms = now;
             sl->restart_at_ms = sl->pid == 0 ? now + 1000 : 0;
         }
@@ -412,13 +396,13 @@ static void super_tick(struct super *s, int64_t now)
 static void super_start(struct super *s, int64_t now)
 {
     for (int i = 0; i < s->n; i++) {
-        s->slots[i].pid = super_spawn(s->conf, s->listen_fd, s->shm, i);
+        s->slots[i].pid = super_fork(s->conf, s->listen_fd, s->shm, i);
         s->slots[i].started_ms = now;
         if (s->slots[i].pid == 0)
             s->slots[i].restart_at_ms = now + 1000;
     }
     if (keeper_wanted(s->conf)) {
-        s->keeper = super_spawn_keeper(s->conf, s->shm, s->listen_fd);
+        s->keeper = super_fork(s->conf, s->listen_fd, s->shm, -1);
         s->keeper_started = now;
         if (s->keeper == 0)
             s->keeper_at = now + 1000;

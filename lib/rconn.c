@@ -312,44 +312,81 @@ static redisReply *rconn_check(struct rconn *rc, redisReply *r, const char *what
     return r;
 }
 
-/* Cluster mode: formats once, then routes the bytes. */
-static redisReply *rconn_cluster_vcommand(struct rconn *rc, const char *key, const char *fmt,
-                                          va_list ap)
-{
-    char *cmd = NULL;
-    int len = redisvFormatCommand(&cmd, fmt, ap);
-    if (len < 0) {
-        rconn_set_err(rc, RCONN_ERR_REPLY, "redisFormatCommand()", "bad format");
-        return NULL;
-    }
-    redisReply *r = rcluster_exec(rc, key, cmd, (size_t)len, NULL, NULL);
-    redisFreeCommand(cmd);
-    return r;
-}
-
 void rconn_set_deadline(struct rconn *rc, int64_t deadline_ms)
 {
     rc->deadline_ms = deadline_ms;
 }
 
+/*
+ * The one funnel of every command (as hiredis' redisCommand() is append and
+ * read): cmd, len as redisFormatCommand*() made them (len < 0: they could
+ * not), sent to the node of key and its reply read; cmd is freed here. s
+ * for NOSCRIPT handling on a cluster (may be NULL); the node that answered
+ * in *site (may be NULL).
+ */
+static redisReply *rconn_exec(struct rconn *rc, const char *key, char *cmd, int len,
+                              struct rscript *s, struct rconn_site *site)
+{
+    redisReply *r = NULL;
+
+    if (site != NULL) {
+        site->conn_id = 0;
+        site->node = -1;
+    }
+    if (len < 0) {
+        rconn_set_err(rc, RCONN_ERR_REPLY, "redisFormatCommand()", "cannot format");
+        return NULL;
+    }
+    if (rc->cl != NULL) {
+        r = rcluster_exec(rc, key, cmd, (size_t)len, s, site);
+    } else {
+        redisContext *c = rconn_ctx_for_key(rc, key);
+        if (c != NULL) {
+            void *reply = NULL;
+            rconn_apply_timeout(rc, c);
+            if (redisAppendFormattedCommand(c, cmd, (size_t)len) == REDIS_OK)
+                (void)redisGetReply(c, &reply);
+            r = rconn_check(rc, reply, "redis command failed");
+            if (r != NULL && site != NULL)
+                site->conn_id = rc->conn_id;
+        }
+    }
+    redisFreeCommand(cmd);
+    return r;
+}
+
+/* The one funnel of every append: as rconn_exec(), the reply left to
+ * rconn_get_reply(). A cluster keeps cmd with its pipeline. */
+static int rconn_append_cmd(struct rconn *rc, const char *key, char *cmd, int len)
+{
+    if (len < 0) {
+        rconn_set_err(rc, RCONN_ERR_REPLY, "redisFormatCommand()", "cannot format");
+        return CS_ERR;
+    }
+    if (rc->cl != NULL)
+        return rcluster_append(rc, key, cmd, (size_t)len);
+    redisContext *c = rconn_ctx_for_key(rc, key);
+    int ok = c != NULL;
+    if (ok) {
+        rconn_apply_timeout(rc, c);
+        ok = redisAppendFormattedCommand(c, cmd, (size_t)len) == REDIS_OK;
+        if (!ok) {
+            rconn_set_err(rc, RCONN_ERR_IO, "redisAppendCommand() failed", c->errstr);
+            rconn_fail(rc);
+        }
+    }
+    redisFreeCommand(cmd);
+    return ok ? CS_OK : CS_ERR;
+}
+
 redisReply *rconn_command(struct rconn *rc, const char *key, const char *fmt, ...)
 {
-    if (rc->cl != NULL) {
-        va_list ap;
-        va_start(ap, fmt);
-        redisReply *r = rconn_cluster_vcommand(rc, key, fmt, ap);
-        va_end(ap);
-        return r;
-    }
-    redisContext *c = rconn_ctx_for_key(rc, key);
-    if (c == NULL)
-        return NULL;
-    rconn_apply_timeout(rc, c);
+    char *cmd = NULL;
     va_list ap;
     va_start(ap, fmt);
-    redisReply *r = redisvCommand(c, fmt, ap);
+    int len = redisvFormatCommand(&cmd, fmt, ap);
     va_end(ap);
-    return rconn_check(rc, r, "redis command failed");
+    return rconn_exec(rc, key, cmd, len, NULL, NULL);
 }
 
 /* rconn_commandv_at() with s for NOSCRIPT handling on a cluster. */
@@ -357,30 +394,9 @@ static redisReply *rconn_argv_at(struct rconn *rc, const char *key, int argc,
                                  const char **argv, const size_t *argvlen, struct rscript *s,
                                  struct rconn_site *site)
 {
-    if (site != NULL) {
-        site->conn_id = 0;
-        site->node = -1;
-    }
-    if (rc->cl != NULL) {
-        char *cmd = NULL;
-        int len = redisFormatCommandArgv(&cmd, argc, argv, argvlen);
-        if (len < 0) {
-            rconn_set_err(rc, RCONN_ERR_REPLY, "redisFormatCommandArgv()", "cannot format");
-            return NULL;
-        }
-        redisReply *r = rcluster_exec(rc, key, cmd, (size_t)len, s, site);
-        redisFreeCommand(cmd);
-        return r;
-    }
-    redisContext *c = rconn_ctx_for_key(rc, key);
-    if (c == NULL)
-        return NULL;
-    rconn_apply_timeout(rc, c);
-    redisReply *r = rconn_check(rc, redisCommandArgv(c, argc, argv, argvlen),
-                                "redis command failed");
-    if (r != NULL && site != NULL)
-        site->conn_id = rc->conn_id;
-    return r;
+    char *cmd = NULL;
+    int len = redisFormatCommandArgv(&cmd, argc, argv, argvlen);
+    return rconn_exec(rc, key, cmd, len, s, site);
 }
 
 redisReply *rconn_commandv(struct rconn *rc, const char *key, int argc, const char **argv,
@@ -397,56 +413,20 @@ redisReply *rconn_commandv_at(struct rconn *rc, const char *key, int argc, const
 
 int rconn_append(struct rconn *rc, const char *key, const char *fmt, ...)
 {
-    if (rc->cl != NULL) {
-        char *cmd = NULL;
-        va_list ap;
-        va_start(ap, fmt);
-        int len = redisvFormatCommand(&cmd, fmt, ap);
-        va_end(ap);
-        if (len < 0) {
-            rconn_set_err(rc, RCONN_ERR_REPLY, "redisFormatCommand()", "bad format");
-            return CS_ERR;
-        }
-        return rcluster_append(rc, key, cmd, (size_t)len);
-    }
-    redisContext *c = rconn_ctx_for_key(rc, key);
-    if (c == NULL)
-        return CS_ERR;
-    rconn_apply_timeout(rc, c);
+    char *cmd = NULL;
     va_list ap;
     va_start(ap, fmt);
-    int r = redisvAppendCommand(c, fmt, ap);
+    int len = redisvFormatCommand(&cmd, fmt, ap);
     va_end(ap);
-    if (r != REDIS_OK) {
-        rconn_set_err(rc, RCONN_ERR_IO, "redisAppendCommand() failed", c->errstr);
-        rconn_fail(rc);
-        return CS_ERR;
-    }
-    return CS_OK;
+    return rconn_append_cmd(rc, key, cmd, len);
 }
 
 int rconn_appendv(struct rconn *rc, const char *key, int argc, const char **argv,
                   const size_t *argvlen)
 {
-    if (rc->cl != NULL) {
-        char *cmd = NULL;
-        int len = redisFormatCommandArgv(&cmd, argc, argv, argvlen);
-        if (len < 0) {
-            rconn_set_err(rc, RCONN_ERR_REPLY, "redisFormatCommandArgv()", "cannot format");
-            return CS_ERR;
-        }
-        return rcluster_append(rc, key, cmd, (size_t)len);
-    }
-    redisContext *c = rconn_ctx_for_key(rc, key);
-    if (c == NULL)
-        return CS_ERR;
-    rconn_apply_timeout(rc, c);
-    if (redisAppendCommandArgv(c, argc, argv, argvlen) != REDIS_OK) {
-        rconn_set_err(rc, RCONN_ERR_IO, "redisAppendCommandArgv() failed", c->errstr);
-        rconn_fail(rc);
-        return CS_ERR;
-    }
-    return CS_OK;
+    char *cmd = NULL;
+    int len = redisFormatCommandArgv(&cmd, argc, argv, argvlen);
+    return rconn_append_cmd(rc, key, cmd, len);
 }
 
 int rconn_get_reply(struct rconn *rc, redisReply **reply)
@@ -776,4 +756,16 @@ shortfall:
     if (rc->opts.cluster_shared != NULL)
         atomic_fetch_add(&rc->opts.cluster_shared->wait_shortfalls, 1);
     return CS_ERR;
+}
+
+int64_t *rconn_reply_ids(const redisReply *r, size_t *n)
+{
+    int64_t *ids = xmalloc(sizeof(*ids) * (r->elements + 1));
+    *n = 0;
+    for (size_t i = 0; i < r->elements; i++) {
+        const redisReply *e = r->element[i];
+        if (e->type == REDIS_REPLY_STRING && cs_parse_id(e->str, e->len, &ids[*n]) == CS_OK)
+            (*n)++;
+    }
+    return ids;
 }

@@ -39,13 +39,7 @@ static int revoke_voided_ids(struct rconn *rc, int64_t **ids, size_t *n, char *e
     if (rconn_expect(rc, r, REDIS_REPLY_ARRAY, "SMEMBERS", KEY_ACTIVITY_VOIDED, err, errlen)
         != CS_OK)
         return CS_ERR;
-    *ids = xmalloc(sizeof(int64_t) * (r->elements + 1));
-    *n = 0;
-    for (size_t i = 0; i < r->elements; i++) {
-        const redisReply *e = r->element[i];
-        if (e->type == REDIS_REPLY_STRING && cs_parse_id(e->str, e->len, &(*ids)[*n]) == CS_OK)
-            (*n)++;
-    }
+    *ids = rconn_reply_ids(r, n);
     freeReplyObject(r);
     if (*n > 1)
         qsort(*ids, *n, sizeof(int64_t), cs_cmp_int64);

@@ -20,19 +20,7 @@
 -- ':held' goes once nothing is open or parked: Lua writes -0 as "-0", which
 -- HINCRBY refuses, so nothing is added when nothing is left.
 if redis.replicate_commands then redis.replicate_commands() end
--- What goes back to stock first pays what a restore counted twice
--- ('<id>:debt' in the reserve hash, lua/restore.lua); the rest is added.
-local function to_stock(rk, n)
-  local df = ARGV[1] .. ':debt'
-  local d = tonumber(redis.call('HGET', rk, df) or '0')
-  if d > 0 then
-    local p = math.min(d, n)
-    if p == d then redis.call('HDEL', rk, df) else redis.call('HINCRBY', rk, df, -p) end
-    n = n - p
-  end
-  if n > 0 then redis.call('HINCRBY', KEYS[1], ARGV[1], n) end
-  return n
-end
+--#include part/to_stock.lua
 local ef = ARGV[2] .. ':' .. ARGV[3]
 local st = redis.call('HGET', KEYS[3], ef)
 if not st or string.sub(st, 1, 5) ~= 'open:' then return -1 end

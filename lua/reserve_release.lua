@@ -4,19 +4,7 @@
 -- KEYS: stock, reserve, epochs. ARGV: activityId, incarnation, epoch.
 -- Returns how many went back (0: none parked), or -3 without a stock field
 -- (nothing written; asked again later). Never onto a revoke tombstone.
--- What goes back to stock first pays what a restore counted twice
--- ('<id>:debt' in the reserve hash, lua/restore.lua); the rest is added.
-local function to_stock(rk, n)
-  local df = ARGV[1] .. ':debt'
-  local d = tonumber(redis.call('HGET', rk, df) or '0')
-  if d > 0 then
-    local p = math.min(d, n)
-    if p == d then redis.call('HDEL', rk, df) else redis.call('HINCRBY', rk, df, -p) end
-    n = n - p
-  end
-  if n > 0 then redis.call('HINCRBY', KEYS[1], ARGV[1], n) end
-  return n
-end
+--#include part/to_stock.lua
 local pf = ARGV[2] .. ':' .. ARGV[3] .. ':parked'
 local n = tonumber(redis.call('HGET', KEYS[3], pf) or '0')
 if n <= 0 then return 0 end

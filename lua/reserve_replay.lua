@@ -19,19 +19,7 @@
 -- (3) when there is any, else goes to the dead letters (-1). Without a
 -- stock field (Redis lost its data and is not restored yet) nothing is
 -- written (-3): the token waits.
--- What goes back to stock first pays what a restore counted twice
--- ('<id>:debt' in the reserve hash, lua/restore.lua); the rest is added.
-local function to_stock(rk, n)
-  local df = ARGV[1] .. ':debt'
-  local d = tonumber(redis.call('HGET', rk, df) or '0')
-  if d > 0 then
-    local p = math.min(d, n)
-    if p == d then redis.call('HDEL', rk, df) else redis.call('HINCRBY', rk, df, -p) end
-    n = n - p
-  end
-  if n > 0 then redis.call('HINCRBY', KEYS[1], ARGV[1], n) end
-  return n
-end
+--#include part/to_stock.lua
 local mk = ARGV[3] .. ':' .. ARGV[4] .. ':' .. ARGV[5]
 local was = redis.call('HGET', KEYS[5], mk)
 if was then

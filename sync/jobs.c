@@ -159,12 +159,7 @@ static int exp_due(struct rconn *rc, int shard, int64_t cutoff_ms, int64_t **ids
                                   cutoff_ms, EXP_BATCH);
     if (rconn_expect(rc, r, REDIS_REPLY_ARRAY, "ZRANGEBYSCORE", key, err, errlen) != CS_OK)
         return CS_ERR;
-    *ids = xmalloc((r->elements + 1) * sizeof(**ids));
-    for (size_t i = 0; i < r->elements; i++) {
-        const redisReply *e = r->element[i];
-        if (e->type == REDIS_REPLY_STRING && cs_parse_id(e->str, e->len, &(*ids)[*n]) == CS_OK)
-            (*n)++;
-    }
+    *ids = rconn_reply_ids(r, n);
     freeReplyObject(r);
     return CS_OK;
 }

@@ -157,11 +157,49 @@ START_TEST(every_file_is_built_in)
 }
 END_TEST
 
+/* A script's "--#include part/NAME.lua" lines are the part's code, every
+ * line of it: a part that could not be read would leave a function missing,
+ * which Redis finds only when the script calls it. */
+START_TEST(parts_are_joined)
+{
+    const char *src = getenv("top_srcdir");
+    int joined = 0;
+    for (int i = 0; i < script_count; i++) {
+        char path[512], line[512];
+        snprintf(path, sizeof(path), "%s/lua/%s.lua", src ? src : ".", script_all[i].name);
+        FILE *f = fopen(path, "r");
+        ck_assert_msg(f != NULL, "%s", path);
+        while (fgets(line, sizeof(line), f) != NULL) {
+            char name[256], part[512], pline[512];
+            if (sscanf(line, "--#include %255s", name) != 1)
+                continue;
+            snprintf(part, sizeof(part), "%s/lua/%s", src ? src : ".", name);
+            FILE *p = fopen(part, "r");
+            ck_assert_msg(p != NULL, "%s: %s", script_all[i].name, part);
+            int code = 0;
+            while (fgets(pline, sizeof(pline), p) != NULL) {
+                if (strncmp(pline, "--", 2) == 0)
+                    continue;
+                code++;
+                ck_assert_msg(strstr(script_all[i].text, pline) != NULL, "%s lacks \"%s\" of %s",
+                              script_all[i].name, pline, part);
+            }
+            fclose(p);
+            ck_assert_int_gt(code, 0);
+            joined++;
+        }
+        fclose(f);
+    }
+    ck_assert_int_ge(joined, 3); /* to_stock: give-back, release, replay */
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("scripts");
     TCase *tf = tcase_create("files");
     tcase_add_test(tf, every_file_is_built_in);
+    tcase_add_test(tf, parts_are_joined);
     suite_add_tcase(s, tf);
     TCase *tr = tcase_create("redis");
     tcase_add_unchecked_fixture(tr, redis_start, redis_stop);
