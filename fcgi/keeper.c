@@ -378,15 +378,7 @@ static int keeper_field_left(struct keeper *k, int64_t aid, int64_t *left)
     char key[KEYS_MAX], field[64];
     keys_reserve(key, keys_shard(aid));
     snprintf(field, sizeof(field), "%" PRId64 ":%s", aid, k->jd.incarnation);
-    redisReply *r = rconn_command(k->rc, key, "HGET %s %s", key, field);
-    if (r == NULL || (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_NIL)) {
-        if (r != NULL)
-            freeReplyObject(r);
-        return CS_ERR;
-    }
-    *left = r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : -1;
-    freeReplyObject(r);
-    return CS_OK;
+    return rconn_hget_int(k->rc, key, field, -1, left);
 }
 
 /* Gives slot i's reserve back: script, durability, MySQL. */

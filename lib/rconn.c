@@ -769,3 +769,15 @@ int64_t *rconn_reply_ids(const redisReply *r, size_t *n)
     }
     return ids;
 }
+
+int rconn_hget_int(struct rconn *rc, const char *key, const char *field, int64_t dflt,
+                   int64_t *v)
+{
+    redisReply *r = rconn_command(rc, key, "HGET %s %s", key, field);
+    int ok = r != NULL && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_NIL);
+    if (ok)
+        *v = r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : dflt;
+    if (r != NULL)
+        freeReplyObject(r);
+    return ok ? CS_OK : CS_ERR;
+}

@@ -198,6 +198,10 @@ int64_t rconn_time_ms(const redisReply *t);
 /* The ids (cs_parse_id()) among the string elements of array reply r, in a
  * malloc'd array the caller frees; their count in *n. */
 int64_t *rconn_reply_ids(const redisReply *r, size_t *n);
+/* HGET key field, read as an integer: CS_OK with *v (dflt when the field
+ * is not there), CS_ERR when Redis did not answer or answered anything else. */
+int rconn_hget_int(struct rconn *rc, const char *key, const char *field, int64_t dflt,
+                   int64_t *v);
 
 /* Loads a script file into *s. CS_ERR with a message in err when unreadable. */
 int rscript_load_file(struct rscript *s, const char *path, char *err, size_t errlen);

@@ -176,17 +176,10 @@ static int ra_redis_views(struct rconn *rc, struct reserve_list *l, int lease_ms
 
 static int ra_held(struct rconn *rc, int64_t id, int64_t *held)
 {
-    char rkey[KEYS_MAX];
+    char rkey[KEYS_MAX], field[32];
     keys_reserve(rkey, keys_shard(id));
-    redisReply *r = rconn_command(rc, rkey, "HGET %s %" PRId64 ":held", rkey, id);
-    if (r == NULL || (r->type != REDIS_REPLY_STRING && r->type != REDIS_REPLY_NIL)) {
-        if (r != NULL)
-            freeReplyObject(r);
-        return CS_ERR;
-    }
-    *held = ra_int_or(r, 0);
-    freeReplyObject(r);
-    return CS_OK;
+    snprintf(field, sizeof(field), "%" PRId64 ":held", id);
+    return rconn_hget_int(rc, rkey, field, 0, held);
 }
 
 int reserve_admin_list(struct mconn *mc, struct rconn *rc, int64_t id, int lease_ms,
