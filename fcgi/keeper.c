@@ -187,7 +187,7 @@ int keeper_fenced(struct keeper *k, int i)
 void keeper_slot_hold(struct keeper *k, int i)
 {
     atomic_store(&k->rv->slot[i].state, RSV_STOPPED);
-    if (k->loc[i].phase == KP_LIVE)
+    if (k->loc[i].phase == KP_LIVE || k->loc[i].phase == KP_CLOSED)
         k->loc[i].phase = KP_RESUME;
 }
 
@@ -525,7 +525,7 @@ static int keeper_slot_confirm(struct keeper *k, int i, int shard)
     if (r != NULL) {
         freeReplyObject(r);
         if (keeper_durable(k, shard, &at, 0) == CS_OK)
-            l->phase = KP_LIVE;
+            l->phase = KP_RESUME; /* opens once its field is read */
     }
     return l->phase == KP_UNCONFIRMED ? CS_ERR : CS_OK;
 }

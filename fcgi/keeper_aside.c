@@ -127,7 +127,6 @@ static void keeper_aside_script(struct keeper *k, int i)
     }
     long long n = r->integer;
     freeReplyObject(r);
-    l->phase = KP_LIVE;
     if (n <= 0) { /* SCRIPT_ASIDE_REFUSED, or nothing to take */
         if (keeper_close_epoch(k, aid, epoch, 0, 0) == CS_OK) {
             keeper_add_closed(k, aid, epoch);
@@ -152,8 +151,10 @@ static void keeper_aside_script(struct keeper *k, int i)
     }
     atomic_store(&s->amount, (int32_t)n);
     atomic_fetch_add(&k->rv->set_aside, (uint64_t)n);
-    if (keeper_durable(k, shard, &at, 0) != CS_OK)
-        l->phase = KP_UNCONFIRMED;
+    /* Opened only through keeper_slot_resume(): what Redis holds of the
+     * epoch may be less than its amount if another instance of this
+     * incarnation spent from it while this one waited for the answer. */
+    l->phase = keeper_durable(k, shard, &at, 0) == CS_OK ? KP_RESUME : KP_UNCONFIRMED;
     log_info("reserve keeper: activity %" PRId64 " epoch %" PRIu64 ": %lld set aside%s", aid, epoch,
              n, l->phase == KP_UNCONFIRMED ? " (not yet confirmed by replicas)" : "");
 }

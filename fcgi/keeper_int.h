@@ -25,11 +25,14 @@
  * Where a slot is in its life, beyond its state in shared memory (DESIGN.md
  * reserves rules 3, 8, 10 and 16); one phase at a time:
  *
- *   a set-aside     -> LIVE, or UNCONFIRMED (then LIVE once confirmed), or
- *                      IN_DOUBT (asked again) when its answer was lost;
- *   a restart, a restore, the claim lost: LIVE -> RESUME -> LIVE once replayed
- *                      (IN_DOUBT and UNCONFIRMED slots were never opened:
- *                      nothing to replay, they stay);
+ *   a set-aside     -> RESUME, or UNCONFIRMED (then RESUME once confirmed),
+ *                      or IN_DOUBT (asked again) when its answer was lost;
+ *   RESUME          -> LIVE once everything on disk is replayed and Redis'
+ *                      field read (keeper_slot_resume(): every slot opens
+ *                      through it, so no token another instance of this
+ *                      incarnation spent is handed out again);
+ *   a restart, a restore, the claim lost: LIVE and CLOSED -> RESUME (a
+ *                      restore may bring a closed epoch's field back);
  *   its field gone  -> AWAITS_RESTORE (open in MySQL; RESUME when the field
  *                      is back) or CLOSED (freed once replayed);
  *   a reason to give back -> GIVEBACK (freed once given back).
