@@ -530,9 +530,9 @@ static int keeper_slot_confirm(struct keeper *k, int i, int shard)
     return l->phase == KP_UNCONFIRMED ? CS_ERR : CS_OK;
 }
 
-/* A slot stopped until replayed (a restart, a restore): once everything on
- * disk is replayed, it resumes at what Redis says is left of the epoch.
- * CS_OK when it may open again. */
+/* A slot stopped until replayed (a new set-aside, a restart, a restore, the
+ * claim lost): once everything on disk is replayed, it resumes at what Redis
+ * says is left of the epoch. CS_OK when it may open (again). */
 static int keeper_slot_resume(struct keeper *k, int i)
 {
     struct shm_rsv_slot *s = &k->rv->slot[i];

@@ -184,9 +184,11 @@ void keeper_aside_pass(struct keeper *k)
     int64_t now_ms = cs_now_ms(), mono = cs_mono_ms();
 
     /* Answers lost earlier are asked for again. */
-    for (int i = 0; i < SHM_RESERVES; i++)
-        if (k->loc[i].phase == KP_IN_DOUBT && k->renewed[keys_shard(atomic_load(&k->rv->slot[i].activity_id))])
+    for (int i = 0; i < SHM_RESERVES; i++) {
+        int shard = keys_shard(atomic_load(&k->rv->slot[i].activity_id));
+        if (k->loc[i].phase == KP_IN_DOUBT && k->renewed[shard])
             keeper_aside_script(k, i);
+    }
     if (mono < k->aside_next_ms || k->conf->fallback_reserve <= 0
         || atomic_load(&k->rv->halted))
         return;
