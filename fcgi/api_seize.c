@@ -321,19 +321,28 @@ static void seize_grant(struct worker *w, struct req *r, struct seize_call *sc,
     if ((code == CODE_SOLD_OUT || (code == CODE_SEIZED && res == 0 && c->fallback_reserve == 0))
         && c->limits_soldout_recheck_ms > 0)
         shm_flag_set(w->shm->soldout, id, recheck);
+    if (code == CODE_SEIZED)
+        atomic_fetch_add_explicit(&w->shm->m.seized_shard[sc->shard], 1, memory_order_relaxed);
+    if ((code == CODE_SEIZED || code == CODE_ALREADY_SEIZED) &&
+        seize_replicated(w, sc, settled) != CS_OK) {
+        /* Granted, not confirmed: the shard cannot keep what it sells now,
+         * so its breaker hears of it like of any failure. A grant read back
+         * (already seized) may be one whose own answer was lost
+         * (UNKNOWN_OUTCOME) and that no replica holds yet: a failover now
+         * would undo it, so it is held to the same rule. No fence write for
+         * it (an fsync'd write per repeated press): Redis sets a client's
+         * replication offset after every command it runs, a read-only
+         * script too (processCommand(), Redis 7.0), so this WAIT already
+         * covers the grant the script read. */
+        log_warn("seize %" PRId64 " for %s: %s, not confirmed: %s", id, sc->s_uid,
+                 code == CODE_SEIZED ? "granted" : "already seized", w->rc->errstr);
+        seize_unconfirmed(w, sc->shard);
+        req_reply(r, CODE_UNKNOWN_OUTCOME, NULL, NULL, breaker_retry_after(w->conf));
+        return;
+    }
+    seize_breaker_done(w, sc->shard, RCONN_FAULT_NONE);
     if (code == CODE_SEIZED) {
         char extra[96];
-        atomic_fetch_add_explicit(&w->shm->m.seized_shard[sc->shard], 1, memory_order_relaxed);
-        if (seize_replicated(w, sc, settled) != CS_OK) {
-            /* Granted, not confirmed: the shard cannot keep what it sells
-             * now, so its breaker hears of it like of any failure. */
-            log_warn("seize %" PRId64 " for %s granted, not confirmed: %s", id, sc->s_uid,
-                     w->rc->errstr);
-            seize_unconfirmed(w, sc->shard);
-            req_reply(r, CODE_UNKNOWN_OUTCOME, NULL, NULL, breaker_retry_after(w->conf));
-            return;
-        }
-        seize_breaker_done(w, sc->shard, RCONN_FAULT_NONE);
         if (res >= 0)
             snprintf(extra, sizeof(extra), "\"activityId\":%" PRId64 ",\"remaining\":%lld", id,
                      res);
@@ -342,21 +351,6 @@ static void seize_grant(struct worker *w, struct req *r, struct seize_call *sc,
         req_reply(r, CODE_SEIZED, NULL, extra, 0);
         return;
     }
-    if (code == CODE_ALREADY_SEIZED && seize_replicated(w, sc, settled) != CS_OK) {
-        /* The grant read may be one whose own answer was lost (UNKNOWN_OUTCOME)
-         * and that no replica holds yet: a failover now would undo it, so
-         * "already seized" is confirmed by the same rule as a grant. No fence
-         * write (an fsync'd write per repeated press): Redis sets a client's
-         * replication offset after every command it runs, a read-only script
-         * too (processCommand(), Redis 7.0), so this WAIT already covers the
-         * grant the script read. */
-        log_warn("seize %" PRId64 " for %s: already seized, not confirmed: %s", id, sc->s_uid,
-                 w->rc->errstr);
-        seize_unconfirmed(w, sc->shard);
-        req_reply(r, CODE_UNKNOWN_OUTCOME, NULL, NULL, breaker_retry_after(w->conf));
-        return;
-    }
-    seize_breaker_done(w, sc->shard, RCONN_FAULT_NONE);
     if (code == CODE_NO_SUCH_ACTIVITY) {
         /* The stock field is gone: Redis lost its data, or the activity was
          * revoked elsewhere before the tombstone landed. */

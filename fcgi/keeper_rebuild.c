@@ -92,6 +92,21 @@ static int keeper_admin_closed_row(void *arg, int ncols, char **cols)
     return CS_OK;
 }
 
+/* Runs the query sql (this incarnation as its one parameter) until MySQL
+ * answers it, once a second; CS_ERR only when the keeper is told to stop. */
+static int keeper_query_until(struct keeper *k, const char *sql, const struct mval *p,
+                              mconn_row_fn fn, const char *what)
+{
+    while (mconn_query(k->mc, sql, p, 1, fn, k) != CS_OK) {
+        log_warn("reserve keeper: reading this node's %s from MySQL: %s; again in 1 s", what,
+                 k->mc->errstr);
+        if (keeper_stop)
+            return CS_ERR;
+        sleep(1);
+    }
+    return CS_OK;
+}
+
 /*
  * What this incarnation holds, rebuilt: the open epochs from MySQL, and per
  * epoch the tokens already granted from the journal (never from
@@ -145,13 +160,8 @@ int keeper_journal_rebuild(struct keeper *k)
     atomic_store(&rv->ngrants, 0);
 
     struct mval p[] = {MV_TXT(k->jd.incarnation, JOURNAL_ID_LEN)};
-    while (mconn_query(k->mc, SQL_RSV_MINE, p, 1, keeper_mine_row, k) != CS_OK) {
-        log_warn("reserve keeper: reading this node's open epochs from MySQL: %s; again in 1 s",
-                 k->mc->errstr);
-        if (keeper_stop)
-            return CS_ERR;
-        sleep(1);
-    }
+    if (keeper_query_until(k, SQL_RSV_MINE, p, keeper_mine_row, "open epochs") != CS_OK)
+        return CS_ERR;
     for (int h = 0; h < nhad; h++) {
         int i = reserve_slot_of(rv, had[h].aid);
         if (i >= 0 && atomic_load(&rv->slot[i].epoch) == had[h].epoch
@@ -159,13 +169,9 @@ int keeper_journal_rebuild(struct keeper *k)
             atomic_store(&rv->slot[i].next, had[h].next);
     }
     keeper_tokens_read(k);
-    while (mconn_query(k->mc, SQL_RSV_ADMIN_CLOSED, p, 1, keeper_admin_closed_row, k) != CS_OK) {
-        log_warn("reserve keeper: reading this node's epochs closed by an admin: %s; again in 1 s",
-                 k->mc->errstr);
-        if (keeper_stop)
-            return CS_ERR;
-        sleep(1);
-    }
+    if (keeper_query_until(k, SQL_RSV_ADMIN_CLOSED, p, keeper_admin_closed_row,
+                           "epochs closed by an admin") != CS_OK)
+        return CS_ERR;
     keeper_list_files(k);
     uint64_t maxseg = 0;
     for (size_t i = 0; i < k->nfiles; i++) {

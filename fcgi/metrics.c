@@ -12,6 +12,7 @@
 #include "shm.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -37,6 +38,90 @@ static void counter(struct metrics_out *o, const char *name, const char *help, u
 }
 
 #define LOAD(x) atomic_load_explicit((_Atomic uint64_t *)&(x), memory_order_relaxed)
+
+/* A counter kept in a struct of shared memory: its name, where, its help. */
+struct counter_def {
+    const char *name;
+    size_t off;
+    const char *help;
+};
+
+static const struct counter_def node_counters[] = {
+    {"couponseize_redis_errors_total", offsetof(struct shm_metrics, redis_errors),
+     "Redis calls that failed."},
+    {"couponseize_redis_timeouts_total", offsetof(struct shm_metrics, redis_timeouts),
+     "Redis calls that timed out."},
+    {"couponseize_breaker_opened_total", offsetof(struct shm_metrics, breaker_opened),
+     "Times the Redis breaker opened."},
+    {"couponseize_breaker_asked_alive_total", offsetof(struct shm_metrics, breaker_asked_alive),
+     "Times no seize was answered for a budget but Redis answered a PING on a new "
+     "connection, so the breaker stayed closed (a write pause, a stalled machine)."},
+    {"couponseize_seize_resends_total", offsetof(struct shm_metrics, seize_resends),
+     "Seize scripts sent once more on a fresh connection after a lost reply."},
+    {"couponseize_seize_budget_gone_total", offsetof(struct shm_metrics, seize_budget_gone),
+     "Seizes answered UNAVAILABLE without asking Redis: their budget "
+     "(fallback.budget_ms) went before it, mostly waiting for a free worker."},
+    {"couponseize_rate_limited_total", offsetof(struct shm_metrics, rate_limited),
+     "Seizes refused by the node rate limit."},
+    {"couponseize_soldout_hint_hits_total", offsetof(struct shm_metrics, soldout_hint_hits),
+     "Seizes answered SOLD_OUT from the node flag without Redis."},
+    {"couponseize_cache_hits_total", offsetof(struct shm_metrics, cache_hits),
+     "Activity cache hits."},
+    {"couponseize_cache_misses_total", offsetof(struct shm_metrics, cache_misses),
+     "Activity cache misses."},
+    {"couponseize_cache_evictions_total", offsetof(struct shm_metrics, cache_evictions),
+     "Activity cache evictions."},
+    {"couponseize_cache_load_failures_total", offsetof(struct shm_metrics, cache_load_failures),
+     "Activity cache loads that failed."},
+    {"couponseize_cache_stale_served_total", offsetof(struct shm_metrics, cache_stale_served),
+     "Activity entries served stale while Redis was away."},
+    {"couponseize_worker_restarts_total", offsetof(struct shm_metrics, worker_restarts),
+     "Workers the supervisor replaced."},
+};
+
+static const struct counter_def batch_counters[] = {
+    {"couponseize_batch_unsent_total", offsetof(struct batch_metrics, unsent),
+     "Seizes whose deadline came while they waited for a call, or before theirs was "
+     "sent: nothing was sent."},
+    {"couponseize_batch_unknown_total", offsetof(struct batch_metrics, unknown),
+     "Seizes taken into a call whose answer never reached them (leader dead or late)."},
+    {"couponseize_batch_leader_deaths_total", offsetof(struct batch_metrics, leader_deaths),
+     "Leaders of a call found dead by the seizes waiting on them."},
+};
+
+static const struct counter_def reserve_counters[] = {
+    {"couponseize_reserve_set_aside_total", offsetof(struct shm_reserves, set_aside),
+     "Coupons set aside for this node."},
+    {"couponseize_reserve_spent_total", offsetof(struct shm_reserves, spent),
+     "Seizes answered SEIZED from this node's reserve."},
+    {"couponseize_reserve_replayed_total", offsetof(struct shm_reserves, replayed),
+     "Reserve grants replayed from the journal into Redis."},
+    {"couponseize_reserve_returned_total", offsetof(struct shm_reserves, returned),
+     "Reserved coupons given back to the stock."},
+    {"couponseize_reserve_duplicates_total", offsetof(struct shm_reserves, duplicates),
+     "Replayed grants of users who held a coupon already (theirs went back to stock)."},
+    {"couponseize_reserve_dead_letters_total", offsetof(struct shm_reserves, dead_letters),
+     "Replayed grants with no reserve and no stock to take from (see "
+     "COUPON:RESERVE:DEAD)."},
+    {"couponseize_reserve_anomalies_total", offsetof(struct shm_reserves, anomalies),
+     "Replayed grants whose token was already replayed for another user: spent twice, in "
+     "COUPON:RESERVE:DEAD."},
+    {"couponseize_reserve_journals_declared_lost_total",
+     offsetof(struct shm_reserves, journals_lost),
+     "Admin returns on this node that declared a lost node's journal lost (its "
+     "unreplayed grants are lost with it)."},
+    {"couponseize_journal_failures_total", offsetof(struct shm_reserves, journal_failures),
+     "Journal writes that failed (the node then grants from reserves no more)."},
+};
+
+/* Emits the n counters of defs, read from the struct at base. */
+static void counters(struct metrics_out *o, const void *base, const struct counter_def *defs,
+                     size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        counter(o, defs[i].name, defs[i].help,
+                LOAD(*(const uint64_t *)((const char *)base + defs[i].off)));
+}
 
 /* Per-shard load and the Redis Cluster routing counters. */
 static void metrics_shards(struct metrics_out *o, const struct shm_node *node)
@@ -107,33 +192,11 @@ static void metrics_reserves(struct metrics_out *o, const struct shm_node *node)
             "couponseize_reserve_held %lld\n", (long long)reserve_held(rv));
     metrics_emit(o, "# HELP couponseize_reserve_epochs Reserve epochs of this node not yet closed.\n"
             "# TYPE couponseize_reserve_epochs gauge\ncouponseize_reserve_epochs %d\n", open);
-    counter(o, "couponseize_reserve_set_aside_total", "Coupons set aside for this node.",
-            LOAD(rv->set_aside));
-    counter(o, "couponseize_reserve_spent_total",
-            "Seizes answered SEIZED from this node's reserve.", LOAD(rv->spent));
-    counter(o, "couponseize_reserve_replayed_total",
-            "Reserve grants replayed from the journal into Redis.", LOAD(rv->replayed));
-    counter(o, "couponseize_reserve_returned_total",
-            "Reserved coupons given back to the stock.", LOAD(rv->returned));
-    counter(o, "couponseize_reserve_duplicates_total",
-            "Replayed grants of users who held a coupon already (theirs went back to stock).",
-            LOAD(rv->duplicates));
-    counter(o, "couponseize_reserve_dead_letters_total",
-            "Replayed grants with no reserve and no stock to take from (see "
-            "COUPON:RESERVE:DEAD).", LOAD(rv->dead_letters));
-    counter(o, "couponseize_reserve_anomalies_total",
-            "Replayed grants whose token was already replayed for another user: spent "
-            "twice, in COUPON:RESERVE:DEAD.", LOAD(rv->anomalies));
-    counter(o, "couponseize_reserve_journals_declared_lost_total",
-            "Admin returns on this node that declared a lost node's journal lost (its "
-            "unreplayed grants are lost with it).", LOAD(rv->journals_lost));
+    counters(o, rv, reserve_counters, sizeof(reserve_counters) / sizeof(reserve_counters[0]));
     metrics_emit(o, "# HELP couponseize_reserve_claim_refused 1 while another live instance (a copied "
             "image, a restored journal) holds this node's incarnation: no grants from reserves.\n"
             "# TYPE couponseize_reserve_claim_refused gauge\ncouponseize_reserve_claim_refused %d\n",
          atomic_load((_Atomic int *)&rv->claim_refused));
-    counter(o, "couponseize_journal_failures_total",
-            "Journal writes that failed (the node then grants from reserves no more).",
-            LOAD(rv->journal_failures));
     metrics_emit(o, "# HELP couponseize_journal_depth Journal records not yet replayed into Redis.\n"
             "# TYPE couponseize_journal_depth gauge\ncouponseize_journal_depth %lld\n",
          (long long)atomic_load((_Atomic int64_t *)&rv->journal_depth));
@@ -186,25 +249,10 @@ size_t metrics_render(const struct shm_node *node, char *buf, size_t cap)
     metrics_emit(&o, "couponseize_seize_duration_seconds_count %llu\n",
          (unsigned long long)LOAD(m->seize_lat_count));
 
-    counter(&o, "couponseize_redis_errors_total", "Redis calls that failed.", LOAD(m->redis_errors));
-    counter(&o, "couponseize_redis_timeouts_total", "Redis calls that timed out.",
-            LOAD(m->redis_timeouts));
+    counters(&o, m, node_counters, sizeof(node_counters) / sizeof(node_counters[0]));
     metrics_emit(&o, "# HELP couponseize_breaker_state Redis breaker: 0 closed, 1 open, 2 half-open.\n"
              "# TYPE couponseize_breaker_state gauge\ncouponseize_breaker_state %d\n",
          atomic_load((_Atomic int *)&node->breaker.state));
-    counter(&o, "couponseize_breaker_opened_total", "Times the Redis breaker opened.",
-            LOAD(m->breaker_opened));
-    counter(&o, "couponseize_breaker_asked_alive_total",
-            "Times no seize was answered for a budget but Redis answered a PING on a new "
-            "connection, so the breaker stayed closed (a write pause, a stalled machine).",
-            LOAD(m->breaker_asked_alive));
-    counter(&o, "couponseize_seize_resends_total",
-            "Seize scripts sent once more on a fresh connection after a lost reply.",
-            LOAD(m->seize_resends));
-    counter(&o, "couponseize_seize_budget_gone_total",
-            "Seizes answered UNAVAILABLE without asking Redis: their budget "
-            "(fallback.budget_ms) went before it, mostly waiting for a free worker.",
-            LOAD(m->seize_budget_gone));
     const struct batch_metrics *bm = &node->batch.m;
     metrics_emit(&o, "# HELP couponseize_batch_size Seizes of one script call led by a worker "
              "(group commit; 1: it went alone).\n# TYPE couponseize_batch_size histogram\n");
@@ -217,37 +265,13 @@ size_t metrics_render(const struct shm_node *node, char *buf, size_t cap)
     metrics_emit(&o, "couponseize_batch_size_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
     metrics_emit(&o, "couponseize_batch_size_sum %llu\ncouponseize_batch_size_count %llu\n",
          (unsigned long long)LOAD(bm->size_sum), (unsigned long long)LOAD(bm->calls));
-    counter(&o, "couponseize_batch_unsent_total",
-            "Seizes whose deadline came while they waited for a call, or before theirs was "
-            "sent: nothing was sent.",
-            LOAD(bm->unsent));
-    counter(&o, "couponseize_batch_unknown_total",
-            "Seizes taken into a call whose answer never reached them (leader dead or late).",
-            LOAD(bm->unknown));
-    counter(&o, "couponseize_batch_leader_deaths_total",
-            "Leaders of a call found dead by the seizes waiting on them.",
-            LOAD(bm->leader_deaths));
+    counters(&o, bm, batch_counters, sizeof(batch_counters) / sizeof(batch_counters[0]));
     int fault = atomic_load((_Atomic int *)&node->breaker.fault);
     metrics_emit(&o, "# HELP couponseize_redis_fault Why the last seize call failed (1 on the "
              "fault named; all 0 after a success).\n# TYPE couponseize_redis_fault gauge\n");
     for (int f = RCONN_FAULT_DOWN; f < RCONN_FAULT__COUNT; f++)
         metrics_emit(&o, "couponseize_redis_fault{fault=\"%s\"} %d\n",
              rconn_fault_name((enum rconn_fault)f), f == fault);
-    counter(&o, "couponseize_rate_limited_total", "Seizes refused by the node rate limit.",
-            LOAD(m->rate_limited));
-    counter(&o, "couponseize_soldout_hint_hits_total",
-            "Seizes answered SOLD_OUT from the node flag without Redis.",
-            LOAD(m->soldout_hint_hits));
-    counter(&o, "couponseize_cache_hits_total", "Activity cache hits.", LOAD(m->cache_hits));
-    counter(&o, "couponseize_cache_misses_total", "Activity cache misses.", LOAD(m->cache_misses));
-    counter(&o, "couponseize_cache_evictions_total", "Activity cache evictions.",
-            LOAD(m->cache_evictions));
-    counter(&o, "couponseize_cache_load_failures_total", "Activity cache loads that failed.",
-            LOAD(m->cache_load_failures));
-    counter(&o, "couponseize_cache_stale_served_total",
-            "Activity entries served stale while Redis was away.", LOAD(m->cache_stale_served));
-    counter(&o, "couponseize_worker_restarts_total", "Workers the supervisor replaced.",
-            LOAD(m->worker_restarts));
     metrics_shards(&o, node);
     metrics_reserves(&o, node);
 

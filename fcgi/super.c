@@ -181,6 +181,18 @@ struct super {
     int64_t stop_deadline;
 };
 
+/* Sends sig to every worker, retiring worker and the keeper. */
+static void super_signal_all(const struct super *s, int sig)
+{
+    for (int i = 0; i < s->n; i++)
+        if (s->slots[i].pid > 0)
+            kill(s->slots[i].pid, sig);
+    for (int i = 0; i < s->nretiring; i++)
+        kill(s->retiring[i].pid, sig);
+    if (s->keeper > 0)
+        kill(s->keeper, sig);
+}
+
 /* SIGTERM / SIGINT: every worker finishes its request in flight and goes. */
 static void super_on_stop(struct super *s, int64_t now)
 {
@@ -190,14 +202,7 @@ static void super_on_stop(struct super *s, int64_t now)
     sdnotify_stopping();
     s->stopping = 1;
     s->stop_deadline = now + SUPER_STOP_GRACE_MS;
-    for (int i = 0; i < s->n; i++)
-        if (s->slots[i].pid > 0)
-            kill(s->slots[i].pid, SIGTERM);
-    for (int i = 0; i < s->nretiring; i++)
-        kill(s->retiring[i].pid, SIGTERM);
-    /* It gives the reserves back while the workers finish. */
-    if (s->keeper > 0)
-        kill(s->keeper, SIGTERM);
+    super_signal_all(s, SIGTERM); /* the keeper gives reserves back while workers finish */
 }
 
 /* SIGHUP: the configuration read again, and the workers replaced one by one. */
@@ -351,13 +356,7 @@ static int super_stop_tick(struct super *s, int64_t now)
         return 1;
     if (now >= s->stop_deadline) {
         log_warn("%d workers did not stop in time; killing them", alive);
-        for (int i = 0; i < s->n; i++)
-            if (s->slots[i].pid > 0)
-                kill(s->slots[i].pid, SIGKILL);
-        for (int i = 0; i < s->nretiring; i++)
-            kill(s->retiring[i].pid, SIGKILL);
-        if (s->keeper > 0)
-            kill(s->keeper, SIGKILL);
+        super_signal_all(s, SIGKILL);
         s->stop_deadline = now + 5000;
     }
     return 0;

@@ -65,32 +65,32 @@ void cs_init(void)
     cJSON_InitHooks(&hooks);
 }
 
-int64_t cs_now_ms(void)
+/* CLK's time in units of 1/PER_SEC of a second. */
+static int64_t cs_clock(clockid_t clk, int64_t per_sec)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    clock_gettime(clk, &ts);
+    return (int64_t)ts.tv_sec * per_sec + ts.tv_nsec / (1000000000 / per_sec);
+}
+
+int64_t cs_now_ms(void)
+{
+    return cs_clock(CLOCK_REALTIME, 1000);
 }
 
 int64_t cs_mono_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return cs_clock(CLOCK_MONOTONIC, 1000);
 }
 
 int64_t cs_boot_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_BOOTTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return cs_clock(CLOCK_BOOTTIME, 1000);
 }
 
 int64_t cs_mono_us(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+    return cs_clock(CLOCK_MONOTONIC, 1000000);
 }
 
 int cs_parse_id(const char *s, size_t len, int64_t *out)

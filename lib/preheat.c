@@ -154,6 +154,16 @@ static const char *act_window_value(const struct preheat_vec *vec, size_t i)
     return vec->win[i];
 }
 
+/* Appends one command to rc's pipeline and counts it in *cmds. */
+static int act_appendv(struct rconn *rc, const char *key, int argc, const char **argv,
+                       const size_t *argl, size_t *cmds)
+{
+    int ret = rconn_appendv(rc, key, argc, argv, argl);
+    if (ret == CS_OK)
+        (*cmds)++;
+    return ret;
+}
+
 /* Appends HMGET KEY id ... for idx[0..cnt), ACT_PIPE_FIELDS ids a command;
  * *cmds counts the commands. */
 static int act_append_hmget(struct rconn *rc, const char *key, const struct preheat_vec *vec,
@@ -175,14 +185,30 @@ static int act_append_hmget(struct rconn *rc, const char *key, const struct preh
             argl[2 + k] = (size_t)snprintf(ids[k], sizeof(ids[k]), "%" PRId64,
                                            vec->v[idx[off + k]].id);
         }
-        ret = rconn_appendv(rc, key, (int)(2 + m), argv, argl);
-        if (ret == CS_OK)
-            (*cmds)++;
+        ret = act_appendv(rc, key, (int)(2 + m), argv, argl, cmds);
     }
     free(ids);
     free(argl);
     free(argv);
     return ret;
+}
+
+/* Reads the next reply of a pipeline; on failure says in err what was read. */
+static int act_get_reply(struct rconn *rc, redisReply **r, const char *what, char *err,
+                         size_t errlen)
+{
+    if (rconn_get_reply(rc, r) == CS_OK)
+        return CS_OK;
+    snprintf(err, errlen, "%s: %s", what, rc->errstr);
+    return CS_ERR;
+}
+
+/* Says in err that the reply r to what is not the one expected. */
+static int act_unexpected(const redisReply *r, const char *what, char *err, size_t errlen)
+{
+    snprintf(err, errlen, "%s: %s", what,
+             r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+    return CS_ERR;
 }
 
 /* Reads the replies of act_append_hmget(): for each of the cnt fields, calls
@@ -195,15 +221,10 @@ static int act_read_hmget(struct rconn *rc, size_t cnt, const char *what,
     for (size_t off = 0; off < cnt; off += ACT_PIPE_FIELDS) {
         size_t m = cnt - off < ACT_PIPE_FIELDS ? cnt - off : ACT_PIPE_FIELDS;
         redisReply *r;
-        if (rconn_get_reply(rc, &r) != CS_OK) {
-            snprintf(err, errlen, "%s: %s", what, rc->errstr);
+        if (act_get_reply(rc, &r, what, err, errlen) != CS_OK)
             return CS_ERR;
-        }
-        if ((r->type != REDIS_REPLY_ARRAY || r->elements != m) && ret == CS_OK) {
-            snprintf(err, errlen, "%s: %s", what,
-                     r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
-            ret = CS_ERR;
-        }
+        if ((r->type != REDIS_REPLY_ARRAY || r->elements != m) && ret == CS_OK)
+            ret = act_unexpected(r, what, err, errlen);
         for (size_t k = 0; ret == CS_OK && k < m; k++)
             fn(arg, off + k, r->element[k]);
         freeReplyObject(r);
@@ -297,9 +318,7 @@ static int act_append_publish(struct rconn *rc, int shard, const struct preheat_
             argv[a + 6] = num[k][4];
             argl[a + 6] = (size_t)snprintf(num[k][4], 24, "%" PRId64, act->total_num);
         }
-        ret = rconn_appendv(rc, keys[0], (int)(FIXED + ACT_PUB_ARGS * m), argv, argl);
-        if (ret == CS_OK)
-            (*cmds)++;
+        ret = act_appendv(rc, keys[0], (int)(FIXED + ACT_PUB_ARGS * m), argv, argl, cmds);
     }
     free(num);
     free(argl);
@@ -318,18 +337,13 @@ static int act_read_publish(struct rconn *rc, struct preheat_vec *vec, const siz
     for (size_t off = 0; off < cnt; off += ACT_PUB_BATCH) {
         size_t m = cnt - off < ACT_PUB_BATCH ? cnt - off : ACT_PUB_BATCH;
         redisReply *r;
-        if (rconn_get_reply(rc, &r) != CS_OK) {
-            snprintf(err, errlen, "EVAL publish: %s", rc->errstr);
+        if (act_get_reply(rc, &r, "EVAL publish", err, errlen) != CS_OK)
             return CS_ERR;
-        }
         if ((r->type != REDIS_REPLY_ARRAY || r->elements < 3 || r->elements % 2 != 1 ||
              r->element[0]->type != REDIS_REPLY_INTEGER ||
              r->element[1]->type != REDIS_REPLY_INTEGER ||
-             r->element[2]->type != REDIS_REPLY_INTEGER) && ret == CS_OK) {
-            snprintf(err, errlen, "EVAL publish: %s",
-                     r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
-            ret = CS_ERR;
-        }
+             r->element[2]->type != REDIS_REPLY_INTEGER) && ret == CS_OK)
+            ret = act_unexpected(r, "EVAL publish", err, errlen);
         if (ret == CS_OK) {
             res->created += (int)r->element[0]->integer;
             res->adjusted += (int)r->element[1]->integer;

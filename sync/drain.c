@@ -473,7 +473,7 @@ static int drain_dead(struct drain_worker *w, size_t from, size_t to)
         goto out;
     if (drain_hdel(w, from, to) != CS_OK)
         goto out;
-    smetrics_add_dead(n);
+    smetrics_add(SM_DEAD, n);
     ret = CS_OK;
 out:
     for (size_t i = 0; i < n; i++)
@@ -581,8 +581,8 @@ static int drain_batch(struct drain_worker *w, redisReply **kv, size_t n, int ba
         return CS_ERR;
     smetrics_dep_ok(SM_DEP_REDIS);
     if (good > 0) {
-        smetrics_add_rows(inserted);
-        smetrics_add_batches(1);
+        smetrics_add(SM_ROWS, inserted);
+        smetrics_add(SM_BATCHES, 1);
     }
     log_debug("shard %d: batch of %zu: %" PRIu64 " coupons written, %zu dead letters",
               w->shard, n, inserted, n - good);

@@ -28,7 +28,7 @@ void jobs_fail(struct mconn *mc, struct rconn *rc, const char *what, const char 
     else if (mc != NULL && mc->my == NULL)
         smetrics_dep_fail(SM_DEP_MYSQL, why);
     else {
-        smetrics_add_errors(1);
+        smetrics_add(SM_ERRORS, 1);
         log_error("%s", why);
     }
 }
@@ -367,8 +367,8 @@ int jobs_coupons(struct mconn *mc, struct rconn *rc, int batch, int lock_ttl_ms,
         jobs_fail(mc, NULL, "coupon job", err);
         return CS_ERR;
     }
-    smetrics_add_expired(*expired + *returned);
-    smetrics_add_returned(*returned);
+    smetrics_add(SM_EXPIRED, *expired + *returned);
+    smetrics_add(SM_RETURNED, *returned);
     smetrics_dep_ok(SM_DEP_MYSQL);
     if (*expired > 0 || *returned > 0)
         log_info("coupon job: %" PRIu64 " coupons expired, %" PRIu64

@@ -418,7 +418,7 @@ int jobs_reconcile_shard(struct mconn *mc, struct rconn *rc, int shard, int lock
         smetrics_dep_ok(SM_DEP_REDIS);
     }
     if (*mismatches > 0)
-        smetrics_add_mismatches((uint64_t)*mismatches);
+        smetrics_add(SM_MISMATCHES, (uint64_t)*mismatches);
     log_debug("reconcile: shard %d: %zu activities%s%s, %d mismatches", shard, n,
               sel.full ? " (full)" : "", skipped ? " (skipped: locked)" : "", *mismatches);
     ret = CS_OK;

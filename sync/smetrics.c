@@ -12,8 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static atomic_uint_fast64_t sm_rows, sm_batches, sm_errors, sm_dead, sm_mismatches;
-static atomic_uint_fast64_t sm_expired, sm_returned;
+static atomic_uint_fast64_t sm_count[SM_COUNTERS];
 static atomic_int_fast64_t sm_depth[KEYS_SHARDS];
 static atomic_int_fast64_t sm_last_success_ms;
 static atomic_int sm_down[2];
@@ -25,39 +24,28 @@ static _Atomic int64_t sm_down_at[2]; /* cs_mono_ms() when the outage was notice
 
 static const char *const sm_dep_names[] = {"Redis", "MySQL"};
 
-void smetrics_add_rows(uint64_t n)
-{
-    atomic_fetch_add(&sm_rows, n);
-}
+/* Name and help of each counter, by enum smetrics_counter. */
+static const struct {
+    const char *name, *help;
+} sm_counters[SM_COUNTERS] = {
+    [SM_ROWS] = {"couponseize_sync_rows_total", "Coupon rows inserted into MySQL."},
+    [SM_BATCHES] = {"couponseize_sync_batches_total", "Batches committed to MySQL."},
+    [SM_ERRORS] = {"couponseize_sync_errors_total",
+                   "Failed drain tasks and jobs (Redis or MySQL errors)."},
+    [SM_DEAD] = {"couponseize_sync_dead_letters_total",
+                 "Queue entries moved to QUEUE:COUPON:SEIZE:DEAD:{i}."},
+    [SM_EXPIRED] = {"couponseize_sync_coupons_expired_total",
+                    "Unused coupons past valid_until marked expired (returned ones included)."},
+    [SM_RETURNED] = {"couponseize_sync_coupons_returned_total",
+                     "Expired coupons whose stock went back to their open sale (return on "
+                     "expiry)."},
+    [SM_MISMATCHES] = {"couponseize_sync_reconcile_mismatches_total",
+                       "Activities where Redis stock + queued + MySQL coupons != total_num."},
+};
 
-void smetrics_add_batches(uint64_t n)
+void smetrics_add(enum smetrics_counter c, uint64_t n)
 {
-    atomic_fetch_add(&sm_batches, n);
-}
-
-void smetrics_add_errors(uint64_t n)
-{
-    atomic_fetch_add(&sm_errors, n);
-}
-
-void smetrics_add_dead(uint64_t n)
-{
-    atomic_fetch_add(&sm_dead, n);
-}
-
-void smetrics_add_expired(uint64_t n)
-{
-    atomic_fetch_add(&sm_expired, n);
-}
-
-void smetrics_add_returned(uint64_t n)
-{
-    atomic_fetch_add(&sm_returned, n);
-}
-
-void smetrics_add_mismatches(uint64_t n)
-{
-    atomic_fetch_add(&sm_mismatches, n);
+    atomic_fetch_add(&sm_count[c], n);
 }
 
 void smetrics_set_depth(int shard, int64_t depth)
@@ -75,17 +63,17 @@ void smetrics_success(int64_t now_ms)
 
 uint64_t smetrics_rows(void)
 {
-    return atomic_load(&sm_rows);
+    return atomic_load(&sm_count[SM_ROWS]);
 }
 
 uint64_t smetrics_errors(void)
 {
-    return atomic_load(&sm_errors);
+    return atomic_load(&sm_count[SM_ERRORS]);
 }
 
 void smetrics_dep_fail(enum smetrics_dep dep, const char *why)
 {
-    atomic_fetch_add(&sm_errors, 1);
+    atomic_fetch_add(&sm_count[SM_ERRORS], 1);
     if (atomic_load(&sm_down[dep]) == 0)
         atomic_store(&sm_down_at[dep], cs_mono_ms());
     if (atomic_exchange(&sm_down[dep], 1) == 0)
@@ -119,14 +107,8 @@ int smetrics_write(const char *path)
         log_error("fopen(%s) failed: %s", tmp, strerror(errno));
         return CS_ERR;
     }
-    sm_counter(f, "couponseize_sync_rows_total", "Coupon rows inserted into MySQL.",
-               atomic_load(&sm_rows));
-    sm_counter(f, "couponseize_sync_batches_total", "Batches committed to MySQL.",
-               atomic_load(&sm_batches));
-    sm_counter(f, "couponseize_sync_errors_total",
-               "Failed drain tasks and jobs (Redis or MySQL errors).", atomic_load(&sm_errors));
-    sm_counter(f, "couponseize_sync_dead_letters_total",
-               "Queue entries moved to QUEUE:COUPON:SEIZE:DEAD:{i}.", atomic_load(&sm_dead));
+    for (int c = 0; c < SM_COUNTERS; c++)
+        sm_counter(f, sm_counters[c].name, sm_counters[c].help, atomic_load(&sm_count[c]));
     fprintf(f, "# HELP couponseize_sync_queue_depth Entries waiting in QUEUE:COUPON:SEIZE:SYNC:{i}.\n"
                "# TYPE couponseize_sync_queue_depth gauge\n");
     for (int i = 0; i < KEYS_SHARDS; i++)
@@ -137,15 +119,6 @@ int smetrics_write(const char *path)
                "Unix time of the last drain task that finished without error.\n"
                "# TYPE couponseize_sync_last_success_timestamp_seconds gauge\n"
                "couponseize_sync_last_success_timestamp_seconds %.3f\n", (double)last / 1000.0);
-    sm_counter(f, "couponseize_sync_coupons_expired_total",
-               "Unused coupons past valid_until marked expired (returned ones included).",
-               atomic_load(&sm_expired));
-    sm_counter(f, "couponseize_sync_coupons_returned_total",
-               "Expired coupons whose stock went back to their open sale (return on expiry).",
-               atomic_load(&sm_returned));
-    sm_counter(f, "couponseize_sync_reconcile_mismatches_total",
-               "Activities where Redis stock + queued + MySQL coupons != total_num.",
-               atomic_load(&sm_mismatches));
     /* What malloc holds, over all its arenas: in use by the program, free
      * but kept, and in blocks of their own (mmap). Tells a leak (in_use
      * grows) from fragmentation (free grows). */

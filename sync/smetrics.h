@@ -7,13 +7,19 @@
 
 /* Every function here is thread-safe (atomics); call from any thread. */
 
-void smetrics_add_rows(uint64_t n);       /* coupon rows inserted */
-void smetrics_add_batches(uint64_t n);    /* batches committed */
-void smetrics_add_errors(uint64_t n);     /* failed tasks and jobs */
-void smetrics_add_dead(uint64_t n);       /* entries moved to a dead-letter hash */
-void smetrics_add_mismatches(uint64_t n); /* reconciliation mismatches */
-void smetrics_add_expired(uint64_t n);    /* coupons marked expired */
-void smetrics_add_returned(uint64_t n);   /* expired coupons whose stock went back */
+/* The counters of coupon-sync's metrics file, in the order it writes them. */
+enum smetrics_counter {
+    SM_ROWS,       /* coupon rows inserted */
+    SM_BATCHES,    /* batches committed */
+    SM_ERRORS,     /* failed tasks and jobs */
+    SM_DEAD,       /* entries moved to a dead-letter hash */
+    SM_EXPIRED,    /* coupons marked expired */
+    SM_RETURNED,   /* expired coupons whose stock went back */
+    SM_MISMATCHES, /* reconciliation mismatches */
+    SM_COUNTERS
+};
+
+void smetrics_add(enum smetrics_counter c, uint64_t n);
 void smetrics_set_depth(int shard, int64_t depth);
 /* Records a shard task that finished without error at wall-clock now_ms. */
 void smetrics_success(int64_t now_ms);
