@@ -142,7 +142,7 @@ kill_leaders='for i in 1 2 3 4; do
     kill -STOP "$COUPON_FCGI_PID"
     # A leader may be between two reads (a resend connecting): looked for
     # again for up to a second, until one is blocked on Redis.
-    for j in $(seq 20); do ls=$(leaders); [[ -n $ls ]] && break; sleep 0.05; done
+    for j in $(seq 20); do ls=$(leaders); [[ -n $ls ]] && break; nap 0.05; done
     [[ -n $ls ]] || diag "kill: round $i found no leader; workers in syscalls $(for p in $(pgrep -P "$COUPON_FCGI_PID"); do cut -d" " -f1 "/proc/$p/syscall"; done 2>/dev/null | sort | uniq -c | tr -s " \n" " ")"
     for p in $ls; do kill -9 "$p" && KILLED=$((KILLED + 1)); done
     sleep 0.2; kill -CONT "$COUPON_REDIS_PID"; sleep 1

@@ -287,7 +287,7 @@ check_eq "(g1) the revoke answers while node 2 is cut off" "200 OK" \
 diag "(g1) revoked $((t_revoke - t_cut)) ms after the cut (lease $LEASE ms)"
 check_eq "(g1) the stock field is the revoke tombstone" -1 "$(stock_of $A1)"
 # The tombstone, sampled from now until the end of (g1).
-(while :; do rcli HGET "COUPON:RESOURCE:STOCK:{1}" $A1; sleep 0.05; done) \
+(while :; do rcli HGET "COUPON:RESOURCE:STOCK:{1}" $A1; nap 0.05; done) \
     >"$COUPON_DIR/g1-stock.log" 2>/dev/null &
 sampler=$!
 cs_defer stop_bg "$sampler"

@@ -113,7 +113,7 @@ for target in 10000 30000 50000; do
     start_daemon
     deadline=$((SECONDS + 60))
     until (($(coupons 200) >= target)) || ! pid_alive "$DPID" || ((SECONDS > deadline)); do
-        sleep 0.05
+        nap 0.05
     done
     got=$(coupons 200)
     { kill -KILL "$DPID" && ((got < 100000)) && kills=$((kills + 1)); wait "$DPID"; } 2>/dev/null
@@ -230,7 +230,7 @@ start_daemon
 for ((i = 0; i < 40; i++)); do
     for ((s = 0; s < 10; s++)); do rcli del "LOCK:COUPON:SYNC:{$s}" >/dev/null; done
     drained && break
-    sleep 0.05
+    nap 0.05
 done
 wait_for 60 drained
 stop_daemons
