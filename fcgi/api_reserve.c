@@ -51,7 +51,8 @@ void api_reserve_list(struct worker *w, struct req *r)
         rsv_bad(r, "id", "id must be an integer 1..9223372036854775807");
         return;
     }
-    if (reserve_admin_list(w->mc, w->rc, id, w->conf->fallback_lease_ms, &l, err, sizeof(err))
+    if (reserve_admin_list(w->mc, w->rc, id, w->conf->fallback_lease_ms, &w->shm->lease_watch, &l,
+                           err, sizeof(err))
         != CS_OK) {
         log_error("reserve list: %s", err);
         req_reply(r, CODE_UNAVAILABLE, "MySQL unavailable", NULL, 5);
@@ -81,6 +82,7 @@ void api_reserve_list(struct worker *w, struct req *r)
         rsv_add_int(o, "amount", v->amount);
         rsv_add_known(o, "left", v->left);
         rsv_add_known(o, "leaseAgeMs", v->lease_age_ms);
+        rsv_add_known(o, "leaseWatchedMs", v->watched_ms);
         cJSON_AddBoolToObject(o, "leaseExpired", l.redis_ok && v->lease_expired);
         cJSON_AddItemToArray(arr, o);
     }
@@ -175,6 +177,7 @@ void api_reserve_return(struct worker *w, struct req *r)
         .wait_replicas = w->conf->redis_wait_replicas,
         .wait_timeout_ms = w->conf->redis_wait_timeout_ms,
         .journal_lost = lost,
+        .watch = &w->shm->lease_watch,
     };
     if (reserve_admin_return(w->mc, w->rc, &o, id, inc, &res, err, sizeof(err)) != CS_OK) {
         log_error("reserve return of activity %" PRId64 " incarnation %s: %s", id, inc, err);
@@ -193,8 +196,9 @@ void api_reserve_return(struct worker *w, struct req *r)
         req_reply(r, CODE_RESERVE_NOT_IN_REDIS, NULL, extra, 0);
         return;
     case RRET_LEASE_NOT_EXPIRED: {
-        /* By the node's own lease (it published it with its renewal). */
-        int64_t wait = res.lease_age_ms >= 0 ? res.lease_ms - res.lease_age_ms : res.lease_ms;
+        /* By the node's own lease (it published it with its renewal), on
+         * Redis' clock and on this node's. */
+        int64_t wait = res.wait_ms > 0 ? res.wait_ms : 1000;
         snprintf(extra + n, sizeof(extra) - (size_t)n,
                  ",\"leaseMs\":%" PRId64 ",\"leaseAgeMs\":%" PRId64, res.lease_ms,
                  res.lease_age_ms);

@@ -26,6 +26,7 @@
 #include "keys.h"
 #include "log.h"
 #include "reserve.h"
+#include "reserve_admin.h"
 #include "scripts.h"
 
 #include <dirent.h>
@@ -626,6 +627,68 @@ static void keeper_slots(struct keeper *k, int stopping)
     }
 }
 
+/* Every incarnation with an open epoch, one per (shard, incarnation). */
+#define KEEPER_WATCH_MS 1000
+#define KEEPER_WATCH_MAX 256
+static const char SQL_OPEN_INCARNATIONS[] =
+    "SELECT DISTINCT activity_id % 10, incarnation FROM reserve_epoch WHERE state = 1 LIMIT ?";
+
+struct watch_rows {
+    int shard[KEEPER_WATCH_MAX];
+    char inc[KEEPER_WATCH_MAX][JOURNAL_ID_LEN + 1];
+    int n;
+};
+
+static int row_watch(void *arg, int ncols, char **cols)
+{
+    struct watch_rows *w = arg;
+    if (ncols < 2 || cols[0] == NULL || cols[1] == NULL || w->n == KEEPER_WATCH_MAX
+        || !reserve_admin_incarnation_ok(cols[1], strlen(cols[1])))
+        return CS_OK;
+    w->shard[w->n] = atoi(cols[0]);
+    memcpy(w->inc[w->n], cols[1], JOURNAL_ID_LEN + 1);
+    w->n++;
+    return CS_OK;
+}
+
+/* Reads the lease stamp of every incarnation with an open epoch into the
+ * node's lease watch (lib/lease_watch.h), once a second: an admin's return
+ * of a lost node's reserve then judges its lease by this node's clock from
+ * about when the node went quiet, not from the operator's first question. */
+static void keeper_watch_leases(struct keeper *k)
+{
+    struct watch_rows w;
+    struct mval p[] = {MV_INT(KEEPER_WATCH_MAX)};
+    int64_t now = cs_boot_ms();
+
+    if (now < k->watch_next_ms)
+        return;
+    k->watch_next_ms = now + KEEPER_WATCH_MS;
+    w.n = 0;
+    if (mconn_query(k->mc, SQL_OPEN_INCARNATIONS, p, 1, row_watch, &w) != CS_OK) {
+        log_debug("reserve keeper: reading open incarnations: %s", k->mc->errstr);
+        return;
+    }
+    for (int i = 0; i < w.n; i++) {
+        char rkey[KEYS_MAX];
+        keys_reserve(rkey, w.shard[i]);
+        if (rconn_append(k->rc, rkey, "HGET %s lease:%s", rkey, w.inc[i]) != CS_OK)
+            return;
+    }
+    for (int i = 0; i < w.n; i++) {
+        redisReply *r = NULL;
+        if (rconn_get_reply(k->rc, &r) != CS_OK)
+            return; /* the connection is dropped: nothing more to read */
+        /* Taken after the answer came: never before the renewal it shows. */
+        int64_t seen_at = cs_boot_ms();
+        if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_NIL)
+            lease_watch_seen(&k->shm->lease_watch, w.inc[i], w.shard[i],
+                             r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : -1,
+                             seen_at);
+        freeReplyObject(r);
+    }
+}
+
 static void keeper_pass(struct keeper *k, int stopping)
 {
     int shards[KEYS_SHARDS] = {0};
@@ -671,6 +734,7 @@ static void keeper_pass(struct keeper *k, int stopping)
         keeper_aside_pass(k);
     keeper_journal_reset_grants(k);
     keeper_journal_halt(k, 0);
+    keeper_watch_leases(k);
 }
 
 int keeper_main(const struct cs_conf *conf, struct shm_node *shm)

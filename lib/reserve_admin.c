@@ -97,6 +97,8 @@ static int ra_row(void *arg, int ncols, char **cols)
     v->left = -1;
     v->lease_age_ms = -1;
     v->lease_expired = 0;
+    v->stamp = -1;
+    v->watched_ms = -1;
     return CS_OK;
 }
 
@@ -125,8 +127,10 @@ static int ra_append_view(struct rconn *rc, const struct reserve_view *v)
     return CS_OK;
 }
 
-/* Reads the four replies of ra_append_view() into v. */
-static int ra_read_view(struct rconn *rc, struct reserve_view *v, int lease_ms)
+/* Reads the four replies of ra_append_view() into v, and what watch (NULL:
+ * none) has seen of its stamp. */
+static int ra_read_view(struct rconn *rc, struct reserve_view *v, int lease_ms,
+                        struct lease_watch *watch)
 {
     redisReply *r[4] = {NULL, NULL, NULL, NULL};
     int ret = CS_OK;
@@ -135,6 +139,8 @@ static int ra_read_view(struct rconn *rc, struct reserve_view *v, int lease_ms)
             ret = CS_ERR;
             goto out;
         }
+    /* Taken after the answer came: never before the renewal it shows. */
+    int64_t seen_at = cs_boot_ms();
     v->left = ra_int_or(r[0], -1);
     int64_t last = ra_int_or(r[1], -1), now = rconn_time_ms(r[3]);
     /* The node spends by its own lease, which may be longer than ours. */
@@ -144,9 +150,24 @@ static int ra_read_view(struct rconn *rc, struct reserve_view *v, int lease_ms)
         ret = CS_ERR;
         goto out;
     }
+    v->stamp = last;
     v->lease_age_ms = last >= 0 ? now - last : -1;
     /* As script_reserve_give_back judges it: no renewal at all counts as long ago. */
     v->lease_expired = last < 0 || now - last > v->lease_ms;
+    v->wait_ms = v->lease_expired ? 0 : v->lease_ms - v->lease_age_ms + 1;
+    v->watched_ms = -1;
+    if (watch != NULL) {
+        /* Redis' clock is a wall clock, of whichever host is master now:
+         * the lease must also have run out by this node's. */
+        v->watched_ms = lease_watch_seen(watch, v->incarnation, keys_shard(v->activity_id),
+                                         last, seen_at);
+        int64_t need = v->lease_ms + RESERVE_WATCH_MARGIN_MS + 1 - v->watched_ms;
+        if (need > 0) {
+            v->lease_expired = 0;
+            if (need > v->wait_ms)
+                v->wait_ms = need;
+        }
+    }
 out:
     for (int i = 0; i < 4; i++)
         if (r[i] != NULL)
@@ -156,13 +177,14 @@ out:
 
 /* Fills left and the lease of every view, one pipeline; CS_ERR when Redis
  * failed (views left unknown). */
-static int ra_redis_views(struct rconn *rc, struct reserve_list *l, int lease_ms)
+static int ra_redis_views(struct rconn *rc, struct reserve_list *l, int lease_ms,
+                          struct lease_watch *watch)
 {
     for (size_t i = 0; i < l->n; i++)
         if (ra_append_view(rc, &l->v[i]) != CS_OK)
             return CS_ERR;
     for (size_t i = 0; i < l->n; i++)
-        if (ra_read_view(rc, &l->v[i], lease_ms) != CS_OK) {
+        if (ra_read_view(rc, &l->v[i], lease_ms, watch) != CS_OK) {
             /* A failed read dropped the connection: nothing more to read. */
             for (size_t j = 0; j < l->n; j++) {
                 l->v[j].left = -1;
@@ -183,7 +205,8 @@ static int ra_held(struct rconn *rc, int64_t id, int64_t *held)
 }
 
 int reserve_admin_list(struct mconn *mc, struct rconn *rc, int64_t id, int lease_ms,
-                       struct reserve_list *out, char *err, size_t errlen)
+                       struct lease_watch *watch, struct reserve_list *out, char *err,
+                       size_t errlen)
 {
     struct ra_rows rr = {.l = out, .cap = 0, .max = RESERVE_ADMIN_LIST_MAX};
 
@@ -199,7 +222,7 @@ int reserve_admin_list(struct mconn *mc, struct rconn *rc, int64_t id, int lease
         reserve_admin_list_free(out);
         return CS_ERR;
     }
-    out->redis_ok = ra_redis_views(rc, out, lease_ms) == CS_OK;
+    out->redis_ok = ra_redis_views(rc, out, lease_ms, watch) == CS_OK;
     if (out->redis_ok && id > 0 && ra_held(rc, id, &out->held) != CS_OK) {
         out->held = -1;
         out->redis_ok = 0;
@@ -270,7 +293,7 @@ static int ra_not_open(struct mconn *mc, struct rconn *rc, const struct reserve_
     char st[64];
     struct reserve_view lv = *v;
 
-    if (ra_append_view(rc, &lv) != CS_OK || ra_read_view(rc, &lv, o->lease_ms) != CS_OK
+    if (ra_append_view(rc, &lv) != CS_OK || ra_read_view(rc, &lv, o->lease_ms, o->watch) != CS_OK
         || ra_epoch_state(rc, v->activity_id, v->incarnation, v->epoch, st, sizeof(st))
                != CS_OK) {
         snprintf(err, errlen, "reading reserve epoch %" PRId64 " from Redis: %s", v->epoch,
@@ -281,6 +304,7 @@ static int ra_not_open(struct mconn *mc, struct rconn *rc, const struct reserve_
     res->lease_ms = lv.lease_ms;
     if (!lv.lease_expired) {
         res->outcome = RRET_LEASE_NOT_EXPIRED;
+        res->wait_ms = lv.wait_ms;
         return CS_OK;
     }
     if (st[0] == '\0') {
@@ -425,20 +449,37 @@ int reserve_admin_return(struct mconn *mc, struct rconn *rc, const struct reserv
         return CS_ERR;
     }
     for (size_t i = 0; i < l.n && ret == CS_OK; i++) {
-        const struct reserve_view *v = &l.v[i];
-        char ebuf[48], lbuf[24];
+        struct reserve_view *v = &l.v[i];
+        char ebuf[48], lbuf[24], sbuf[24];
         char skey[KEYS_MAX], rkey[KEYS_MAX], ekey[KEYS_MAX], abuf[24];
+        /* The lease by Redis' clock and by this node's, first: the stamp
+         * read here is the one the script must still find. */
+        if (ra_append_view(rc, v) != CS_OK || ra_read_view(rc, v, o->lease_ms, o->watch) != CS_OK) {
+            snprintf(err, errlen, "reading the lease of epoch %" PRId64 " from Redis: %s",
+                     v->epoch, rc->errstr);
+            ret = CS_ERR;
+            break;
+        }
+        if (!v->lease_expired) {
+            res->lease_age_ms = v->lease_age_ms;
+            res->lease_ms = v->lease_ms;
+            res->wait_ms = v->wait_ms;
+            if (res->outcome != RRET_RETURNED)
+                res->outcome = RRET_LEASE_NOT_EXPIRED;
+            break;
+        }
         keys_stock(skey, shard);
         keys_reserve(rkey, shard);
         keys_reserve_epochs(ekey, id);
         snprintf(abuf, sizeof(abuf), "%" PRId64, id);
         snprintf(ebuf, sizeof(ebuf), "%" PRId64, v->epoch);
         snprintf(lbuf, sizeof(lbuf), "%d", o->lease_ms > 0 ? o->lease_ms : 1);
+        snprintf(sbuf, sizeof(sbuf), "%" PRId64, v->stamp);
         /* KEYS stock, reserve, epochs; ARGV activity, incarnation, epoch,
          * the lease that must have passed, not at the low-water mark,
-         * whether the journal is declared lost. */
+         * whether the journal is declared lost, the stamp read above. */
         const char *argv[] = {skey, rkey, ekey, abuf, inc, ebuf, lbuf, "0",
-                              o->journal_lost ? "1" : "0"};
+                              o->journal_lost ? "1" : "0", sbuf};
         size_t argl[CS_ARRAY_LEN(argv)];
         for (size_t j = 0; j < CS_ARRAY_LEN(argv); j++)
             argl[j] = strlen(argv[j]);
@@ -469,9 +510,11 @@ int reserve_admin_return(struct mconn *mc, struct rconn *rc, const struct reserv
         if (back == SCRIPT_GIVE_TOO_SOON) {
             /* The node renewed within the lease: it may still be spending. */
             struct reserve_view lv = *v;
-            if (ra_append_view(rc, &lv) == CS_OK && ra_read_view(rc, &lv, o->lease_ms) == CS_OK) {
+            if (ra_append_view(rc, &lv) == CS_OK
+                && ra_read_view(rc, &lv, o->lease_ms, o->watch) == CS_OK) {
                 res->lease_age_ms = lv.lease_age_ms;
                 res->lease_ms = lv.lease_ms;
+                res->wait_ms = lv.wait_ms > 0 ? lv.wait_ms : 1000;
             }
             if (res->outcome != RRET_RETURNED)
                 res->outcome = RRET_LEASE_NOT_EXPIRED;

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "journal.h"
+#include "lease_watch.h"
 
 struct mconn;
 struct rconn;
@@ -31,10 +32,20 @@ struct reserve_view {
     int64_t left;              /* the reserve field in Redis; -1 when absent or unknown */
     int64_t lease_age_ms;      /* ms since the incarnation last renewed, by Redis' clock;
                                   -1 when it never did or Redis could not be read */
-    int lease_expired;         /* the admin may return it now (no renewal within the lease) */
+    int lease_expired;         /* the admin may return it now: no renewal within the lease
+                                  by Redis' clock, nor by this node's (the lease watch) */
     int64_t lease_ms;          /* the lease judged by: the longer of the caller's and the
                                   one the node published with its renewal */
+    int64_t stamp;             /* the renewal's stamp as read ("lease:<inc>"); -1 absent */
+    int64_t watched_ms;        /* how long this node has seen that stamp unchanged, by its
+                                  CLOCK_BOOTTIME; -1 without a watch */
+    int64_t wait_ms;           /* how much longer before a return may be done; 0 expired */
 };
+
+/* Past the lease, how much longer this node must have seen a stamp
+ * unchanged: the keeper reads the stamps once a second, and the last
+ * renewals of a node may be lost with a failed-over master. */
+#define RESERVE_WATCH_MARGIN_MS 2000
 
 struct reserve_list {
     struct reserve_view *v;    /* xmalloc'ed; reserve_admin_list_free() */
@@ -50,12 +61,15 @@ struct reserve_list {
  * activity, incarnation, epoch), with what Redis holds of each: tokens left
  * in its reserve field and the age of its node's last lease renewal. A lease
  * counts as expired when more than lease_ms passed since the renewal (or
- * there was none), as the give-back script judges it. Returns CS_OK (Redis
+ * there was none), as the give-back script judges it, and watch (NULL: none)
+ * has seen the same stamp for longer than lease_ms + RESERVE_WATCH_MARGIN_MS
+ * on this node's clock. Returns CS_OK (Redis
  * failing leaves out->redis_ok 0), or CS_ERR with err set when MySQL failed.
  * The caller frees *out with reserve_admin_list_free().
  */
 int reserve_admin_list(struct mconn *mc, struct rconn *rc, int64_t id, int lease_ms,
-                       struct reserve_list *out, char *err, size_t errlen);
+                       struct lease_watch *watch, struct reserve_list *out, char *err,
+                       size_t errlen);
 void reserve_admin_list_free(struct reserve_list *l);
 
 /* Whether s (len bytes) is an incarnation id: JOURNAL_ID_LEN lowercase hex
@@ -78,6 +92,7 @@ struct reserve_return {
     int64_t amount;            /* what the epochs closed had set aside */
     int64_t lease_age_ms;      /* -1 unknown */
     int64_t lease_ms;          /* the lease waited for: the node's own when it published one */
+    int64_t wait_ms;           /* with RRET_LEASE_NOT_EXPIRED: how much longer to wait */
     int64_t parked;            /* tokens the node may have granted, kept out of stock until it
                                   replays (a return of a journal not declared lost) */
     int64_t lost;              /* journal declared lost: tokens put back that the node may have
@@ -89,6 +104,7 @@ struct reserve_admin_opts {
     int wait_replicas;         /* redis.wait_replicas: the durability rule */
     int wait_timeout_ms;
     int journal_lost;          /* the operator declares the node's journal lost */
+    struct lease_watch *watch; /* the node's lease watch (NULL: Redis' clock alone) */
 };
 
 /*
@@ -97,7 +113,9 @@ struct reserve_admin_opts {
  * give-back script with the lease check (script_reserve_give_back, ARGV[4] =
  * lease_ms), then the durability rule, then the epoch closed in MySQL
  * (state 2, closed_by 'admin', returned). The lease waited for is the
- * longer of lease_ms and the one the node published with its last renewal.
+ * longer of lease_ms and the one the node published with its last renewal,
+ * by Redis' clock and by o->watch's (the stamp read then is the one the
+ * script must still find: a renewal in between refuses the return).
  * What the node may have granted and not replayed (its reserve field) stays
  * out of stock (res->parked) until the node comes back and replays, unless
  * the operator declares its journal lost (o->journal_lost): then it goes

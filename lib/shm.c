@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #define SHM_MAGIC 0x4353484d4e4f4445ULL /* "CSHMNODE" */
-#define SHM_VERSION 13
+#define SHM_VERSION 14
 #define SHM_PROBES 16
 
 _Static_assert(BATCH_ENTRIES == SHM_MAX_WORKERS, "one queue entry per worker slot");
@@ -74,8 +74,8 @@ struct shm_node *shm_node_open(const char *name, int fresh, char *err, size_t er
         node->version = SHM_VERSION;
         node->size = (uint32_t)size;
         atomic_store(&node->created_ms, cs_now_ms());
-        if (batch_init(&node->batch) != CS_OK) {
-            snprintf(err, errlen, "pthread_mutex_init() of the seize queues failed: %s",
+        if (batch_init(&node->batch) != CS_OK || lease_watch_init(&node->lease_watch) != CS_OK) {
+            snprintf(err, errlen, "pthread_mutex_init() in shared memory failed: %s",
                      strerror(errno));
             munmap(node, size);
             shm_unlink(name);

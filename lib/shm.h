@@ -15,6 +15,7 @@
 
 #include "batch.h"
 #include "keys.h"
+#include "lease_watch.h"
 #include "rcluster.h"
 
 #define SHM_FLAGS 1024           /* slots per flag table, power of two */
@@ -211,8 +212,13 @@ struct shm_node {
     struct shm_reserves rsv;
 
     /* Group commit of seizes (lib/batch.c): per shard, the seizes waiting
-     * for the call in flight. Its locks are the segment's only locks. */
+     * for the call in flight. Its locks and the lease watch's are the
+     * segment's only locks. */
     struct batch_area batch;
+
+    /* Lease stamps of node incarnations and how long this node has seen
+     * each unchanged (lib/lease_watch.c), for an admin's return. */
+    struct lease_watch lease_watch;
 };
 
 /* Latency bucket upper bounds in microseconds (the last is +Inf). */

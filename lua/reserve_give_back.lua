@@ -5,9 +5,11 @@
 -- its own fallback.lease_ms, and the node's published lease counts when it
 -- is longer), 1 when given back at the low-water mark (no more set-aside
 -- for this sale then), and, for an admin, 1 when the operator declared the
--- node's journal lost. Returns what went back to stock, -1 when the epoch
--- is not open (given back already), -2 when the node renewed within the
--- lease (the admin must wait), or -3 when the sale has no stock field
+-- node's journal lost and the node's lease stamp it judged the lease by
+-- (lib/lease_watch.h; -1: none): a renewal since then refuses the return.
+-- Returns what went back to stock, -1 when the epoch is not open (given
+-- back already), -2 when the node renewed within the lease or since the
+-- stamp (the admin must wait), or -3 when the sale has no stock field
 -- (Redis lost it and a restore is under way, or not done yet): nothing is
 -- written then, since the reserve would go back to nothing and be lost
 -- (rule 18); the caller asks again later.
@@ -29,7 +31,9 @@ local admin = tonumber(ARGV[4]) > 0
 if admin then
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local last = tonumber(redis.call('HGET', KEYS[2], 'lease:' .. ARGV[2]) or '0')
+  local stamp = redis.call('HGET', KEYS[2], 'lease:' .. ARGV[2])
+  if ARGV[7] and tonumber(stamp or '-1') ~= tonumber(ARGV[7]) then return -2 end
+  local last = tonumber(stamp or '0')
   local lease = math.max(tonumber(ARGV[4]), tonumber(redis.call('HGET', KEYS[2], 'lease:' .. ARGV[2] .. ':ms') or '0'))
   if now - last <= lease then return -2 end
 end

@@ -405,13 +405,19 @@ if v is not None:
 # iso OFFSET_S: now + OFFSET_S seconds as RFC 3339 UTC.
 iso() { date -u -d "@$(($(date +%s) + $1))" +%Y-%m-%dT%H:%M:%SZ; }
 
-# pid_alive PID: the process exists and is not a zombie.
-pid_alive() {
+# proc_state PID: the one-letter state of process PID (R, S, T, Z, ...) in
+# PSTATE, read from /proc without a fork; fails when there is no such process.
+proc_state() {
     local s
-    [[ -n $1 && -r /proc/$1/stat ]] || return 1
+    [[ -n $1 ]] || return 1
     { read -r s <"/proc/$1/stat"; } 2>/dev/null || return 1
     s=${s##*) }
-    [[ ${s:0:1} != Z && ${s:0:1} != X ]]
+    PSTATE=${s:0:1}
+}
+
+# pid_alive PID: the process exists and is not a zombie.
+pid_alive() {
+    proc_state "$1" && [[ $PSTATE != Z && $PSTATE != X ]]
 }
 
 # CS_TIME_SCALE: how many times slower than idle this machine runs now, from
@@ -431,13 +437,12 @@ export CS_TIME_SCALE
 # test (a "sleep" each) kept a core busy: reserve_tokens.sh alone used 61 s
 # of CPU in 52 s. The FIFO is made on first use and unlinked at once.
 nap() {
-    if [[ -z ${CS_NAP_FD:-} ]] || [[ ${CS_NAP_PID:-} != "$BASHPID" && ! -e /proc/$BASHPID/fd/$CS_NAP_FD ]]; then
+    if [[ -z ${CS_NAP_FD:-} ]]; then
         local f
         f=$(mktemp -u "${TMPDIR:-/tmp}/csnap.XXXXXX")
         mkfifo -m 600 "$f" || { sleep "$1"; return 0; }
         exec {CS_NAP_FD}<>"$f"
         rm -f "$f"
-        CS_NAP_PID=$BASHPID
     fi
     read -r -t "$1" -u "$CS_NAP_FD" _ || true
 }
@@ -509,12 +514,10 @@ wait_past_ms() {
 # No fork in either (they poll every 20 ms): the children and states are
 # read from /proc with read, and the wait is a nap.
 keeper_held() {
-    local c s pid=NODE_PID_${KEEPER_NODE:?} kids=()
+    local c pid=NODE_PID_${KEEPER_NODE:?} kids=()
     { read -r -a kids <"/proc/${!pid}/task/${!pid}/children"; } 2>/dev/null
     for c in "${kids[@]}"; do
-        { read -r s <"/proc/$c/stat"; } 2>/dev/null || continue
-        s=${s##*) }
-        [[ ${s:0:1} == T ]] && { KEEPER_PID=$c; return 0; }
+        proc_state "$c" && [[ $PSTATE == T ]] && { KEEPER_PID=$c; return 0; }
     done
     return 1
 }

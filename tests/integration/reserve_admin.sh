@@ -283,7 +283,14 @@ rcli HSET "COUPON:RESERVE:{$SHARD}" "$A:$SPENT" 0 >/dev/null
 rcli HINCRBY "COUPON:RESERVE:{$SHARD}" "$A" 1 >/dev/null
 rcli HSET "COUPON:RESERVE:EPOCH:${A}_{$SHARD}" "$SPENT:1" open:2 >/dev/null
 h0=$(held_of "$A") s0=$(stock_of "$A")
+# Never seen renewing: no stamp is watched like a stamp, for the lease by
+# this node's clock from its keeper's first read (Redis may have lost the
+# stamps of a node that is still within its lease).
 http POST "$RETURN" "$(ret_body "$SPENT")" "$ADMIN"
+check_eq "(d) a lost node never seen renewing, at first: 409 LEASE_NOT_EXPIRED" \
+    "409 LEASE_NOT_EXPIRED" "$HTTP_CODE $(json_get "$HTTP_BODY" code)"
+spent_returned() { http POST "$RETURN" "$(ret_body "$SPENT")" "$ADMIN"; [[ $HTTP_CODE != 409 ]]; }
+check "(d) ... answered once its lease passed by this node's clock" wait_for 20 spent_returned
 check_eq "(d) a spent reserve of a lost node: 200 OK, 0 returned" "200 OK 0" \
     "$HTTP_CODE $(json_get "$HTTP_BODY" code) $(json_get "$HTTP_BODY" returned)"
 check_eq "(d) ... stock and what the others hold unchanged" "$s0 $h0" "$(stock_of "$A") $(held_of "$A")"
