@@ -200,8 +200,8 @@ void api_reserve_return(struct worker *w, struct req *r)
          * Redis' clock and on this node's. */
         int64_t wait = res.wait_ms > 0 ? res.wait_ms : 1000;
         snprintf(extra + n, sizeof(extra) - (size_t)n,
-                 ",\"leaseMs\":%" PRId64 ",\"leaseAgeMs\":%" PRId64, res.lease_ms,
-                 res.lease_age_ms);
+                 ",\"leaseMs\":%" PRId64 ",\"leaseAgeMs\":%" PRId64 ",\"waitMs\":%" PRId64,
+                 res.lease_ms, res.lease_age_ms, wait);
         req_reply(r, CODE_LEASE_NOT_EXPIRED, NULL, extra, (int)(wait > 0 ? wait / 1000 + 1 : 1));
         return;
     }

@@ -627,64 +627,79 @@ static void keeper_slots(struct keeper *k, int stopping)
     }
 }
 
-/* Every incarnation with an open epoch, one per (shard, incarnation). */
+/* The lease stamps of every incarnation with an open epoch, one per (shard,
+ * incarnation), are read each KEEPER_WATCH_MS; which incarnations those are
+ * is read from MySQL each KEEPER_WATCH_LIST_MS (KEEPER_WATCH_RETRY_MS after
+ * MySQL failed: the keeper's renewals must not wait on a MySQL outage). */
 #define KEEPER_WATCH_MS 1000
-#define KEEPER_WATCH_MAX 256
+#define KEEPER_WATCH_LIST_MS 10000
+#define KEEPER_WATCH_RETRY_MS 30000
 static const char SQL_OPEN_INCARNATIONS[] =
-    "SELECT DISTINCT activity_id % 10, incarnation FROM reserve_epoch WHERE state = 1 LIMIT ?";
-
-struct watch_rows {
-    int shard[KEEPER_WATCH_MAX];
-    char inc[KEEPER_WATCH_MAX][JOURNAL_ID_LEN + 1];
-    int n;
-};
+    "SELECT DISTINCT activity_id % 10, incarnation FROM reserve_epoch "
+    "WHERE state = 1 ORDER BY 1, 2 LIMIT 256";
+_Static_assert(KEYS_SHARDS == 10 && KEEPER_WATCH_MAX == 256, "SQL_OPEN_INCARNATIONS");
+_Static_assert(KEEPER_WATCH_MAX < LEASE_WATCH_N, "admin reads need room in the lease watch");
 
 static int row_watch(void *arg, int ncols, char **cols)
 {
-    struct watch_rows *w = arg;
-    if (ncols < 2 || cols[0] == NULL || cols[1] == NULL || w->n == KEEPER_WATCH_MAX
+    struct keeper *k = arg;
+    if (ncols < 2 || cols[0] == NULL || cols[1] == NULL || k->nwatch == KEEPER_WATCH_MAX
         || !reserve_admin_incarnation_ok(cols[1], strlen(cols[1])))
         return CS_OK;
-    w->shard[w->n] = atoi(cols[0]);
-    memcpy(w->inc[w->n], cols[1], JOURNAL_ID_LEN + 1);
-    w->n++;
+    k->watch[k->nwatch].shard = atoi(cols[0]);
+    memcpy(k->watch[k->nwatch].inc, cols[1], JOURNAL_ID_LEN + 1);
+    k->nwatch++;
     return CS_OK;
 }
 
+/* The integer of a bulk-string reply, else dflt (nil, empty, an error). */
+static int64_t reply_int_or(const redisReply *r, int64_t dflt)
+{
+    return r != NULL && r->type == REDIS_REPLY_STRING && r->len > 0 ? strtoll(r->str, NULL, 10)
+                                                                    : dflt;
+}
+
 /* Reads the lease stamp of every incarnation with an open epoch into the
- * node's lease watch (lib/lease_watch.h), once a second: an admin's return
- * of a lost node's reserve then judges its lease by this node's clock from
- * about when the node went quiet, not from the operator's first question. */
+ * node's lease watch (lib/lease_watch.h): an admin's return of a lost
+ * node's reserve then judges its lease by this node's clock from about when
+ * the node went quiet, not from the operator's first question. */
 static void keeper_watch_leases(struct keeper *k)
 {
-    struct watch_rows w;
-    struct mval p[] = {MV_INT(KEEPER_WATCH_MAX)};
     int64_t now = cs_boot_ms();
 
     if (now < k->watch_next_ms)
         return;
     k->watch_next_ms = now + KEEPER_WATCH_MS;
-    w.n = 0;
-    if (mconn_query(k->mc, SQL_OPEN_INCARNATIONS, p, 1, row_watch, &w) != CS_OK) {
-        log_debug("reserve keeper: reading open incarnations: %s", k->mc->errstr);
-        return;
+    if (now >= k->watch_list_ms) {
+        k->nwatch = 0;
+        if (mconn_query(k->mc, SQL_OPEN_INCARNATIONS, NULL, 0, row_watch, k) != CS_OK) {
+            log_debug("reserve keeper: reading open incarnations: %s", k->mc->errstr);
+            k->watch_list_ms = now + KEEPER_WATCH_RETRY_MS;
+            return;
+        }
+        if (k->nwatch == KEEPER_WATCH_MAX)
+            log_warn("reserve keeper: more than %d (shard, incarnation) pairs with open reserve "
+                     "epochs; the leases of the others are watched from an admin's first look",
+                     KEEPER_WATCH_MAX);
+        k->watch_list_ms = cs_boot_ms() + KEEPER_WATCH_LIST_MS;
     }
-    for (int i = 0; i < w.n; i++) {
+    for (int i = 0; i < k->nwatch; i++) {
         char rkey[KEYS_MAX];
-        keys_reserve(rkey, w.shard[i]);
-        if (rconn_append(k->rc, rkey, "HGET %s lease:%s", rkey, w.inc[i]) != CS_OK)
+        keys_reserve(rkey, k->watch[i].shard);
+        if (rconn_append(k->rc, rkey, "HMGET %s lease:%s lease:%s:ms", rkey, k->watch[i].inc,
+                         k->watch[i].inc) != CS_OK)
             return;
     }
-    for (int i = 0; i < w.n; i++) {
+    for (int i = 0; i < k->nwatch; i++) {
         redisReply *r = NULL;
         if (rconn_get_reply(k->rc, &r) != CS_OK)
             return; /* the connection is dropped: nothing more to read */
         /* Taken after the answer came: never before the renewal it shows. */
-        int64_t seen_at = cs_boot_ms();
-        if (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_NIL)
-            lease_watch_seen(&k->shm->lease_watch, w.inc[i], w.shard[i],
-                             r->type == REDIS_REPLY_STRING ? strtoll(r->str, NULL, 10) : -1,
-                             seen_at);
+        int64_t seen_at = cs_boot_ms(), longest;
+        if (r->type == REDIS_REPLY_ARRAY && r->elements == 2)
+            lease_watch_seen(&k->shm->lease_watch, k->watch[i].inc, k->watch[i].shard,
+                             reply_int_or(r->element[0], -1), reply_int_or(r->element[1], 0),
+                             seen_at, &longest);
         freeReplyObject(r);
     }
 }

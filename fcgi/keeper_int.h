@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #define KEEPER_TICK_MS 100
+#define KEEPER_WATCH_MAX 256    /* below LEASE_WATCH_N: admin reads find room */
 #define KEEPER_ASIDE_MS 1000       /* how often open sales are looked at for a set-aside */
 #define KEEPER_LIST_MS 2000        /* how often the activity list's generation is read */
 #define KEEPER_ASIDE_BATCH 64      /* sales read from Redis per set-aside pass (two reads each) */
@@ -118,6 +119,12 @@ struct keeper {
     int64_t claim_warn_ms;
     int64_t halt_warn_ms;      /* when writing DIR/halted last failed (logged) */
     int64_t watch_next_ms;     /* cs_boot_ms() of the next read of the lease stamps */
+    int64_t watch_list_ms;     /* ... of the next read of whose stamps to read */
+    struct {
+        int shard;
+        char inc[JOURNAL_ID_LEN + 1];
+    } watch[KEEPER_WATCH_MAX]; /* (shard, incarnation) pairs with an open epoch */
+    int nwatch;
 };
 
 /* Arguments of one script call, built in place. */

@@ -16,9 +16,12 @@
  * The table lives in node shared memory. The reserve keeper reads the
  * stamps of every incarnation with an open epoch each second, so a node
  * lost an hour ago is not watched only from an operator's first question;
- * the admin routes read them too. One robust process-shared lock: a process
- * killed while holding it leaves the table consistent (every step under it
- * writes whole entries).
+ * the admin routes read them too. One robust process-shared lock.
+ *
+ * Not covered: a renewal that a master acknowledged and lost in a failover
+ * before any replica had it, while this node kept reading the stamp before
+ * it; the renewal is not under the durability rule, and the return may then
+ * come up to the lease early.
  */
 #ifndef CS_LEASE_WATCH_H
 #define CS_LEASE_WATCH_H
@@ -26,7 +29,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#define LEASE_WATCH_N 256        /* (incarnation, shard) pairs watched at once */
+#define LEASE_WATCH_N 512        /* (incarnation, shard) pairs watched at once */
 #define LEASE_WATCH_INC_LEN 32   /* JOURNAL_ID_LEN */
 
 struct lease_watch_entry {
@@ -35,6 +38,7 @@ struct lease_watch_entry {
     int64_t stamp;               /* the lease field as last read; -1 absent */
     int64_t seen_ms;             /* cs_boot_ms() of the first read that showed it */
     int64_t used_ms;             /* the last read: the least recent entry is reused */
+    int64_t lease_ms;            /* the longest lease the node published with a stamp */
 };
 
 struct lease_watch {
@@ -47,12 +51,14 @@ int lease_watch_init(struct lease_watch *lw);
 
 /*
  * Records that a read answered at now_ms (cs_boot_ms(), taken after the
- * answer came) showed stamp for (inc, shard), and returns how long this
- * node has seen that same stamp: 0 for a first look or a changed stamp.
- * A full table forgets its least recently read entry (which then starts
- * over: later, never sooner).
+ * answer came) showed stamp and the published lease lease_ms (0: none) for
+ * (inc, shard), and returns how long this node has seen that same stamp: 0
+ * for a first look, a changed stamp, or a read older than the last one
+ * recorded. *longest_ms: the longest lease seen published for it. A full
+ * table forgets its least recently read entry, and a lock whose owner died
+ * holding it forgets them all (either starts over: later, never sooner).
  */
 int64_t lease_watch_seen(struct lease_watch *lw, const char *inc, int shard, int64_t stamp,
-                         int64_t now_ms);
+                         int64_t lease_ms, int64_t now_ms, int64_t *longest_ms);
 
 #endif

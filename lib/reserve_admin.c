@@ -145,22 +145,26 @@ static int ra_read_view(struct rconn *rc, struct reserve_view *v, int lease_ms,
     int64_t last = ra_int_or(r[1], -1), now = rconn_time_ms(r[3]);
     /* The node spends by its own lease, which may be longer than ours. */
     int64_t theirs = ra_int_or(r[2], 0);
-    v->lease_ms = theirs > lease_ms ? theirs : lease_ms;
     if (now < 0) {
         ret = CS_ERR;
         goto out;
     }
     v->stamp = last;
+    v->watched_ms = -1;
+    if (watch != NULL) {
+        /* Redis' clock is a wall clock, of whichever host is master now:
+         * the lease must also have run out by this node's. The watch keeps
+         * the longest lease the node published (lost with a stamp, its
+         * field must not make ours count). */
+        v->watched_ms = lease_watch_seen(watch, v->incarnation, keys_shard(v->activity_id),
+                                         last, theirs, seen_at, &theirs);
+    }
+    v->lease_ms = theirs > lease_ms ? theirs : lease_ms;
     v->lease_age_ms = last >= 0 ? now - last : -1;
     /* As script_reserve_give_back judges it: no renewal at all counts as long ago. */
     v->lease_expired = last < 0 || now - last > v->lease_ms;
     v->wait_ms = v->lease_expired ? 0 : v->lease_ms - v->lease_age_ms + 1;
-    v->watched_ms = -1;
     if (watch != NULL) {
-        /* Redis' clock is a wall clock, of whichever host is master now:
-         * the lease must also have run out by this node's. */
-        v->watched_ms = lease_watch_seen(watch, v->incarnation, keys_shard(v->activity_id),
-                                         last, seen_at);
         int64_t need = v->lease_ms + RESERVE_WATCH_MARGIN_MS + 1 - v->watched_ms;
         if (need > 0) {
             v->lease_expired = 0;
@@ -473,7 +477,9 @@ int reserve_admin_return(struct mconn *mc, struct rconn *rc, const struct reserv
         keys_reserve_epochs(ekey, id);
         snprintf(abuf, sizeof(abuf), "%" PRId64, id);
         snprintf(ebuf, sizeof(ebuf), "%" PRId64, v->epoch);
-        snprintf(lbuf, sizeof(lbuf), "%d", o->lease_ms > 0 ? o->lease_ms : 1);
+        /* The lease judged by above: the script takes the longer of it and
+         * the field, which may have been lost with the stamp. */
+        snprintf(lbuf, sizeof(lbuf), "%" PRId64, v->lease_ms > 0 ? v->lease_ms : 1);
         snprintf(sbuf, sizeof(sbuf), "%" PRId64, v->stamp);
         /* KEYS stock, reserve, epochs; ARGV activity, incarnation, epoch,
          * the lease that must have passed, not at the low-water mark,
