@@ -652,13 +652,6 @@ static int row_watch(void *arg, int ncols, char **cols)
     return CS_OK;
 }
 
-/* The integer of a bulk-string reply, else dflt (nil, empty, an error). */
-static int64_t reply_int_or(const redisReply *r, int64_t dflt)
-{
-    return r != NULL && r->type == REDIS_REPLY_STRING && r->len > 0 ? strtoll(r->str, NULL, 10)
-                                                                    : dflt;
-}
-
 /* Reads the lease stamp of every incarnation with an open epoch into the
  * node's lease watch (lib/lease_watch.h): an admin's return of a lost
  * node's reserve then judges its lease by this node's clock from about when
@@ -698,7 +691,7 @@ static void keeper_watch_leases(struct keeper *k)
         int64_t seen_at = cs_boot_ms(), longest;
         if (r->type == REDIS_REPLY_ARRAY && r->elements == 2)
             lease_watch_seen(&k->shm->lease_watch, k->watch[i].inc, k->watch[i].shard,
-                             reply_int_or(r->element[0], -1), reply_int_or(r->element[1], 0),
+                             rconn_reply_int(r->element[0], -1), rconn_reply_int(r->element[1], 0),
                              seen_at, &longest);
         freeReplyObject(r);
     }

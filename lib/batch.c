@@ -21,22 +21,11 @@
 
 int batch_init(struct batch_area *b)
 {
-    pthread_mutexattr_t at;
-    int err = pthread_mutexattr_init(&at);
-
-    if (err == 0)
-        err = pthread_mutexattr_setpshared(&at, PTHREAD_PROCESS_SHARED);
     /* Robust: a worker killed while it holds a shard's lock must not wedge
      * the shard; the next locker gets EOWNERDEAD and repairs it. */
-    if (err == 0)
-        err = pthread_mutexattr_setrobust(&at, PTHREAD_MUTEX_ROBUST);
-    for (int i = 0; err == 0 && i < BATCH_SHARDS; i++)
-        err = pthread_mutex_init(&b->shard[i].lock, &at);
-    pthread_mutexattr_destroy(&at);
-    if (err != 0) {
-        errno = err;
-        return CS_ERR;
-    }
+    for (int i = 0; i < BATCH_SHARDS; i++)
+        if (cs_mutex_init_shared(&b->shard[i].lock) != CS_OK)
+            return CS_ERR;
     atomic_store(&b->ready, 1);
     return CS_OK;
 }

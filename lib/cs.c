@@ -2,6 +2,7 @@
 #include "cs.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -180,4 +181,26 @@ void cs_pause_point(const char *name)
         }
         p = comma ? comma + 1 : NULL;
     }
+}
+
+int cs_mutex_init_shared(pthread_mutex_t *m)
+{
+    pthread_mutexattr_t at;
+    int err = pthread_mutexattr_init(&at);
+
+    if (err != 0) {
+        errno = err;
+        return CS_ERR;
+    }
+    err = pthread_mutexattr_setpshared(&at, PTHREAD_PROCESS_SHARED);
+    if (err == 0)
+        err = pthread_mutexattr_setrobust(&at, PTHREAD_MUTEX_ROBUST);
+    if (err == 0)
+        err = pthread_mutex_init(m, &at);
+    pthread_mutexattr_destroy(&at);
+    if (err != 0) {
+        errno = err;
+        return CS_ERR;
+    }
+    return CS_OK;
 }

@@ -3,6 +3,7 @@
 #define CS_H
 
 #include <stddef.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #define CS_OK 0
@@ -33,6 +34,11 @@ int64_t cs_mono_ms(void);
  * reserves' lease, which must not run long while a VM is suspended, as
  * CLOCK_MONOTONIC would (it stops then). */
 int64_t cs_boot_ms(void);
+
+/* Initialises *m for shared memory: process-shared and robust (a process
+ * killed holding it leaves the next locker EOWNERDEAD to repair, not a
+ * wedged lock). CS_OK, else CS_ERR with errno set. */
+int cs_mutex_init_shared(pthread_mutex_t *m);
 
 /* Microseconds from an arbitrary fixed point (CLOCK_MONOTONIC). */
 int64_t cs_mono_us(void);

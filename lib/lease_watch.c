@@ -8,21 +8,7 @@
 
 int lease_watch_init(struct lease_watch *lw)
 {
-    pthread_mutexattr_t at;
-    int err = pthread_mutexattr_init(&at);
-
-    if (err == 0)
-        err = pthread_mutexattr_setpshared(&at, PTHREAD_PROCESS_SHARED);
-    if (err == 0)
-        err = pthread_mutexattr_setrobust(&at, PTHREAD_MUTEX_ROBUST);
-    if (err == 0)
-        err = pthread_mutex_init(&lw->lock, &at);
-    pthread_mutexattr_destroy(&at);
-    if (err != 0) {
-        errno = err;
-        return CS_ERR;
-    }
-    return CS_OK;
+    return cs_mutex_init_shared(&lw->lock);
 }
 
 int64_t lease_watch_seen(struct lease_watch *lw, const char *inc, int shard, int64_t stamp,

@@ -491,6 +491,13 @@ int rconn_reply_is_str(const redisReply *r)
     return r != NULL && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_STATUS);
 }
 
+int64_t rconn_reply_int(const redisReply *r, int64_t dflt)
+{
+    if (r != NULL && r->type == REDIS_REPLY_STRING && r->len > 0)
+        return strtoll(r->str, NULL, 10);
+    return dflt;
+}
+
 int64_t rconn_time_ms(const redisReply *t)
 {
     if (t == NULL || t->type != REDIS_REPLY_ARRAY || t->elements != 2

@@ -195,6 +195,9 @@ int rconn_reply_is_str(const redisReply *r);
 /* The milliseconds of a TIME reply (seconds, microseconds, as bulk or status
  * strings); -1 for a reply that is not one (NULL, an error). */
 int64_t rconn_time_ms(const redisReply *t);
+
+/* The integer in bulk-string reply r, or dflt (nil, empty, not a string). */
+int64_t rconn_reply_int(const redisReply *r, int64_t dflt);
 /* The ids (cs_parse_id()) among the string elements of array reply r, in a
  * malloc'd array the caller frees; their count in *n. */
 int64_t *rconn_reply_ids(const redisReply *r, size_t *n);

@@ -102,14 +102,6 @@ static int ra_row(void *arg, int ncols, char **cols)
     return CS_OK;
 }
 
-/* The integer in a bulk-string reply, or dflt. */
-static int64_t ra_int_or(const redisReply *r, int64_t dflt)
-{
-    if (r != NULL && r->type == REDIS_REPLY_STRING && r->len > 0)
-        return strtoll(r->str, NULL, 10);
-    return dflt;
-}
-
 /* Appends what Redis says of view v: its reserve field, its node's last
  * renewal and the lease it published with it, and the shard master's clock
  * (TIME on the same master as the lease, routed by the reserve key). Four
@@ -141,10 +133,10 @@ static int ra_read_view(struct rconn *rc, struct reserve_view *v, int lease_ms,
         }
     /* Taken after the answer came: never before the renewal it shows. */
     int64_t seen_at = cs_boot_ms();
-    v->left = ra_int_or(r[0], -1);
-    int64_t last = ra_int_or(r[1], -1), now = rconn_time_ms(r[3]);
+    v->left = rconn_reply_int(r[0], -1);
+    int64_t last = rconn_reply_int(r[1], -1), now = rconn_time_ms(r[3]);
     /* The node spends by its own lease, which may be longer than ours. */
-    int64_t theirs = ra_int_or(r[2], 0);
+    int64_t theirs = rconn_reply_int(r[2], 0);
     if (now < 0) {
         ret = CS_ERR;
         goto out;
