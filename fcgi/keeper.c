@@ -270,7 +270,7 @@ static int keeper_renew(struct keeper *k, int shard)
     ka_str(&a, k->jd.incarnation);
     ka_int(&a, k->conf->fallback_lease_ms);
     /* At most 11 activities per call (struct kargs); more take more calls. */
-    int next = 0;
+    int next = 0, durable = 1;
     int64_t first_sent = -1, first_recv = 0, first_ms = 0;
     do {
         a.n = 5;
@@ -284,7 +284,8 @@ static int keeper_renew(struct keeper *k, int shard)
             ka_int(&a, id);
         }
         int64_t sent = cs_boot_ms();
-        redisReply *r = keeper_eval(k, &k->s_renew, 3, &a, NULL);
+        struct rconn_site at;
+        redisReply *r = keeper_eval(k, &k->s_renew, 3, &a, &at);
         int64_t recv = cs_boot_ms();
         if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 3 + 4 * (size_t)n) {
             log_debug("reserve keeper: renewing shard %d: %s", shard,
@@ -335,7 +336,24 @@ static int keeper_renew(struct keeper *k, int shard)
             first_ms = redis_ms;
         }
         freeReplyObject(r);
+        /* The stamp this call wrote is what an admin's return judges the
+         * lease by: a renewal only the master holds may be lost with it in
+         * a failover, and the new master's older stamp would let a return
+         * come while this node still spends. So the durability rule holds
+         * for a renewal before it makes the lease good (DESIGN.md rule 16). */
+        if (durable && keeper_durable(k, shard, &at, 0) != CS_OK) {
+            durable = 0;
+            int64_t now = cs_mono_ms();
+            if (k->renew_warn_ms == 0 || now - k->renew_warn_ms >= 10000) {
+                k->renew_warn_ms = now;
+                log_warn("reserve keeper: the renewal of shard %d is not on %d replicas (%s): "
+                         "the lease is not extended", shard, k->conf->redis_wait_replicas,
+                         k->rc->errstr);
+            }
+        }
     } while (next < SHM_RESERVES && n == 11);
+    if (!durable)
+        return CS_OK; /* Redis answered: its facts stand, the lease does not */
     /* The lease is made good only now, once every slot whose reserve is gone
      * is stopped; the first call's times, the oldest, are the ones kept.
      * It runs from the last claim Redis answered when that is older: a node

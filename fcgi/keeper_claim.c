@@ -79,7 +79,11 @@ int keeper_claim(struct keeper *k)
                 log_notice("reserve keeper: incarnation %s is this instance's again (%s)",
                            k->jd.incarnation, k->claim);
             k->claimed = 1;
-            k->claim_sent = sent;
+            /* A claim only the master holds may be lost in a failover, and
+             * another instance take the incarnation: the lease runs from
+             * the last claim the durability rule confirmed. */
+            if (keeper_durable(k, 0, &at, 0) == CS_OK)
+                k->claim_sent = sent;
             atomic_store(&k->rv->claim_refused, 0);
             return CS_OK;
         }

@@ -18,10 +18,9 @@
  * lost an hour ago is not watched only from an operator's first question;
  * the admin routes read them too. One robust process-shared lock.
  *
- * Not covered: a renewal that a master acknowledged and lost in a failover
- * before any replica had it, while this node kept reading the stamp before
- * it; the renewal is not under the durability rule, and the return may then
- * come up to the lease early.
+ * A renewal that a master acknowledged and lost in a failover before any
+ * replica had it never counted: the keeper makes a lease good only once the
+ * durability rule held for its renewal (fcgi/keeper.c, keeper_renew()).
  */
 #ifndef CS_LEASE_WATCH_H
 #define CS_LEASE_WATCH_H

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# reserve_replica.sh - with redis.wait_replicas set, a lease renewal makes a
+# node's reserve spendable only once the durability rule holds for it
+# (DESIGN.md "Selling through a slow or missing Redis", rules 15 and 16).
+#
+# An admin's return of a lost node's reserve judges the node's lease by the
+# stamp the node's renewals write. A renewal that only the master holds is
+# lost with it in a failover: the new master shows an older stamp, and the
+# return could come while the node still spends by the renewal the old master
+# acknowledged. So a renewal (and the incarnation's claim) that the replicas
+# do not confirm must not extend the lease.
+#
+# Node 2 (reserve K, lease 3 s x CS_TIME_SCALE, wait_replicas 1) renews on a
+# master whose replica is frozen (SIGSTOP): every renewal is answered, none
+# is replicated. Past one lease, node 2 is cut off from Redis and seizes:
+# its lease ran out with the last renewal the replica has, so nothing is
+# granted from the reserve and every user is told so (and holds nothing).
+# The same cut with the replica running first: the reserve sells, as the
+# part above would without this rule.
+# shellcheck source=tests/lib.sh
+. "${top_srcdir:-$(dirname "$0")/../..}/tests/lib.sh"
+
+skip_unless_cmd cgi-fcgi || skip_all "cgi-fcgi is not installed (Debian libfcgi-bin)"
+K=20
+export COUPON_WORKERS=2
+# The stack's own node: no reserve, no WAIT (node_up sets them for node 2:
+# a line it changes must be in the stack's configuration).
+export COUPON_CONF_OVERRIDES="fallback.reserve=0
+fallback.lease_ms=10000
+redis.wait_replicas=0
+redis.wait_timeout_ms=100
+${COUPON_CONF_OVERRIDES:-}"
+cs_stack_up
+ADMIN=$(mint_jwt 1 admin)
+A=4801
+LEASE=$((3000 * CS_TIME_SCALE))
+
+# A replica of the stack's Redis, on a port of its own.
+RPORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+mkdir -p "$COUPON_DIR/replica"
+redis-server "$COUPON_DIR/redis/stack.conf" --port "$RPORT" --dir "$COUPON_DIR/replica" \
+    --appendonly no --replicaof 127.0.0.1 "$REDIS_PORT" --repl-diskless-sync-delay 0 \
+    --logfile "$COUPON_DIR/replica/redis.log" </dev/null &
+REPLICA_PID=$!
+replica_stop() {
+    kill -CONT "$REPLICA_PID" 2>/dev/null
+    kill -KILL "$REPLICA_PID" 2>/dev/null
+    wait "$REPLICA_PID" 2>/dev/null
+    return 0
+}
+cs_defer replica_stop
+replica_online() { rcli INFO replication | grep -q '^slave0:.*state=online'; }
+check "the replica is online" wait_for 30 replica_online
+
+proxy_conf "$COUPON_DIR/n2-proxy.conf"
+check "the proxy to Redis for node 2 is up" proxy_up
+COUPON_CONF=$COUPON_DIR/n2-proxy.conf node_up n2 reserve=$K lease_ms=$LEASE wait_replicas=1 \
+    wait_timeout_ms=100 || finish
+mk_activity $A 1000 -60 3600
+http POST /market/admin/coupon/preheat '' "$ADMIN"
+check "node 2 set aside its reserve" wait_for 20 field_is $A n2 $K
+check "... and opened it" wait_for 20 reserves_open_on n2
+
+# seize_cut N FIRST LOG: N users from FIRST seize on node 2, one each.
+seize_cut() {
+    local u
+    for ((u = $2; u < $2 + $1; u++)); do seize_on n2 $A "$u" "$3"; done
+}
+# back: the proxy up again, node 2's journal replayed, the queue drained.
+back() {
+    check "$1: the proxy is back" proxy_up
+    check "$1: node 2 replayed its journal" wait_for 30 reserves_open_on n2
+    check "$1: coupon-sync drained the queue" wait_for 60 drained $((A % 10))
+}
+
+# --- (a) the replica runs: the reserve sells while node 2 is cut off -----------
+proxy_kill
+check "(a) node 2, cut off, seizes from its reserve" wait_for 10 node_health_says n2 reserve
+LA=$COUPON_DIR/a.log
+: >"$LA"
+seize_cut 3 $((A * 1000 + 1)) "$LA"
+check_eq "(a) three users were told SEIZED" 3 "$(grep -c ' SEIZED$' "$LA")"
+back "(a)"
+check_eq "(a) each user told SEIZED holds one coupon, the others none" 0 \
+    "$(users_misjudged $A "(a)" "$LA")"
+
+# --- (b) the replica frozen: renewals are answered, not replicated ----------------
+kill -STOP "$REPLICA_PID"
+T_STOP=$(date +%s%3N)
+wait_for 20 grep -q "renewal of shard $((A % 10)) is not on 1 replicas" "$COUPON_DIR/n2/fcgi.log"
+check "(b) node 2 says its renewals are not on the replicas" \
+    grep -q "renewal of shard $((A % 10)) is not on 1 replicas" "$COUPON_DIR/n2/fcgi.log"
+node_http n2 GET /market/health
+diag "(b) node 2's health, Redis answering, the replica frozen: $HTTP_BODY"
+# Past one lease since the replica stopped (and a second of slack): by the
+# last renewal the replica holds, node 2's lease is over.
+until (($(date +%s%3N) - T_STOP > LEASE + 1000)); do nap 0.2; done
+proxy_kill
+LB=$COUPON_DIR/b.log
+: >"$LB"
+seize_cut 5 $((A * 1000 + 101)) "$LB"
+diag "(b) answers: $(awk '{ n[$2]++ } END { for (c in n) printf "%s:%d ", c, n[c] }' "$LB")"
+check_eq "(b) node 2, cut off past its last replicated renewal's lease, granted nothing" 0 \
+    "$(grep -c ' SEIZED$' "$LB")"
+check_eq "(b) ... and told every user so (UNAVAILABLE)" 5 "$(grep -c ' UNAVAILABLE$' "$LB")"
+node_health_says n2 none
+check_eq "(b) its health says nothing can be granted" none "$(json_get "$HTTP_BODY" seize)"
+kill -CONT "$REPLICA_PID"
+check "(b) the replica is online again" wait_for 30 replica_online
+back "(b)"
+check_eq "(b) each user holds what they were told" 0 "$(users_misjudged $A "(b)" "$LB")"
+check_eq "coupons: (a)'s three" 3 "$(rows_of $A)"
+check "stock + reserves + coupons = total" balanced $A 1000
+finish
