@@ -30,6 +30,23 @@ void keeper_claim_init(struct keeper *k)
     snprintf(k->claim, sizeof(k->claim), "%s %s %d", host, boot, (int)getpid());
 }
 
+/* Whether process pid is gone or a zombie (killed, not yet reaped). */
+static int keeper_pid_dead(int pid)
+{
+    if (kill(pid, 0) != 0)
+        return errno == ESRCH;
+    char path[64], buf[256];
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "re");
+    if (f == NULL)
+        return errno == ENOENT;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')'); /* the name may hold spaces and ')' */
+    return p != NULL && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+}
+
 /* Whether holder names a process of this machine's current boot that is
  * gone: a keeper of this incarnation that died here (a restart). */
 static int keeper_claim_stale(const struct keeper *k, const char *holder)
@@ -40,7 +57,7 @@ static int keeper_claim_stale(const struct keeper *k, const char *holder)
         || sscanf(k->claim, "%127s %63s %d", mhost, mboot, &mpid) != 3)
         return 0;
     return strcmp(host, mhost) == 0 && strcmp(boot, mboot) == 0 && pid != mpid && pid > 0
-           && kill(pid, 0) != 0 && errno == ESRCH;
+           && keeper_pid_dead(pid);
 }
 
 /*
@@ -74,10 +91,29 @@ int keeper_claim(struct keeper *k)
             return CS_OK;
         }
         if (r->type == REDIS_REPLY_INTEGER) {
+            long long anew = r->integer == 2;
             freeReplyObject(r);
             if (!k->claimed && atomic_load(&k->rv->claim_refused))
                 log_notice("reserve keeper: incarnation %s is this instance's again (%s)",
                            k->jd.incarnation, k->claim);
+            /* Not held all along (it expired while this keeper was frozen
+             * or cut off, or a dead holder was replaced): another instance
+             * of the incarnation may have spent tokens of its epochs, with
+             * the same numbers. Every slot resumes from Redis' field, after
+             * the replay, before it spends again (DESIGN.md rules 14, 15). */
+            if (anew) {
+                int resumed = 0;
+                for (int i = 0; i < SHM_RESERVES; i++)
+                    if (atomic_load(&k->rv->slot[i].state) != RSV_EMPTY) {
+                        resumed += k->loc[i].phase == KP_LIVE || k->loc[i].phase == KP_CLOSED;
+                        keeper_slot_hold(k, i);
+                    }
+                if (resumed > 0)
+                    log_warn("reserve keeper: incarnation %s was not this instance's all along "
+                             "(%s): %d reserves resume from Redis once replayed",
+                             k->jd.incarnation, stale[0] != '\0' ? stale : "the claim expired",
+                             resumed);
+            }
             k->claimed = 1;
             /* A claim only the master holds may be lost in a failover, and
              * another instance take the incarnation: the lease runs from

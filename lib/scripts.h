@@ -76,8 +76,9 @@ enum script_return {
 /* lua/activity_list_cas.lua: the list's new generation, or this. */
 enum script_list_cas { SCRIPT_LIST_RACED = -1 };
 
-/* lua/keeper_claim.lua answers 1 when the claim is this instance's, else
- * the holder; lua/lock_renew.lua and lua/lock_release.lua 1 or 0. */
+/* lua/keeper_claim.lua answers 1 when the claim was this instance's and
+ * still is, 2 when it is this instance's anew, else the holder;
+ * lua/lock_renew.lua and lua/lock_release.lua 1 or 0. */
 
 /* Every script by its file's name without ".lua", for the tests that load
  * each one alone. */

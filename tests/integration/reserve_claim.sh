@@ -13,7 +13,14 @@
 #      claim of its dead keeper (same host and boot) is taken over at once;
 #  (c) node 4's claim gets no answer (its key made another type: the script
 #      fails) while its renewals do: the lease runs from the last claim
-#      answered and ends; once the claim is answered again, it spends again.
+#      answered and ends; once the claim is answered again, it spends again;
+#  (d) node 5 frozen (SIGSTOP) past its claim: node 6, on a copy of its
+#      journal directory, takes the incarnation over, grants three users in
+#      an outage, replays them and is killed (kill -9); its claim expires.
+#      Node 5 thaws and claims the incarnation anew: it must not go on as if it had held it
+#      all along and hand out the tokens node 6 spent (the same numbers of
+#      the same epoch) but resume from what Redis' field holds once
+#      replayed. Every user of both nodes judged; no token spent twice.
 # shellcheck source=tests/lib.sh
 . "${top_srcdir:-$(dirname "$0")/../..}/tests/lib.sh"
 
@@ -118,5 +125,64 @@ sleep 1 # passes that renew the lease from the claim answered
 stack stop-redis --kill
 check "(c) ... and seizes from it while Redis is down" wait_for 5 node_health_says n4 reserve
 stack start-redis
+
+# --- (d) a claim taken over meanwhile: resumed from Redis' field -------------------------
+D=4703
+node_up n5 lease_ms=3000
+mk_activity $D 1000 -60 3600
+http POST /market/admin/coupon/preheat '' "$ADMIN"
+check "(d) node 5 set aside its reserve" wait_for 20 field_is $D n5 $K
+check "(d) ... and opened it" wait_for 20 reserves_open_on n5
+INC5=$(cat "$COUPON_DIR/n5/journal/incarnation")
+CKEY5="COUPON:RESERVE:CLAIM:$INC5"
+CLAIM5=$(rcli GET "$CKEY5")
+mkdir -p "$COUPON_DIR/n6"
+cp -a "$COUPON_DIR/n5/journal" "$COUPON_DIR/n6/journal"
+node_up n6 lease_ms=3000
+check "(d) node 6, on a copy, is refused while node 5 lives" \
+    wait_for 10 metric_is couponseize_reserve_claim_refused 1 n6
+# Frozen, supervisor first (see node_down): its claim expires (lease + 5 s).
+node5_signal() {
+    kill -"$1" "$NODE_PID_n5" 2>/dev/null
+    pkill -"$1" -P "$NODE_PID_n5" 2>/dev/null
+    return 0
+}
+cs_defer node5_signal CONT
+node5_signal STOP
+held_by6() { local v; v=$(rcli GET "$CKEY5"); [[ -n $v && $v != "$CLAIM5" ]]; }
+check "(d) node 6 takes the incarnation over once node 5's claim expired" wait_for 30 held_by6
+check "(d) ... and opens the reserve" wait_for 20 reserves_open_on n6
+LD=$COUPON_DIR/d.log
+: >"$LD"
+stack stop-redis --kill
+check "(d) node 6 seizes from the reserve while Redis is down" wait_for 5 node_health_says n6 reserve
+for u in 1 2 3; do seize_on n6 $D $((D * 1000 + u)) "$LD"; done
+check_eq "(d) node 6 told three users SEIZED" 3 "$(grep -c ' SEIZED$' "$LD")"
+stack start-redis
+check "(d) node 6 replayed its journal" wait_for 20 metric_is couponseize_journal_depth 0 n6
+check_eq "(d) Redis' field holds what is left: $((K - 3))" $((K - 3)) "$(field_of $D n5)"
+node_down n6 KILL
+# Node 6's claim runs out too: nothing in Redis says that anyone else held
+# the incarnation while node 5 was frozen.
+claim_gone() { [[ -z $(rcli GET "$CKEY5") ]]; }
+check "(d) node 6's claim expired" wait_for 20 claim_gone
+node5_signal CONT
+held_by5() { [[ $(rcli GET "$CKEY5") == "$CLAIM5" ]]; }
+check "(d) node 5, thawed, holds its incarnation again" wait_for 20 held_by5
+check "(d) ... and resumes at what Redis holds ($((K - 3)) of $K)" wait_for 20 reserves_open_on n5
+check "(d) ... after saying it was not its own all along" \
+    grep -q "incarnation $INC5 was not this instance's all along" "$COUPON_DIR/n5/fcgi.log"
+stack stop-redis --kill
+check "(d) node 5 seizes from the reserve while Redis is down" wait_for 5 node_health_says n5 reserve
+for u in 11 12 13 14 15; do seize_on n5 $D $((D * 1000 + u)) "$LD"; done
+check_eq "(d) node 5 told five users SEIZED" 5 "$(awk '$1 > '$((D * 1000 + 10))' && $2 == "SEIZED"' "$LD" | wc -l)"
+stack start-redis
+check "(d) node 5 replayed its journal" wait_for 20 metric_is couponseize_journal_depth 0 n5
+check "(d) coupon-sync drained the queue" wait_for 60 drained $((D % 10))
+check_eq "(d) every user holds what they were told" 0 "$(users_misjudged $D "(d)" "$LD")"
+check_eq "(d) no token spent twice, nothing in the dead letters" "0 0" \
+    "$(metric couponseize_reserve_anomalies_total n5) $(rcli HLEN "COUPON:RESERVE:DEAD:{$((D % 10))}")"
+check_eq "(d) coupons: node 6's three and node 5's five" 8 "$(rows_of $D)"
+check "(d) stock + reserves + coupons = total" balanced $D 1000
 
 finish
