@@ -120,11 +120,21 @@ int keeper_durable(struct keeper *k, int shard, const struct rconn_site *site, i
     char fkey[KEYS_MAX];
     if (k->conf->redis_wait_replicas <= 0)
         return CS_OK;
+    /* A site whose replicas fell short once this pass is not asked again
+     * until the next: with a replica gone, every WAIT would run its whole
+     * timeout, and a pass of one per shard would outlast the lease. */
+    for (int i = 0; i < k->nwait_short; i++)
+        if (k->wait_short[i].conn_id == site->conn_id && k->wait_short[i].node == site->node)
+            return CS_ERR;
     int copies = rconn_copies(k->rc, site, k->conf->redis_wait_replicas);
     if (fence)
         keys_fence(fkey, shard);
-    return rconn_wait_at(k->rc, site, fence ? fkey : NULL, copies,
-                         k->conf->redis_wait_timeout_ms);
+    if (rconn_wait_at(k->rc, site, fence ? fkey : NULL, copies,
+                      k->conf->redis_wait_timeout_ms) == CS_OK)
+        return CS_OK;
+    if (k->nwait_short < (int)(sizeof(k->wait_short) / sizeof(k->wait_short[0])))
+        k->wait_short[k->nwait_short++] = *site;
+    return CS_ERR;
 }
 
 int keeper_is_closed(const struct keeper *k, int64_t aid, uint64_t epoch)
@@ -361,7 +371,7 @@ static int keeper_renew(struct keeper *k, int shard)
      * spending once the claim may have expired and another instance taken
      * it. An earlier send only widens the bounds on Redis' clock. */
     if (k->claim_sent <= 0)
-        return CS_ERR;
+        return k->claimed ? CS_OK : CS_ERR; /* answered ours, never confirmed: no lease */
     if (k->claim_sent < first_sent)
         first_sent = k->claim_sent;
     keeper_lease_set(k->rv, shard, first_sent, first_recv, first_ms);
@@ -719,6 +729,7 @@ static void keeper_pass(struct keeper *k, int stopping)
 {
     int shards[KEYS_SHARDS] = {0};
 
+    k->nwait_short = 0;
     if (keeper_claim(k) != CS_OK) {
         for (int s = 0; s < KEYS_SHARDS; s++)
             k->renewed[s] = 0;

@@ -30,23 +30,6 @@ void keeper_claim_init(struct keeper *k)
     snprintf(k->claim, sizeof(k->claim), "%s %s %d", host, boot, (int)getpid());
 }
 
-/* Whether process pid is gone or a zombie (killed, not yet reaped). */
-static int keeper_pid_dead(int pid)
-{
-    if (kill(pid, 0) != 0)
-        return errno == ESRCH;
-    char path[64], buf[256];
-    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-    FILE *f = fopen(path, "re");
-    if (f == NULL)
-        return errno == ENOENT;
-    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-    fclose(f);
-    buf[n] = '\0';
-    const char *p = strrchr(buf, ')'); /* the name may hold spaces and ')' */
-    return p != NULL && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
-}
-
 /* Whether holder names a process of this machine's current boot that is
  * gone: a keeper of this incarnation that died here (a restart). */
 static int keeper_claim_stale(const struct keeper *k, const char *holder)
@@ -57,7 +40,7 @@ static int keeper_claim_stale(const struct keeper *k, const char *holder)
         || sscanf(k->claim, "%127s %63s %d", mhost, mboot, &mpid) != 3)
         return 0;
     return strcmp(host, mhost) == 0 && strcmp(boot, mboot) == 0 && pid != mpid && pid > 0
-           && keeper_pid_dead(pid);
+           && kill(pid, 0) != 0 && errno == ESRCH;
 }
 
 /*
@@ -85,13 +68,22 @@ int keeper_claim(struct keeper *k)
         struct rconn_site at;
         int64_t sent = cs_boot_ms();
         redisReply *r = rconn_commandv_at(k->rc, key, 7, argv, argl, &at);
+        int64_t recv = cs_boot_ms();
         if (r == NULL || (r->type != REDIS_REPLY_INTEGER && r->type != REDIS_REPLY_STRING)) {
             if (r != NULL)
                 freeReplyObject(r);
             return CS_OK;
         }
         if (r->type == REDIS_REPLY_INTEGER) {
-            long long anew = r->integer == 2;
+            /* Anew also when the last claim confirmed may have expired
+             * since: an answer "2" lost on the way (the script ran) would
+             * make the next one read 1, and a failover may have lost the
+             * claims not confirmed. The key lives the TTL from when Redis
+             * ran that claim, after it was sent. */
+            int anew = r->integer == 2
+                       || (k->claim_sent > 0
+                           && recv - k->claim_sent >= k->conf->fallback_lease_ms
+                                                          + KEEPER_CLAIM_SLACK_MS);
             freeReplyObject(r);
             if (!k->claimed && atomic_load(&k->rv->claim_refused))
                 log_notice("reserve keeper: incarnation %s is this instance's again (%s)",

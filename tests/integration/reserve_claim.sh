@@ -17,7 +17,8 @@
 #  (d) node 5 frozen (SIGSTOP) past its claim: node 6, on a copy of its
 #      journal directory, takes the incarnation over, grants three users in
 #      an outage, replays them and is killed (kill -9); its claim expires.
-#      Node 5 thaws and claims the incarnation anew: it must not go on as if it had held it
+#      Node 5 thaws and claims the incarnation anew, the answer that says
+#      so lost (the key set to node 5's claim, as a claim that ran): it must not go on as if it had held it
 #      all along and hand out the tokens node 6 spent (the same numbers of
 #      the same epoch) but resume from what Redis' field holds once
 #      replayed. Every user of both nodes judged; no token spent twice.
@@ -166,6 +167,10 @@ node_down n6 KILL
 # the incarnation while node 5 was frozen.
 claim_gone() { [[ -z $(rcli GET "$CKEY5") ]]; }
 check "(d) node 6's claim expired" wait_for 20 claim_gone
+# Node 5's first claim after the thaw ran but its answer ("2": anew) was
+# lost: the key names node 5 again, and its next claim reads 1. The keeper
+# must still see that its last confirmed claim may have expired since.
+rcli SET "$CKEY5" "$CLAIM5" PX 8000 >/dev/null
 node5_signal CONT
 held_by5() { [[ $(rcli GET "$CKEY5") == "$CLAIM5" ]]; }
 check "(d) node 5, thawed, holds its incarnation again" wait_for 20 held_by5
