@@ -132,7 +132,7 @@ int keeper_durable(struct keeper *k, int shard, const struct rconn_site *site, i
     if (rconn_wait_at(k->rc, site, fence ? fkey : NULL, copies,
                       k->conf->redis_wait_timeout_ms) == CS_OK)
         return CS_OK;
-    if (k->nwait_short < (int)(sizeof(k->wait_short) / sizeof(k->wait_short[0])))
+    if (k->nwait_short < (int)CS_ARRAY_LEN(k->wait_short))
         k->wait_short[k->nwait_short++] = *site;
     return CS_ERR;
 }

@@ -43,6 +43,19 @@ static int keeper_claim_stale(const struct keeper *k, const char *holder)
            && kill(pid, 0) != 0 && errno == ESRCH;
 }
 
+/* Stops every slot until it is replayed and resumed from Redis' field
+ * (keeper_slot_hold); returns how many were open (LIVE or CLOSED) before. */
+static int keeper_hold_all(struct keeper *k)
+{
+    int open = 0;
+    for (int i = 0; i < SHM_RESERVES; i++)
+        if (atomic_load(&k->rv->slot[i].state) != RSV_EMPTY) {
+            open += k->loc[i].phase == KP_LIVE || k->loc[i].phase == KP_CLOSED;
+            keeper_slot_hold(k, i);
+        }
+    return open;
+}
+
 /*
  * Claims this incarnation in Redis for as long as the lease, and then some
  * (DESIGN.md rule 15): the journal directory's flock keeps a second instance
@@ -59,7 +72,8 @@ int keeper_claim(struct keeper *k)
     const char *stale = "";
     char held[192] = "";
     keys_reserve_claim(key, k->jd.incarnation);
-    snprintf(ttl, sizeof(ttl), "%d", k->conf->fallback_lease_ms + KEEPER_CLAIM_SLACK_MS);
+    int ttl_ms = k->conf->fallback_lease_ms + KEEPER_CLAIM_SLACK_MS;
+    snprintf(ttl, sizeof(ttl), "%d", ttl_ms);
     for (int tries = 0; tries < 2; tries++) {
         const char *argv[] = {"EVAL", script_keeper_claim, "1", key, k->claim, ttl, stale};
         size_t argl[7];
@@ -80,10 +94,7 @@ int keeper_claim(struct keeper *k)
              * make the next one read 1, and a failover may have lost the
              * claims not confirmed. The key lives the TTL from when Redis
              * ran that claim, after it was sent. */
-            int anew = r->integer == 2
-                       || (k->claim_sent > 0
-                           && recv - k->claim_sent >= k->conf->fallback_lease_ms
-                                                          + KEEPER_CLAIM_SLACK_MS);
+            int anew = r->integer == 2 || (k->claim_sent > 0 && recv - k->claim_sent >= ttl_ms);
             freeReplyObject(r);
             if (!k->claimed && atomic_load(&k->rv->claim_refused))
                 log_notice("reserve keeper: incarnation %s is this instance's again (%s)",
@@ -93,19 +104,12 @@ int keeper_claim(struct keeper *k)
              * of the incarnation may have spent tokens of its epochs, with
              * the same numbers. Every slot resumes from Redis' field, after
              * the replay, before it spends again (DESIGN.md rules 14, 15). */
-            if (anew) {
-                int resumed = 0;
-                for (int i = 0; i < SHM_RESERVES; i++)
-                    if (atomic_load(&k->rv->slot[i].state) != RSV_EMPTY) {
-                        resumed += k->loc[i].phase == KP_LIVE || k->loc[i].phase == KP_CLOSED;
-                        keeper_slot_hold(k, i);
-                    }
-                if (resumed > 0)
-                    log_warn("reserve keeper: incarnation %s was not this instance's all along "
-                             "(%s): %d reserves resume from Redis once replayed",
-                             k->jd.incarnation, stale[0] != '\0' ? stale : "the claim expired",
-                             resumed);
-            }
+            int resumed = anew ? keeper_hold_all(k) : 0;
+            if (resumed > 0)
+                log_warn("reserve keeper: incarnation %s was not this instance's all along "
+                         "(%s): %d reserves resume from Redis once replayed",
+                         k->jd.incarnation, stale[0] != '\0' ? stale : "the claim expired",
+                         resumed);
             k->claimed = 1;
             /* A claim only the master holds may be lost in a failover, and
              * another instance take the incarnation: the lease runs from
@@ -125,9 +129,7 @@ int keeper_claim(struct keeper *k)
     atomic_store(&k->rv->claim_refused, 1);
     /* Nothing spends while another instance holds the incarnation: its
      * token numbers are the same as ours. */
-    for (int i = 0; i < SHM_RESERVES; i++)
-        if (atomic_load(&k->rv->slot[i].state) != RSV_EMPTY)
-            keeper_slot_hold(k, i);
+    keeper_hold_all(k);
     int64_t now = cs_mono_ms();
     if (k->claim_warn_ms == 0 || now - k->claim_warn_ms >= 60000) {
         k->claim_warn_ms = now;

@@ -117,9 +117,9 @@ struct keeper {
     int claimed;               /* the last claim Redis answered was granted */
     int64_t claim_sent;        /* cs_boot_ms() when that claim was sent; 0 none */
     int64_t claim_warn_ms;
-    int64_t renew_warn_ms;
-    struct rconn_site wait_short[KEYS_SHARDS + 1]; /* WAIT fell short there this pass */
-    int nwait_short;     /* cs_mono_ms() of the last "renewal not durable" warning */
+    int64_t renew_warn_ms;     /* cs_mono_ms() of the last "renewal not durable" warning */
+    struct rconn_site wait_short[KEYS_SHARDS + 1]; /* sites whose WAIT fell short this pass */
+    int nwait_short;
     int64_t halt_warn_ms;      /* when writing DIR/halted last failed (logged) */
     int64_t watch_next_ms;     /* cs_boot_ms() of the next read of the lease stamps */
     int64_t watch_list_ms;     /* ... of the next read of whose stamps to read */

@@ -339,6 +339,16 @@ node_down() {
     return 0
 }
 
+# node_signal NAME SIG: sends SIG to node NAME's supervisor, then to its
+# workers and keeper (STOP freezes the whole node, CONT thaws it).
+node_signal() {
+    local pidvar="NODE_PID_$1"
+    [[ -n ${!pidvar:-} ]] || return 0
+    kill -"$2" "${!pidvar}" 2>/dev/null
+    pkill -"$2" -P "${!pidvar}" 2>/dev/null
+    return 0
+}
+
 # node_http NAME METHOD PATH [JSON_BODY] [TOKEN]: http() straight to node
 # NAME's FastCGI socket (cgi-fcgi); sets HTTP_CODE and HTTP_BODY. Gives up
 # after NODE_HTTP_TIMEOUT seconds (10).
@@ -732,6 +742,14 @@ field_of() {
     rcli HGET "COUPON:RESERVE:{$(($1 % 10))}" "$1:$(cat "$COUPON_DIR/$2/journal/incarnation")"
 }
 field_is() { [[ $(field_of "$1" "$2") == "$3" ]]; }
+# sale_reserved TAG NODE ID K: a sale ID of 1,000 open for an hour, preheated;
+# checks that node NODE (e.g. n4) set aside its reserve of K and opened it.
+sale_reserved() {
+    mk_activity "$3" 1000 -60 3600
+    http POST /market/admin/coupon/preheat '' "$(mint_jwt 1 admin)"
+    check "${1:+$1 }node ${2#n} set aside its reserve" wait_for 20 field_is "$3" "$2" "$4"
+    check "${1:+$1 }... and opened it" wait_for 20 reserves_open_on "$2"
+}
 # seize_on NODE ID USER LOG: one settled seize straight to node NODE; appends
 # "user code" to LOG.
 seize_on() {
@@ -765,9 +783,13 @@ users_misjudged() {
 # proxy_kill kills it (every connection through it drops at once). The exit
 # kills it too.
 PROXY_PID=""
+# free_port: prints a loopback port nothing listens on now (the kernel's pick).
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
 proxy_conf() {
     if [[ -z ${PROXY_PORT:-} ]]; then
-        PROXY_PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+        PROXY_PORT=$(free_port)
         cs_defer proxy_kill
     fi
     awk -v port="$PROXY_PORT" '/^redis = \{/ { r = 1 } r && /^ *port = / { sub(/=.*/, "= " port ";") }

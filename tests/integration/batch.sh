@@ -184,7 +184,7 @@ check "pause: UNAVAILABLE only for seizes never sent, their budget gone ($UNAVAI
     test "$UNAVAILABLE" -le "$gone"
 
 # --- (e) replies lost: a proxy between the workers and Redis cuts 1 in 15 answers --------
-PROXY_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+PROXY_PORT=$(free_port)
 python3 - "$PROXY_PORT" "$REDIS_PORT" <<'PY' >"$COUPON_DIR/proxy.log" 2>&1 &
 import random, socket, sys, threading
 lport, rport = int(sys.argv[1]), int(sys.argv[2])

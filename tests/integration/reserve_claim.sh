@@ -101,10 +101,7 @@ check_eq "(b) ... not refused" 0 "$(metric couponseize_reserve_claim_refused n2)
 # unreachable master gets no answer, while the shard's renewals go on.
 C=4702
 node_up n4 lease_ms=3000
-mk_activity $C 1000 -60 3600
-http POST /market/admin/coupon/preheat '' "$ADMIN"
-check "(c) node 4 set aside its reserve" wait_for 20 field_is $C n4 $K
-check "(c) ... and opened it" wait_for 20 reserves_open_on n4
+sale_reserved "(c)" n4 $C $K
 INC4=$(cat "$COUPON_DIR/n4/journal/incarnation")
 # In one script: a claim between a DEL and an HSET would keep it a string.
 rcli EVAL "redis.call('DEL', KEYS[1]); return redis.call('HSET', KEYS[1], 'x', 'y')" 1 \
@@ -130,10 +127,7 @@ stack start-redis
 # --- (d) a claim taken over meanwhile: resumed from Redis' field -------------------------
 D=4703
 node_up n5 lease_ms=3000
-mk_activity $D 1000 -60 3600
-http POST /market/admin/coupon/preheat '' "$ADMIN"
-check "(d) node 5 set aside its reserve" wait_for 20 field_is $D n5 $K
-check "(d) ... and opened it" wait_for 20 reserves_open_on n5
+sale_reserved "(d)" n5 $D $K
 INC5=$(cat "$COUPON_DIR/n5/journal/incarnation")
 CKEY5="COUPON:RESERVE:CLAIM:$INC5"
 CLAIM5=$(rcli GET "$CKEY5")
@@ -143,13 +137,8 @@ node_up n6 lease_ms=3000
 check "(d) node 6, on a copy, is refused while node 5 lives" \
     wait_for 10 metric_is couponseize_reserve_claim_refused 1 n6
 # Frozen, supervisor first (see node_down): its claim expires (lease + 5 s).
-node5_signal() {
-    kill -"$1" "$NODE_PID_n5" 2>/dev/null
-    pkill -"$1" -P "$NODE_PID_n5" 2>/dev/null
-    return 0
-}
-cs_defer node5_signal CONT
-node5_signal STOP
+cs_defer node_signal n5 CONT
+node_signal n5 STOP
 held_by6() { local v; v=$(rcli GET "$CKEY5"); [[ -n $v && $v != "$CLAIM5" ]]; }
 check "(d) node 6 takes the incarnation over once node 5's claim expired" wait_for 30 held_by6
 check "(d) ... and opens the reserve" wait_for 20 reserves_open_on n6
@@ -171,7 +160,7 @@ check "(d) node 6's claim expired" wait_for 20 claim_gone
 # lost: the key names node 5 again, and its next claim reads 1. The keeper
 # must still see that its last confirmed claim may have expired since.
 rcli SET "$CKEY5" "$CLAIM5" PX 8000 >/dev/null
-node5_signal CONT
+node_signal n5 CONT
 held_by5() { [[ $(rcli GET "$CKEY5") == "$CLAIM5" ]]; }
 check "(d) node 5, thawed, holds its incarnation again" wait_for 20 held_by5
 check "(d) ... and resumes at what Redis holds ($((K - 3)) of $K)" wait_for 20 reserves_open_on n5
