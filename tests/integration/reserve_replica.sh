@@ -83,8 +83,11 @@ check_eq "(a) each user told SEIZED holds one coupon, the others none" 0 \
 # --- (b) the replica frozen: renewals are answered, not replicated ----------------
 kill -STOP "$REPLICA_PID"
 T_STOP=$(date +%s%3N)
+# Any shard's: the keeper renews every shard while a journal segment is on
+# disk, the first one of a pass whose WAIT falls short is the one named, and
+# the line comes at most once in 10 s.
 check "(b) node 2 says its renewals are not on the replicas" wait_for 20 \
-    grep -q "renewal of shard $((A % 10)) is not on 1 replicas" "$COUPON_DIR/n2/fcgi.log"
+    grep -q "renewal of shard [0-9] is not on 1 replicas" "$COUPON_DIR/n2/fcgi.log"
 node_http n2 GET /market/health
 diag "(b) node 2's health, Redis answering, the replica frozen: $HTTP_BODY"
 # Past one lease since the replica stopped (and a second of slack): by the
