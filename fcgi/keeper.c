@@ -571,6 +571,10 @@ static int keeper_slot_resume(struct keeper *k, int i)
 
     if (l->phase != KP_RESUME)
         return CS_OK;
+    /* Not before a claim of this instance is confirmed: the one that
+     * confirms it resumes every slot from Redis' field (keeper_claim). */
+    if (!keeper_claim_confirmed(k, cs_boot_ms()))
+        return CS_ERR;
     if (!keeper_fenced(k, i) || !l->fenced || l->pending > 0)
         return CS_ERR;
     int64_t amount;

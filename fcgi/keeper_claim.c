@@ -43,6 +43,17 @@ static int keeper_claim_stale(const struct keeper *k, const char *holder)
            && kill(pid, 0) != 0 && errno == ESRCH;
 }
 
+/* Whether this instance's last confirmed claim may still hold at now
+ * (cs_boot_ms()): sent less than its time to live ago. Until then no slot
+ * opens (keeper_slot_resume): another instance may hold the incarnation
+ * and spend the same token numbers, unseen by claims that a failover may
+ * lose, or whose answers are lost. */
+int keeper_claim_confirmed(const struct keeper *k, int64_t now)
+{
+    return k->claim_sent > 0
+           && now - k->claim_sent < k->conf->fallback_lease_ms + KEEPER_CLAIM_SLACK_MS;
+}
+
 /* Stops every slot until it is replayed and resumed from Redis' field
  * (keeper_slot_hold); returns how many were open (LIVE or CLOSED) before. */
 static int keeper_hold_all(struct keeper *k)
@@ -60,11 +71,13 @@ static int keeper_hold_all(struct keeper *k)
  * Claims this incarnation in Redis for as long as the lease, and then some
  * (DESIGN.md rule 15): the journal directory's flock keeps a second instance
  * off this host's directory only, not off a copied image or a restored
- * backup. CS_OK when this instance holds it, or Redis did not answer (then
- * k->claimed keeps what it was, and k->claim_sent too: in a cluster the
- * claim lives on another master than a shard the renewal reaches, and a
- * lease never outlasts the last claim answered, see keeper_renew()); CS_ERR
- * when another live instance holds it: nothing of this pass may be done.
+ * backup. CS_OK when this instance holds it, or Redis did not answer and it
+ * was not refused (k->claimed and k->claim_sent keep what they were: in a
+ * cluster the claim lives on another master than a shard the renewal
+ * reaches, and a lease never outlasts the last claim confirmed, see
+ * keeper_renew()); CS_ERR
+ * when another live instance holds it, or held it at the last answer:
+ * nothing of this pass may be done.
  */
 int keeper_claim(struct keeper *k)
 {
@@ -86,15 +99,21 @@ int keeper_claim(struct keeper *k)
         if (r == NULL || (r->type != REDIS_REPLY_INTEGER && r->type != REDIS_REPLY_STRING)) {
             if (r != NULL)
                 freeReplyObject(r);
-            return CS_OK;
+            /* No answer changes nothing: an instance refused stays refused
+             * (it must not renew, replay or give back an epoch the holder
+             * spends); any other goes on (a lease never outlasts its last
+             * confirmed claim, and one never confirmed makes no lease), so
+             * a node started while Redis is away still counts its journal. */
+            return atomic_load(&k->rv->claim_refused) ? CS_ERR : CS_OK;
         }
         if (r->type == REDIS_REPLY_INTEGER) {
-            /* Anew also when the last claim confirmed may have expired
-             * since: an answer "2" lost on the way (the script ran) would
-             * make the next one read 1, and a failover may have lost the
-             * claims not confirmed. The key lives the TTL from when Redis
-             * ran that claim, after it was sent. */
-            int anew = r->integer == 2 || (k->claim_sent > 0 && recv - k->claim_sent >= ttl_ms);
+            /* Anew also when no claim of this instance was confirmed yet, or
+             * the last one confirmed may have expired since: an answer "2"
+             * lost on the way (the script ran) would make the next one read
+             * 1, and a failover may have lost the claims not confirmed. The
+             * key lives the TTL from when Redis ran that claim, after it was
+             * sent. */
+            int anew = r->integer == 2 || !keeper_claim_confirmed(k, recv);
             freeReplyObject(r);
             if (!k->claimed && atomic_load(&k->rv->claim_refused))
                 log_notice("reserve keeper: incarnation %s is this instance's again (%s)",

@@ -200,10 +200,13 @@ void keeper_journal_halt(struct keeper *k, int start);
 /* This keeper's "host boot-id pid", for its claim. */
 void keeper_claim_init(struct keeper *k);
 /* Claims the incarnation in Redis for the lease and then some. CS_OK when
- * this instance holds it, or Redis did not answer (k->claimed keeps what it
- * was); CS_ERR, with every slot stopped, while another live instance holds
- * it: nothing of this pass may be done. */
+ * this instance holds it, or Redis did not answer and it was not refused;
+ * CS_ERR (every slot stopped) while another live instance holds it, as far
+ * as the last answer says: nothing of this pass may be done. */
 int keeper_claim(struct keeper *k);
+/* Whether the last claim the durability rule confirmed may still hold at
+ * now (cs_boot_ms()); no slot opens otherwise. */
+int keeper_claim_confirmed(const struct keeper *k, int64_t now);
 
 /* ---- keeper_aside.c ---- */
 /* Reads the activity list when its generation moved (throttled). */
