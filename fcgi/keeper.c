@@ -644,7 +644,10 @@ static void keeper_slots(struct keeper *k, int stopping)
             l->phase = KP_GIVEBACK;
         }
         if (l->phase == KP_GIVEBACK) {
-            if (keeper_fenced(k, i) && l->fenced && l->pending == 0)
+            /* Not on a claim that may have expired: another instance may
+             * spend this epoch's tokens, not yet replayed into its field. */
+            if (keeper_fenced(k, i) && l->fenced && l->pending == 0
+                && keeper_claim_confirmed(k, now))
                 keeper_give_back(k, i);
             continue;
         }
@@ -737,6 +740,8 @@ static void keeper_pass(struct keeper *k, int stopping)
     if (keeper_claim(k) != CS_OK) {
         for (int s = 0; s < KEYS_SHARDS; s++)
             k->renewed[s] = 0;
+        keeper_journal_halt(k, 0); /* this node's own: kept whoever holds the claim */
+        keeper_watch_leases(k);
         return;
     }
 

@@ -183,6 +183,11 @@ void keeper_aside_pass(struct keeper *k)
 {
     int64_t now_ms = cs_now_ms(), mono = cs_mono_ms();
 
+    /* Not on a claim that may have expired: an epoch of this incarnation
+     * set aside now could be another instance's too. */
+    if (!keeper_claim_confirmed(k, cs_boot_ms()))
+        return;
+
     /* Answers lost earlier are asked for again. */
     for (int i = 0; i < SHM_RESERVES; i++) {
         int shard = keys_shard(atomic_load(&k->rv->slot[i].activity_id));

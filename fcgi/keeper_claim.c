@@ -107,13 +107,14 @@ int keeper_claim(struct keeper *k)
             return atomic_load(&k->rv->claim_refused) ? CS_ERR : CS_OK;
         }
         if (r->type == REDIS_REPLY_INTEGER) {
-            /* Anew also when no claim of this instance was confirmed yet, or
-             * the last one confirmed may have expired since: an answer "2"
-             * lost on the way (the script ran) would make the next one read
-             * 1, and a failover may have lost the claims not confirmed. The
-             * key lives the TTL from when Redis ran that claim, after it was
-             * sent. */
-            int anew = r->integer == 2 || !keeper_claim_confirmed(k, recv);
+            /* Anew also when the last claim confirmed may have expired
+             * since: an answer "2" lost on the way (the script ran) would
+             * make the next one read 1, and a failover may have lost the
+             * claims not confirmed. The key lives the TTL from when Redis
+             * ran that claim, after it was sent. (Before the first claim
+             * confirmed no slot opens at all: keeper_slot_resume().) */
+            int r_anew = r->integer == 2;
+            int anew = r_anew || (k->claim_sent > 0 && !keeper_claim_confirmed(k, recv));
             freeReplyObject(r);
             if (!k->claimed && atomic_load(&k->rv->claim_refused))
                 log_notice("reserve keeper: incarnation %s is this instance's again (%s)",
@@ -123,7 +124,11 @@ int keeper_claim(struct keeper *k)
              * of the incarnation may have spent tokens of its epochs, with
              * the same numbers. Every slot resumes from Redis' field, after
              * the replay, before it spends again (DESIGN.md rules 14, 15). */
-            int resumed = anew ? keeper_hold_all(k) : 0;
+            int resumed = 0;
+            if (anew && (r_anew || !k->anew_held)) {
+                resumed = keeper_hold_all(k);
+                k->anew_held = 1; /* once until confirmed: nothing reopens before */
+            }
             if (resumed > 0)
                 log_warn("reserve keeper: incarnation %s was not this instance's all along "
                          "(%s): %d reserves resume from Redis once replayed",
@@ -133,8 +138,10 @@ int keeper_claim(struct keeper *k)
             /* A claim only the master holds may be lost in a failover, and
              * another instance take the incarnation: the lease runs from
              * the last claim the durability rule confirmed. */
-            if (keeper_durable(k, 0, &at, 0) == CS_OK)
+            if (keeper_durable(k, 0, &at, 0) == CS_OK) {
                 k->claim_sent = sent;
+                k->anew_held = 0;
+            }
             atomic_store(&k->rv->claim_refused, 0);
             return CS_OK;
         }
@@ -145,6 +152,7 @@ int keeper_claim(struct keeper *k)
         stale = held;
     }
     k->claimed = 0;
+    k->claim_sent = 0; /* what was confirmed before is not ours any more */
     atomic_store(&k->rv->claim_refused, 1);
     /* Nothing spends while another instance holds the incarnation: its
      * token numbers are the same as ours. */

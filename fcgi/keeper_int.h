@@ -115,7 +115,8 @@ struct keeper {
     int halt_kept;             /* DIR/halted is written for the halt in shared memory */
     char claim[192];           /* "host boot-id pid": this instance, in its incarnation's claim */
     int claimed;               /* the last claim Redis answered was granted */
-    int64_t claim_sent;        /* cs_boot_ms() when that claim was sent; 0 none */
+    int64_t claim_sent;        /* cs_boot_ms() when the last claim confirmed was sent; 0 none */
+    int anew_held;             /* slots held for a claim taken anew, not confirmed since */
     int64_t claim_warn_ms;
     int64_t renew_warn_ms;     /* cs_mono_ms() of the last "renewal not durable" warning */
     struct rconn_site wait_short[KEYS_SHARDS + 1]; /* sites whose WAIT fell short this pass */
@@ -205,7 +206,8 @@ void keeper_claim_init(struct keeper *k);
  * as the last answer says: nothing of this pass may be done. */
 int keeper_claim(struct keeper *k);
 /* Whether the last claim the durability rule confirmed may still hold at
- * now (cs_boot_ms()); no slot opens otherwise. */
+ * now (cs_boot_ms()); otherwise no slot opens, and nothing is given back,
+ * released or set aside: another instance may hold the incarnation. */
 int keeper_claim_confirmed(const struct keeper *k, int64_t now);
 
 /* ---- keeper_aside.c ---- */
