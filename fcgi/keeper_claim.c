@@ -75,9 +75,8 @@ static int keeper_hold_all(struct keeper *k)
  * was not refused (k->claimed and k->claim_sent keep what they were: in a
  * cluster the claim lives on another master than a shard the renewal
  * reaches, and a lease never outlasts the last claim confirmed, see
- * keeper_renew()); CS_ERR
- * when another live instance holds it, or held it at the last answer:
- * nothing of this pass may be done.
+ * keeper_renew()); CS_ERR when another live instance holds it, as far as
+ * the last answer says: nothing of this pass may be done.
  */
 int keeper_claim(struct keeper *k)
 {
