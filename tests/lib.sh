@@ -750,6 +750,26 @@ sale_reserved() {
     check "${1:+$1 }node ${2#n} set aside its reserve" wait_for 20 field_is "$3" "$2" "$4"
     check "${1:+$1 }... and opened it" wait_for 20 reserves_open_on "$2"
 }
+# copy_grants_three TAG NODE ID KEY OWNER K LOG: node NODE, on a copy of
+# another node's journal directory, takes the incarnation's claim KEY over
+# from the value OWNER, opens its reserve of activity ID, grants three users
+# during a Redis outage (appended to LOG, "user code") and replays them;
+# Redis' field is then K - 3. Checks each step under TAG.
+copy_grants_three() {
+    local tag=$1 node=$2 id=$3 key=$4 owner=$5 k=$6 log=$7 u
+    claim_taken() { local v; v=$(rcli GET "$key"); [[ -n $v && $v != "$owner" ]]; }
+    check "$tag node ${node#n}, on a copy, takes the incarnation over" wait_for 30 claim_taken
+    check "$tag ... and opens the reserve" wait_for 20 reserves_open_on "$node"
+    stack stop-redis --kill
+    check "$tag node ${node#n} seizes from the reserve while Redis is down" \
+        wait_for 5 node_health_says "$node" reserve
+    for u in 1 2 3; do seize_on "$node" "$id" $((id * 1000 + u)) "$log"; done
+    check_eq "$tag node ${node#n} told three users SEIZED" 3 "$(grep -c ' SEIZED$' "$log")"
+    stack start-redis
+    check "$tag node ${node#n} replayed its journal" \
+        wait_for 20 metric_is couponseize_journal_depth 0 "$node"
+    check_eq "$tag Redis' field holds what is left: $((k - 3))" $((k - 3)) "$(field_of "$id" "$node")"
+}
 # seize_on NODE ID USER LOG: one settled seize straight to node NODE; appends
 # "user code" to LOG.
 seize_on() {

@@ -149,18 +149,9 @@ cs_defer node_signal n3 CONT
 node_signal n3 STOP
 rcli DEL "$CKEY3" >/dev/null
 node_up n4 reserve=$K lease_ms=$LEASE wait_replicas=0 || finish
-held_by4() { local v; v=$(rcli GET "$CKEY3"); [[ -n $v && $v != "$CLAIM3" ]]; }
-check "(e) node 4, on a copy, takes the incarnation over" wait_for 20 held_by4
-check "(e) ... and opens the reserve" wait_for 20 reserves_open_on n4
 LE=$COUPON_DIR/e.log
 : >"$LE"
-stack stop-redis --kill
-check "(e) node 4 seizes from the reserve while Redis is down" wait_for 5 node_health_says n4 reserve
-for u in 1 2 3; do seize_on n4 $E $((E * 1000 + u)) "$LE"; done
-check_eq "(e) node 4 told three users SEIZED" 3 "$(grep -c ' SEIZED$' "$LE")"
-stack start-redis
-check "(e) node 4 replayed its journal" wait_for 20 metric_is couponseize_journal_depth 0 n4
-check_eq "(e) Redis' field holds what is left: $((K - 3))" $((K - 3)) "$(field_of $E n4)"
+copy_grants_three "(e)" n4 $E "$CKEY3" "$CLAIM3" $K "$LE"
 node_down n4 KILL
 rcli SET "$CKEY3" "$CLAIM3" PX $((LEASE + 5000)) >/dev/null
 node_signal n3 CONT
