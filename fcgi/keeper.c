@@ -604,6 +604,7 @@ static int keeper_slot_resume(struct keeper *k, int i)
         atomic_store(&s->next, used);
     }
     l->phase = KP_LIVE;
+    k->anew_held = 0; /* a slot lives: the next claim taken anew holds it again */
     return CS_OK;
 }
 
@@ -644,10 +645,11 @@ static void keeper_slots(struct keeper *k, int stopping)
             l->phase = KP_GIVEBACK;
         }
         if (l->phase == KP_GIVEBACK) {
-            /* Not on a claim that may have expired: another instance may
-             * spend this epoch's tokens, not yet replayed into its field. */
+            /* Not on a claim that may have expired by the time the script
+             * runs (a pass may give back many): another instance may spend
+             * this epoch's tokens, not yet replayed into its field. */
             if (keeper_fenced(k, i) && l->fenced && l->pending == 0
-                && keeper_claim_confirmed(k, now))
+                && keeper_claim_confirmed(k, cs_boot_ms() + k->conf->redis_command_timeout_ms))
                 keeper_give_back(k, i);
             continue;
         }

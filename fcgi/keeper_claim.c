@@ -126,7 +126,7 @@ int keeper_claim(struct keeper *k)
             int resumed = 0;
             if (anew && (r_anew || !k->anew_held)) {
                 resumed = keeper_hold_all(k);
-                k->anew_held = 1; /* once until confirmed: nothing reopens before */
+                k->anew_held = 1; /* until a slot resumes (keeper_slot_resume) */
             }
             if (resumed > 0)
                 log_warn("reserve keeper: incarnation %s was not this instance's all along "

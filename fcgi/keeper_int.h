@@ -116,7 +116,7 @@ struct keeper {
     char claim[192];           /* "host boot-id pid": this instance, in its incarnation's claim */
     int claimed;               /* the last claim Redis answered was granted */
     int64_t claim_sent;        /* cs_boot_ms() when the last claim confirmed was sent; 0 none */
-    int anew_held;             /* slots held for a claim taken anew, not confirmed since */
+    int anew_held;             /* slots held for a claim taken anew, none resumed since */
     int64_t claim_warn_ms;
     int64_t renew_warn_ms;     /* cs_mono_ms() of the last "renewal not durable" warning */
     struct rconn_site wait_short[KEYS_SHARDS + 1]; /* sites whose WAIT fell short this pass */
