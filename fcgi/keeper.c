@@ -604,7 +604,6 @@ static int keeper_slot_resume(struct keeper *k, int i)
         atomic_store(&s->next, used);
     }
     l->phase = KP_LIVE;
-    k->anew_held = 0; /* a slot lives: the next claim taken anew holds it again */
     return CS_OK;
 }
 
@@ -648,8 +647,7 @@ static void keeper_slots(struct keeper *k, int stopping)
             /* Not on a claim that may have expired by the time the script
              * runs (a pass may give back many): another instance may spend
              * this epoch's tokens, not yet replayed into its field. */
-            if (keeper_fenced(k, i) && l->fenced && l->pending == 0
-                && keeper_claim_confirmed(k, cs_boot_ms() + k->conf->redis_command_timeout_ms))
+            if (keeper_fenced(k, i) && l->fenced && l->pending == 0 && keeper_claim_lasts(k))
                 keeper_give_back(k, i);
             continue;
         }
@@ -734,18 +732,11 @@ static void keeper_watch_leases(struct keeper *k)
     }
 }
 
-static void keeper_pass(struct keeper *k, int stopping)
+/* The part of a pass for an instance that holds its incarnation's claim
+ * (or got no answer and was not refused). */
+static void keeper_pass_held(struct keeper *k, int stopping)
 {
     int shards[KEYS_SHARDS] = {0};
-
-    k->nwait_short = 0;
-    if (keeper_claim(k) != CS_OK) {
-        for (int s = 0; s < KEYS_SHARDS; s++)
-            k->renewed[s] = 0;
-        keeper_journal_halt(k, 0); /* this node's own: kept whoever holds the claim */
-        keeper_watch_leases(k);
-        return;
-    }
 
     /* Shards with a slot, with records left, or with tokens an admin's
      * return kept out of stock to put back. */
@@ -781,6 +772,18 @@ static void keeper_pass(struct keeper *k, int stopping)
     if (!stopping)
         keeper_aside_pass(k);
     keeper_journal_reset_grants(k);
+}
+
+static void keeper_pass(struct keeper *k, int stopping)
+{
+    k->nwait_short = 0;
+    if (keeper_claim(k) == CS_OK) {
+        keeper_pass_held(k, stopping);
+    } else {
+        for (int s = 0; s < KEYS_SHARDS; s++)
+            k->renewed[s] = 0;
+    }
+    /* This node's own, whoever holds the claim. */
     keeper_journal_halt(k, 0);
     keeper_watch_leases(k);
 }

@@ -54,6 +54,20 @@ int keeper_claim_confirmed(const struct keeper *k, int64_t now)
            && now - k->claim_sent < k->conf->fallback_lease_ms + KEEPER_CLAIM_SLACK_MS;
 }
 
+int keeper_claim_lasts(const struct keeper *k)
+{
+    return keeper_claim_confirmed(k, cs_boot_ms() + k->conf->redis_command_timeout_ms);
+}
+
+/* Whether a slot spends at its own count: what a claim taken anew stops. */
+static int keeper_any_live(const struct keeper *k)
+{
+    for (int i = 0; i < SHM_RESERVES; i++)
+        if (atomic_load(&k->rv->slot[i].state) != RSV_EMPTY && k->loc[i].phase == KP_LIVE)
+            return 1;
+    return 0;
+}
+
 /* Stops every slot until it is replayed and resumed from Redis' field
  * (keeper_slot_hold); returns how many were open (LIVE or CLOSED) before. */
 static int keeper_hold_all(struct keeper *k)
@@ -123,11 +137,9 @@ int keeper_claim(struct keeper *k)
              * of the incarnation may have spent tokens of its epochs, with
              * the same numbers. Every slot resumes from Redis' field, after
              * the replay, before it spends again (DESIGN.md rules 14, 15). */
-            int resumed = 0;
-            if (anew && (r_anew || !k->anew_held)) {
-                resumed = keeper_hold_all(k);
-                k->anew_held = 1; /* until a slot resumes (keeper_slot_resume) */
-            }
+            /* A lapse that lasts holds once: no slot resumes before a
+             * claim is confirmed again (keeper_slot_resume()). */
+            int resumed = r_anew || (anew && keeper_any_live(k)) ? keeper_hold_all(k) : 0;
             if (resumed > 0)
                 log_warn("reserve keeper: incarnation %s was not this instance's all along "
                          "(%s): %d reserves resume from Redis once replayed",
@@ -137,10 +149,8 @@ int keeper_claim(struct keeper *k)
             /* A claim only the master holds may be lost in a failover, and
              * another instance take the incarnation: the lease runs from
              * the last claim the durability rule confirmed. */
-            if (keeper_durable(k, 0, &at, 0) == CS_OK) {
+            if (keeper_durable(k, 0, &at, 0) == CS_OK)
                 k->claim_sent = sent;
-                k->anew_held = 0;
-            }
             atomic_store(&k->rv->claim_refused, 0);
             return CS_OK;
         }

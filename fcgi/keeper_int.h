@@ -116,7 +116,6 @@ struct keeper {
     char claim[192];           /* "host boot-id pid": this instance, in its incarnation's claim */
     int claimed;               /* the last claim Redis answered was granted */
     int64_t claim_sent;        /* cs_boot_ms() when the last claim confirmed was sent; 0 none */
-    int anew_held;             /* slots held for a claim taken anew, none resumed since */
     int64_t claim_warn_ms;
     int64_t renew_warn_ms;     /* cs_mono_ms() of the last "renewal not durable" warning */
     struct rconn_site wait_short[KEYS_SHARDS + 1]; /* sites whose WAIT fell short this pass */
@@ -209,6 +208,9 @@ int keeper_claim(struct keeper *k);
  * now (cs_boot_ms()); otherwise no slot opens, and nothing is given back,
  * released or set aside: another instance may hold the incarnation. */
 int keeper_claim_confirmed(const struct keeper *k, int64_t now);
+/* The same for a Redis call started now: its claim holds until the command
+ * timeout has passed too (give-back, release). */
+int keeper_claim_lasts(const struct keeper *k);
 
 /* ---- keeper_aside.c ---- */
 /* Reads the activity list when its generation moved (throttled). */

@@ -266,7 +266,7 @@ static void keeper_journal_release(struct keeper *k, const struct kscan *s, cons
         }
         long long back = -1;
         if (!left && k->renewed[shard] && !mysql_failed
-            && keeper_claim_confirmed(k, cs_boot_ms() + k->conf->redis_command_timeout_ms)
+            && keeper_claim_lasts(k)
             && !(mysql_failed = keeper_mark_released(k, e) != CS_OK)) {
             struct kargs a = {.n = 0};
             struct rconn_site at;
