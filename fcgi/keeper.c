@@ -633,7 +633,10 @@ static void keeper_slots(struct keeper *k, int stopping)
 
         if (l->phase == KP_IN_DOUBT)
             continue; /* keeper_aside_pass() asks again */
-        if (!l->field) {
+        /* A closed epoch only waits to be freed, even when its field is
+         * back (a set-aside of another instance of this incarnation): it
+         * never opens or goes back again at its own count. */
+        if (!l->field || l->phase == KP_CLOSED) {
             keeper_slot_unopened(k, i);
             continue;
         }
