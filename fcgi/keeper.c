@@ -582,6 +582,11 @@ static int keeper_slot_resume(struct keeper *k, int i)
         return CS_ERR;
     if (amount < 0) {
         l->field = 0;
+        /* Closed in Redis (an admin's return): closed for this slot too,
+         * which frees it once replayed, even while a field of the same
+         * incarnation is there (another instance's set-aside). */
+        if (amount == -2)
+            keeper_slot_unopened(k, i);
         return CS_ERR;
     }
     if (amount < atomic_load(&s->amount))
