@@ -366,16 +366,21 @@ static void keeper_replay_answer(struct keeper *k, struct kpass *p, const struct
         return;
     }
     p->replayed++;
-    if (res == SCRIPT_REPLAY_SPENT_TWICE) {
-        /* The token was replayed before for someone else: the node spent
-         * it twice. This user's grant is in the dead letters (the script
-         * wrote it there, so the record is done with), and it is never
-         * counted as replayed. */
+    if (res == SCRIPT_REPLAY_SPENT_TWICE || res == SCRIPT_REPLAY_TWICE_STOCK) {
+        /* The token was replayed before for someone else: the node (or
+         * another instance of its incarnation) spent it twice. The script
+         * wrote this user's grant into the dead letters, so the record is
+         * done with; it is never counted as the token replayed. When the
+         * sale had stock, the user was given a coupon from it too. */
         atomic_fetch_add(&k->rv->dead_letters, 1);
         atomic_fetch_add(&k->rv->anomalies, 1);
         log_error("reserve keeper: activity %" PRId64 ": token %" PRIu64 "/%u of user %" PRId64
-                  " was replayed before for another user (spent twice); it is in %s",
-                  r->activity_id, r->epoch, r->token, r->user_id, "COUPON:RESERVE:DEAD");
+                  " was replayed before for another user (spent twice); it is in %s%s",
+                  r->activity_id, r->epoch, r->token, r->user_id, "COUPON:RESERVE:DEAD",
+                  res == SCRIPT_REPLAY_TWICE_STOCK
+                      ? ", and the user's coupon was taken from the stock instead" : "");
+        if (res == SCRIPT_REPLAY_TWICE_STOCK)
+            keeper_mark_replayed(k, r->activity_id, r->user_id);
         return;
     }
     if (res == SCRIPT_REPLAY_DUPLICATE)

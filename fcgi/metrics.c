@@ -105,7 +105,7 @@ static const struct counter_def reserve_counters[] = {
      "COUPON:RESERVE:DEAD)."},
     {"couponseize_reserve_anomalies_total", offsetof(struct shm_reserves, anomalies),
      "Replayed grants whose token was already replayed for another user: spent twice, in "
-     "COUPON:RESERVE:DEAD."},
+     "COUPON:RESERVE:DEAD (from stock when there was any)."},
     {"couponseize_reserve_journals_declared_lost_total",
      offsetof(struct shm_reserves, journals_lost),
      "Admin returns on this node that declared a lost node's journal lost (its "

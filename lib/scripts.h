@@ -56,6 +56,7 @@ enum script_replay {
     SCRIPT_REPLAY_DUPLICATE = 2,    /* the user holds one: the token back to stock */
     SCRIPT_REPLAY_FROM_STOCK = 3,   /* an unknown or closed epoch: from stock */
     SCRIPT_REPLAY_PARKED = 4,       /* from what an admin's return kept out */
+    SCRIPT_REPLAY_TWICE_STOCK = 5,  /* as -4, and this user's grant took from stock */
     SCRIPT_REPLAY_DEAD = -1,        /* no reserve, no stock: the dead letters */
     SCRIPT_REPLAY_NO_STOCK = -3,    /* no stock field: nothing written, it waits */
     SCRIPT_REPLAY_SPENT_TWICE = -4, /* another user's token: the dead letters */

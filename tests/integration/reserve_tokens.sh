@@ -12,7 +12,8 @@
 #  (b) a token whose replay marker already names another user (spent
 #      twice) is an anomaly: it goes to the dead letters, the metrics count
 #      it and the keeper logs it at error level; it is never counted as the
-#      same grant replayed;
+#      same grant replayed. The user was told SEIZED and the sale has stock:
+#      the grant takes a coupon from it, and the dead letter says so;
 #  (c) a grant made after a keeper pass read the journal, in a pass that
 #      then decides to give the reserve back (the last token spent): the
 #      give-back waits for a pass whose replay saw it (rule 8: stop, wait
@@ -141,8 +142,10 @@ stack start-redis
 check "(b) node 2 replayed its journal" wait_for 20 metric_is couponseize_journal_depth 0 n2
 check_eq "(b) the anomaly is counted" "1 1" \
     "$(metric couponseize_reserve_anomalies_total n2) $(metric couponseize_reserve_dead_letters_total n2)"
-check_match "(b) ... in the dead letters with the user" "^$((B * 1000 + 1)):.*spent twice" \
+check_match "(b) ... in the dead letters with the user" "^$((B * 1000 + 1)):.*spent twice.*granted from stock$" \
     "$(rcli HGET "COUPON:RESERVE:DEAD:{$((B % 10))}" "$B:$INC2:$EP:0:$((B * 1000 + 1))")"
+check_eq "(b) the user told SEIZED holds a coupon from the stock" 1 \
+    "$(rcli HEXISTS "COUPON:SEIZE:LIST:${B}_{$((B % 10))}" $((B * 1000 + 1)))"
 check "(b) ... and logged at error level" \
     grep -q "error.*was replayed before for another user" "$COUPON_DIR/n2/fcgi.log"
 check_eq "(b) the marker still names the first user" 999 \

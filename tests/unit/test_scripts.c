@@ -125,6 +125,53 @@ START_TEST(replay_of_a_token_spent_twice_is_dead_lettered_once)
 }
 END_TEST
 
+/* The same with stock left and a user who holds no coupon: both users were
+ * told SEIZED (two instances of one incarnation spent the token), so this
+ * one's grant takes a coupon from stock (5) and still goes to the dead
+ * letters as the anomaly it is; read again, nothing changes (-6). */
+START_TEST(replay_of_a_token_spent_twice_takes_from_stock)
+{
+    const struct script_text *s = NULL;
+    for (int i = 0; i < script_count; i++)
+        if (strcmp(script_all[i].name, "reserve_replay") == 0)
+            s = &script_all[i];
+    ck_assert_ptr_nonnull(s);
+    struct rconn *rc = redis_conn();
+    redisReply *r = rconn_command(rc, NULL, "HSET E:{2} inc1:1:0 999");
+    ck_assert_ptr_nonnull(r);
+    freeReplyObject(r);
+    r = rconn_command(rc, NULL, "HSET S:{2} 4202 5");
+    ck_assert_ptr_nonnull(r);
+    freeReplyObject(r);
+    for (int round = 0; round < 2; round++) {
+        r = rconn_command(rc, NULL, "EVAL %s 6 S:{2} L:{2} Q:{2} R:{2} E:{2} D:{2} 4202 7 inc1 1 0 "
+                          "1700000000000", s->text);
+        ck_assert_ptr_nonnull(r);
+        ck_assert_msg(r->type == REDIS_REPLY_INTEGER, "%s",
+                      r->type == REDIS_REPLY_ERROR ? r->str : "not an integer");
+        ck_assert_int_eq(r->integer, round == 0 ? SCRIPT_REPLAY_TWICE_STOCK
+                                                : SCRIPT_REPLAY_SPENT_TWICE_KNOWN);
+        freeReplyObject(r);
+    }
+    r = rconn_command(rc, NULL, "HGET S:{2} 4202");
+    ck_assert_str_eq(r->str, "4"); /* one coupon taken, once */
+    freeReplyObject(r);
+    r = rconn_command(rc, NULL, "HGET L:{2} 7");
+    ck_assert_str_eq(r->str, "1700000000000");
+    freeReplyObject(r);
+    r = rconn_command(rc, NULL, "HGET Q:{2} 4202:7");
+    ck_assert_str_eq(r->str, "1700000000000");
+    freeReplyObject(r);
+    r = rconn_command(rc, NULL, "HGET D:{2} 4202:inc1:1:0:7");
+    ck_assert_str_eq(r->str, "7:1700000000000:token spent twice (marker of 999); granted from stock");
+    freeReplyObject(r);
+    r = rconn_command(rc, NULL, "HGET E:{2} inc1:1:0");
+    ck_assert_str_eq(r->str, "999");
+    freeReplyObject(r);
+    rconn_free(rc);
+}
+END_TEST
+
 /* Every file of lua/ is built in, none twice, and no built-in one keeps a
  * comment line. */
 START_TEST(every_file_is_built_in)
@@ -205,6 +252,7 @@ int main(void)
     tcase_add_unchecked_fixture(tr, redis_start, redis_stop);
     tcase_add_loop_test(tr, script_loads, 0, script_count);
     tcase_add_test(tr, replay_of_a_token_spent_twice_is_dead_lettered_once);
+    tcase_add_test(tr, replay_of_a_token_spent_twice_takes_from_stock);
     suite_add_tcase(s, tr);
     /* Fork mode would kill the fixture's server with the first test child. */
     return cs_run_suite(s, 1);
