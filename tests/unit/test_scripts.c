@@ -89,10 +89,11 @@ START_TEST(script_loads)
 }
 END_TEST
 
-/* reserve_replay.lua on a token whose marker names another user: the
- * grant goes to the dead letters once (-4); the same record read again (a
- * restarted keeper, or one held behind a record that waits) changes nothing
- * and says so (-6), so it is neither counted nor logged a second time. */
+/* reserve_replay.lua on a token whose marker names another user, in a
+ * sale sold out: the grant goes to the dead letters once (-4); the same
+ * record read again (a restarted keeper, or one held behind a record that
+ * waits) changes nothing and says so (-6), so it is neither counted nor
+ * logged a second time. */
 START_TEST(replay_of_a_token_spent_twice_is_dead_lettered_once)
 {
     const struct script_text *s = NULL;
@@ -102,6 +103,9 @@ START_TEST(replay_of_a_token_spent_twice_is_dead_lettered_once)
     ck_assert_ptr_nonnull(s);
     struct rconn *rc = redis_conn();
     redisReply *r = rconn_command(rc, NULL, "HSET E:{1} inc1:1:0 999");
+    ck_assert_ptr_nonnull(r);
+    freeReplyObject(r);
+    r = rconn_command(rc, NULL, "HSET S:{1} 4201 0");
     ck_assert_ptr_nonnull(r);
     freeReplyObject(r);
     for (int round = 0; round < 2; round++) {
@@ -128,7 +132,8 @@ END_TEST
 /* The same with stock left and a user who holds no coupon: both users were
  * told SEIZED (two instances of one incarnation spent the token), so this
  * one's grant takes a coupon from stock (5) and still goes to the dead
- * letters as the anomaly it is; read again, nothing changes (-6). */
+ * letters as the anomaly it is. Read again, it is a grant replayed before
+ * (0: its own marker), even when an operator has removed the dead letter. */
 START_TEST(replay_of_a_token_spent_twice_takes_from_stock)
 {
     const struct script_text *s = NULL;
@@ -143,15 +148,24 @@ START_TEST(replay_of_a_token_spent_twice_takes_from_stock)
     r = rconn_command(rc, NULL, "HSET S:{2} 4202 5");
     ck_assert_ptr_nonnull(r);
     freeReplyObject(r);
-    for (int round = 0; round < 2; round++) {
+    for (int round = 0; round < 3; round++) {
+        if (round == 2) {
+            r = rconn_command(rc, NULL, "DEL D:{2}");
+            freeReplyObject(r);
+        }
         r = rconn_command(rc, NULL, "EVAL %s 6 S:{2} L:{2} Q:{2} R:{2} E:{2} D:{2} 4202 7 inc1 1 0 "
                           "1700000000000", s->text);
         ck_assert_ptr_nonnull(r);
         ck_assert_msg(r->type == REDIS_REPLY_INTEGER, "%s",
                       r->type == REDIS_REPLY_ERROR ? r->str : "not an integer");
-        ck_assert_int_eq(r->integer, round == 0 ? SCRIPT_REPLAY_TWICE_STOCK
-                                                : SCRIPT_REPLAY_SPENT_TWICE_KNOWN);
+        ck_assert_int_eq(r->integer, round == 0 ? SCRIPT_REPLAY_TWICE_STOCK : SCRIPT_REPLAY_BEFORE);
         freeReplyObject(r);
+        if (round == 0) {
+            r = rconn_command(rc, NULL, "HGET D:{2} 4202:inc1:1:0:7");
+            ck_assert_str_eq(r->str,
+                             "7:1700000000000:token spent twice (marker of 999); granted from stock");
+            freeReplyObject(r);
+        }
     }
     r = rconn_command(rc, NULL, "HGET S:{2} 4202");
     ck_assert_str_eq(r->str, "4"); /* one coupon taken, once */
@@ -162,12 +176,69 @@ START_TEST(replay_of_a_token_spent_twice_takes_from_stock)
     r = rconn_command(rc, NULL, "HGET Q:{2} 4202:7");
     ck_assert_str_eq(r->str, "1700000000000");
     freeReplyObject(r);
-    r = rconn_command(rc, NULL, "HGET D:{2} 4202:inc1:1:0:7");
-    ck_assert_str_eq(r->str, "7:1700000000000:token spent twice (marker of 999); granted from stock");
-    freeReplyObject(r);
     r = rconn_command(rc, NULL, "HGET E:{2} inc1:1:0");
     ck_assert_str_eq(r->str, "999");
     freeReplyObject(r);
+    rconn_free(rc);
+}
+END_TEST
+
+/* A token spent twice whose grant must not take from stock: a user who
+ * holds a coupon already, a revoked sale (its tombstone, stock < 0) -- both
+ * to the dead letters (-4), stock untouched -- and a sale with no stock
+ * field (Redis lost its data, not restored yet), which waits (-3) and
+ * writes nothing. */
+START_TEST(replay_of_a_token_spent_twice_without_stock_to_take)
+{
+    static const struct {
+        const char *stock;     /* the stock field, or NULL: none */
+        int holds;             /* the user is in the seize list */
+        long long res;
+        const char *after;     /* the stock field afterwards */
+    } c[] = {
+        {"5", 1, SCRIPT_REPLAY_SPENT_TWICE, "5"},
+        {"-1", 0, SCRIPT_REPLAY_SPENT_TWICE, "-1"},
+        {NULL, 0, SCRIPT_REPLAY_NO_STOCK, NULL},
+    };
+    const struct script_text *s = NULL;
+    for (int i = 0; i < script_count; i++)
+        if (strcmp(script_all[i].name, "reserve_replay") == 0)
+            s = &script_all[i];
+    ck_assert_ptr_nonnull(s);
+    struct rconn *rc = redis_conn();
+    for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+        redisReply *r = rconn_command(rc, NULL, "DEL S:{3} L:{3} Q:{3} E:{3} D:{3}");
+        freeReplyObject(r);
+        r = rconn_command(rc, NULL, "HSET E:{3} inc1:1:0 999");
+        freeReplyObject(r);
+        if (c[i].stock != NULL) {
+            r = rconn_command(rc, NULL, "HSET S:{3} 4203 %s", c[i].stock);
+            freeReplyObject(r);
+        }
+        if (c[i].holds) {
+            r = rconn_command(rc, NULL, "HSET L:{3} 7 1600000000000");
+            freeReplyObject(r);
+        }
+        r = rconn_command(rc, NULL, "EVAL %s 6 S:{3} L:{3} Q:{3} R:{3} E:{3} D:{3} 4203 7 inc1 1 0 "
+                          "1700000000000", s->text);
+        ck_assert_ptr_nonnull(r);
+        ck_assert_msg(r->type == REDIS_REPLY_INTEGER, "case %zu: %s", i,
+                      r->type == REDIS_REPLY_ERROR ? r->str : "not an integer");
+        ck_assert_int_eq(r->integer, c[i].res);
+        freeReplyObject(r);
+        r = rconn_command(rc, NULL, "HGET S:{3} 4203");
+        if (c[i].after == NULL)
+            ck_assert_int_eq(r->type, REDIS_REPLY_NIL);
+        else
+            ck_assert_str_eq(r->str, c[i].after);
+        freeReplyObject(r);
+        r = rconn_command(rc, NULL, "HLEN Q:{3}");
+        ck_assert_int_eq(r->integer, 0); /* nothing queued for MySQL */
+        freeReplyObject(r);
+        r = rconn_command(rc, NULL, "HLEN D:{3}");
+        ck_assert_int_eq(r->integer, c[i].res == SCRIPT_REPLAY_NO_STOCK ? 0 : 1);
+        freeReplyObject(r);
+    }
     rconn_free(rc);
 }
 END_TEST
@@ -253,6 +324,7 @@ int main(void)
     tcase_add_loop_test(tr, script_loads, 0, script_count);
     tcase_add_test(tr, replay_of_a_token_spent_twice_is_dead_lettered_once);
     tcase_add_test(tr, replay_of_a_token_spent_twice_takes_from_stock);
+    tcase_add_test(tr, replay_of_a_token_spent_twice_without_stock_to_take);
     suite_add_tcase(s, tr);
     /* Fork mode would kill the fixture's server with the first test child. */
     return cs_run_suite(s, 1);
