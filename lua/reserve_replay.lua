@@ -10,9 +10,9 @@
 -- (markers written before they named a user, a bare "dup" or "dead", are
 -- taken as this user's). Both users were told SEIZED (two instances of one
 -- incarnation): this one's grant takes from stock when there is any and
--- the user holds none, and its dead letter says so (5; its own marker
--- "<inc>:<epoch>:<token>:<user>" makes a record read again answer 0).
--- Without a stock field it waits (-3), as below. From an open
+-- the user holds none, and its dead letter says so (5). Its own marker,
+-- "<inc>:<epoch>:<token>:<user>" = the user (5) or "dead" (-4), answers a
+-- record read again: 0 or -6, whatever became of the dead letter. From an open
 -- epoch the reserve drops by one, and the grant enters the seize list and
 -- the queue (1), or, when the user already holds a coupon, the token's goes
 -- back to stock (2; never onto a revoke tombstone). A token of an epoch an
@@ -29,19 +29,21 @@ local was = redis.call('HGET', KEYS[5], mk)
 if was then
   if was == ARGV[2] or was == 'dup' or was == 'dead' or was == 'dup:' .. ARGV[2] or was == 'dead:' .. ARGV[2] then return 0 end
   local twin = mk .. ':' .. ARGV[2]
-  if redis.call('HEXISTS', KEYS[5], twin) == 1 then return 0 end
+  local seen = redis.call('HGET', KEYS[5], twin)
+  if seen == ARGV[2] then return 0 end
   local dk = ARGV[1] .. ':' .. mk .. ':' .. ARGV[2]
-  if redis.call('HEXISTS', KEYS[6], dk) == 1 then return -6 end
+  if seen or redis.call('HEXISTS', KEYS[6], dk) == 1 then return -6 end
+  local note, code, mark = ARGV[2] .. ':' .. ARGV[6] .. ':token spent twice (marker of ' .. was .. ')', -4, 'dead'
   local left = tonumber(redis.call('HGET', KEYS[1], ARGV[1]) or '')
-  if not left then return -3 end
-  local note, code = ARGV[2] .. ':' .. ARGV[6] .. ':token spent twice (marker of ' .. was .. ')', -4
-  if left > 0 and redis.call('HEXISTS', KEYS[2], ARGV[2]) == 0 then
+  if redis.call('HEXISTS', KEYS[2], ARGV[2]) == 1 then
+    note = note .. '; the user holds a coupon'
+  elseif left and left > 0 then
     redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
     redis.call('HSET', KEYS[2], ARGV[2], ARGV[6])
     redis.call('HSET', KEYS[3], ARGV[1] .. ':' .. ARGV[2], ARGV[6])
-    redis.call('HSET', KEYS[5], twin, ARGV[2])
-    note, code = note .. '; granted from stock', 5
+    note, code, mark = note .. '; granted from stock', 5, ARGV[2]
   end
+  redis.call('HSET', KEYS[5], twin, mark)
   redis.call('HSET', KEYS[6], dk, note)
   return code
 end

@@ -122,6 +122,15 @@ START_TEST(replay_of_a_token_spent_twice_is_dead_lettered_once)
     ck_assert_ptr_nonnull(r);
     ck_assert_int_eq(r->integer, 1);
     freeReplyObject(r);
+    r = rconn_command(rc, NULL, "HGET D:{1} 4201:inc1:1:0:7");
+    ck_assert_str_eq(r->str, "7:1700000000000:token spent twice (marker of 999)");
+    freeReplyObject(r);
+    r = rconn_command(rc, NULL, "HGET S:{1} 4201");
+    ck_assert_str_eq(r->str, "0"); /* nothing taken */
+    freeReplyObject(r);
+    r = rconn_command(rc, NULL, "EXISTS L:{1} Q:{1}");
+    ck_assert_int_eq(r->integer, 0); /* nobody granted, nothing queued */
+    freeReplyObject(r);
     r = rconn_command(rc, NULL, "HGET E:{1} inc1:1:0");
     ck_assert_str_eq(r->str, "999"); /* the other user's marker is left as it was */
     freeReplyObject(r);
@@ -170,6 +179,9 @@ START_TEST(replay_of_a_token_spent_twice_takes_from_stock)
     r = rconn_command(rc, NULL, "HGET S:{2} 4202");
     ck_assert_str_eq(r->str, "4"); /* one coupon taken, once */
     freeReplyObject(r);
+    r = rconn_command(rc, NULL, "EXISTS D:{2}");
+    ck_assert_int_eq(r->integer, 0); /* read again: no dead letter written anew */
+    freeReplyObject(r);
     r = rconn_command(rc, NULL, "HGET L:{2} 7");
     ck_assert_str_eq(r->str, "1700000000000");
     freeReplyObject(r);
@@ -184,21 +196,19 @@ START_TEST(replay_of_a_token_spent_twice_takes_from_stock)
 END_TEST
 
 /* A token spent twice whose grant must not take from stock: a user who
- * holds a coupon already, a revoked sale (its tombstone, stock < 0) -- both
- * to the dead letters (-4), stock untouched -- and a sale with no stock
- * field (Redis lost its data, not restored yet), which waits (-3) and
- * writes nothing. */
+ * holds a coupon already, a revoked sale (its tombstone, stock < 0), a sale
+ * whose stock field is gone (cleanup under way): each to the dead letters
+ * (-4), stock, seize list and queue untouched; read again, -6. */
 START_TEST(replay_of_a_token_spent_twice_without_stock_to_take)
 {
     static const struct {
         const char *stock;     /* the stock field, or NULL: none */
         int holds;             /* the user is in the seize list */
-        long long res;
-        const char *after;     /* the stock field afterwards */
+        const char *letter;    /* the dead letter */
     } c[] = {
-        {"5", 1, SCRIPT_REPLAY_SPENT_TWICE, "5"},
-        {"-1", 0, SCRIPT_REPLAY_SPENT_TWICE, "-1"},
-        {NULL, 0, SCRIPT_REPLAY_NO_STOCK, NULL},
+        {"5", 1, "7:1700000000000:token spent twice (marker of 999); the user holds a coupon"},
+        {"-1", 0, "7:1700000000000:token spent twice (marker of 999)"},
+        {NULL, 0, "7:1700000000000:token spent twice (marker of 999)"},
     };
     const struct script_text *s = NULL;
     for (int i = 0; i < script_count; i++)
@@ -219,24 +229,36 @@ START_TEST(replay_of_a_token_spent_twice_without_stock_to_take)
             r = rconn_command(rc, NULL, "HSET L:{3} 7 1600000000000");
             freeReplyObject(r);
         }
-        r = rconn_command(rc, NULL, "EVAL %s 6 S:{3} L:{3} Q:{3} R:{3} E:{3} D:{3} 4203 7 inc1 1 0 "
-                          "1700000000000", s->text);
-        ck_assert_ptr_nonnull(r);
-        ck_assert_msg(r->type == REDIS_REPLY_INTEGER, "case %zu: %s", i,
-                      r->type == REDIS_REPLY_ERROR ? r->str : "not an integer");
-        ck_assert_int_eq(r->integer, c[i].res);
-        freeReplyObject(r);
+        for (int round = 0; round < 2; round++) {
+            r = rconn_command(rc, NULL, "EVAL %s 6 S:{3} L:{3} Q:{3} R:{3} E:{3} D:{3} 4203 7 inc1 1 "
+                              "0 1700000000000", s->text);
+            ck_assert_ptr_nonnull(r);
+            ck_assert_msg(r->type == REDIS_REPLY_INTEGER, "case %zu: %s", i,
+                          r->type == REDIS_REPLY_ERROR ? r->str : "not an integer");
+            ck_assert_int_eq(r->integer, round == 0 ? SCRIPT_REPLAY_SPENT_TWICE
+                                                    : SCRIPT_REPLAY_SPENT_TWICE_KNOWN);
+            freeReplyObject(r);
+        }
         r = rconn_command(rc, NULL, "HGET S:{3} 4203");
-        if (c[i].after == NULL)
+        if (c[i].stock == NULL)
             ck_assert_int_eq(r->type, REDIS_REPLY_NIL);
         else
-            ck_assert_str_eq(r->str, c[i].after);
+            ck_assert_str_eq(r->str, c[i].stock);
         freeReplyObject(r);
-        r = rconn_command(rc, NULL, "HLEN Q:{3}");
+        r = rconn_command(rc, NULL, "HGET L:{3} 7");
+        if (c[i].holds)
+            ck_assert_str_eq(r->str, "1600000000000"); /* the coupon it held, kept */
+        else
+            ck_assert_int_eq(r->type, REDIS_REPLY_NIL);
+        freeReplyObject(r);
+        r = rconn_command(rc, NULL, "EXISTS Q:{3}");
         ck_assert_int_eq(r->integer, 0); /* nothing queued for MySQL */
         freeReplyObject(r);
-        r = rconn_command(rc, NULL, "HLEN D:{3}");
-        ck_assert_int_eq(r->integer, c[i].res == SCRIPT_REPLAY_NO_STOCK ? 0 : 1);
+        r = rconn_command(rc, NULL, "HGET D:{3} 4203:inc1:1:0:7");
+        ck_assert_str_eq(r->str, c[i].letter);
+        freeReplyObject(r);
+        r = rconn_command(rc, NULL, "HGET E:{3} inc1:1:0");
+        ck_assert_str_eq(r->str, "999");
         freeReplyObject(r);
     }
     rconn_free(rc);
