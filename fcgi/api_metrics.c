@@ -134,7 +134,7 @@ void api_metrics(struct worker *w, struct req *r)
     durability_read(w->conf, w->rc, w->shm, copies);
     size_t cap = 128 * 1024;
     char *buf = xmalloc(cap);
-    struct metrics_out o = {buf, cap, metrics_render(w->shm, buf, cap)};
+    struct metrics_out o = {buf, cap, metrics_render(w->shm, w->conf->fallback_lease_ms, buf, cap)};
     metrics_workers(w->shm, &o);
     api_metrics_activities(w, &o);
     size_t n = o.len;

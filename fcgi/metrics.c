@@ -178,7 +178,7 @@ static void metrics_shards(struct metrics_out *o, const struct shm_node *node)
 }
 
 /* The node's reserves: what it holds, spends, replays and gives back. */
-static void metrics_reserves(struct metrics_out *o, const struct shm_node *node)
+static void metrics_reserves(struct metrics_out *o, const struct shm_node *node, int lease_ms)
 {
     const struct shm_reserves *rv = &node->rsv;
     int open = 0;
@@ -190,6 +190,11 @@ static void metrics_reserves(struct metrics_out *o, const struct shm_node *node)
     metrics_emit(o, "# HELP couponseize_reserve_held Coupons this node may still grant from its "
             "open reserves.\n# TYPE couponseize_reserve_held gauge\n"
             "couponseize_reserve_held %lld\n", (long long)reserve_held(rv));
+    metrics_emit(o, "# HELP couponseize_reserve_lease_left_seconds How long this node could still "
+            "grant from an open reserve were Redis gone now (its lease left; 0: it could not).\n"
+            "# TYPE couponseize_reserve_lease_left_seconds gauge\n"
+            "couponseize_reserve_lease_left_seconds %.3f\n",
+         (double)reserve_lease_left(node, lease_ms) / 1000);
     metrics_emit(o, "# HELP couponseize_reserve_epochs Reserve epochs of this node not yet closed.\n"
             "# TYPE couponseize_reserve_epochs gauge\ncouponseize_reserve_epochs %d\n", open);
     counters(o, rv, reserve_counters, sizeof(reserve_counters) / sizeof(reserve_counters[0]));
@@ -216,7 +221,7 @@ static void metrics_reserves(struct metrics_out *o, const struct shm_node *node)
          atomic_load((_Atomic int *)&rv->halted));
 }
 
-size_t metrics_render(const struct shm_node *node, char *buf, size_t cap)
+size_t metrics_render(const struct shm_node *node, int lease_ms, char *buf, size_t cap)
 {
     struct metrics_out o = {buf, cap, 0};
     const struct shm_metrics *m = &node->m;
@@ -273,7 +278,7 @@ size_t metrics_render(const struct shm_node *node, char *buf, size_t cap)
         metrics_emit(&o, "couponseize_redis_fault{fault=\"%s\"} %d\n",
              rconn_fault_name((enum rconn_fault)f), f == fault);
     metrics_shards(&o, node);
-    metrics_reserves(&o, node);
+    metrics_reserves(&o, node, lease_ms);
 
     /* Read from Redis by the workers, so the depths stay current when
      * coupon-sync is dead (its own gauge then freezes). */

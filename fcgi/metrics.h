@@ -7,8 +7,9 @@
 struct shm_node;
 
 /* Renders every metric of the node into buf (NUL-terminated, truncated at
- * cap). Returns the length written. */
-size_t metrics_render(const struct shm_node *node, char *buf, size_t cap);
+ * cap); lease_ms is fallback.lease_ms (the reserve lease's length). Returns
+ * the length written. */
+size_t metrics_render(const struct shm_node *node, int lease_ms, char *buf, size_t cap);
 
 /* What metrics_emit() appends to: buf of cap bytes, len of them written
  * (always NUL-terminated; what does not fit is cut). */

@@ -331,6 +331,27 @@ int64_t reserve_held(const struct shm_reserves *rv)
     return held;
 }
 
+int64_t reserve_lease_left(const struct shm_node *shm, int lease_ms)
+{
+    const struct shm_reserves *rv = &shm->rsv;
+    int64_t now = cs_boot_ms(), lo, hi, sent, best = 0;
+
+    if (atomic_load(&rv->keeper_pid) == 0 || atomic_load(&rv->halted))
+        return 0;
+    for (int i = 0; i < SHM_RESERVES; i++) {
+        const struct shm_rsv_slot *s = &rv->slot[i];
+        if (atomic_load(&s->state) != RSV_OPEN
+            || atomic_load(&s->next) >= atomic_load(&s->amount))
+            continue;
+        if (reserve_lease(rv, keys_shard(atomic_load(&s->activity_id)), lease_ms, now, &lo, &hi,
+                          &sent)
+                == CS_OK
+            && lease_ms - (now - sent) > best)
+            best = lease_ms - (now - sent);
+    }
+    return best;
+}
+
 const char *reserve_seize_source(const struct shm_node *shm, int redis_ok, int lease_ms)
 {
     const struct shm_reserves *rv = &shm->rsv;

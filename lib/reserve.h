@@ -79,6 +79,11 @@ int reserve_grant_find(const struct shm_reserves *rv, int64_t id, int64_t uid);
  * (a reserve is open and the lease holds) or "none". */
 const char *reserve_seize_source(const struct shm_node *shm, int redis_ok, int lease_ms);
 
+/* How long (ms) this node could still grant from an open reserve with
+ * tokens left, were Redis gone now: the most any such reserve's lease has
+ * left, 0 when none would (no open reserve, no lease, halted). */
+int64_t reserve_lease_left(const struct shm_node *shm, int lease_ms);
+
 /* Tokens open for spending on this node (sum over open slots). */
 int64_t reserve_held(const struct shm_reserves *rv);
 
