@@ -120,26 +120,25 @@ int keeper_claim(struct keeper *k)
             return atomic_load(&k->rv->claim_refused) ? CS_ERR : CS_OK;
         }
         if (r->type == REDIS_REPLY_INTEGER) {
-            /* Anew also when the last claim confirmed may have expired
-             * since: an answer "2" lost on the way (the script ran) would
-             * make the next one read 1, and a failover may have lost the
-             * claims not confirmed. The key lives the TTL from when Redis
-             * ran that claim, after it was sent. (Before the first claim
-             * confirmed no slot opens at all: keeper_slot_resume().) */
-            int r_anew = r->integer == 2;
-            int anew = r_anew || (k->claim_sent > 0 && !keeper_claim_confirmed(k, recv));
+            /* Not held all along: taken anew (it expired while this keeper
+             * was frozen or cut off, or a dead holder was replaced), or the
+             * last claim confirmed may have expired since (an answer "2"
+             * lost on the way makes the next one read 1, and a failover may
+             * lose the claims not confirmed; the key lives the TTL from when
+             * Redis ran that claim, after it was sent). Another instance of
+             * the incarnation may have spent tokens of its epochs, with the
+             * same numbers: every slot resumes from Redis' field, after the
+             * replay, before it spends again (DESIGN.md rules 14, 15). A
+             * lapse that lasts holds the slots once: none resumes before a
+             * claim is confirmed again, nor before the first one is
+             * (keeper_slot_resume()). */
+            int taken_anew = r->integer == 2;
+            int lapsed = k->claim_sent > 0 && !keeper_claim_confirmed(k, recv);
             freeReplyObject(r);
             if (!k->claimed && atomic_load(&k->rv->claim_refused))
                 log_notice("reserve keeper: incarnation %s is this instance's again (%s)",
                            k->jd.incarnation, k->claim);
-            /* Not held all along (it expired while this keeper was frozen
-             * or cut off, or a dead holder was replaced): another instance
-             * of the incarnation may have spent tokens of its epochs, with
-             * the same numbers. Every slot resumes from Redis' field, after
-             * the replay, before it spends again (DESIGN.md rules 14, 15). */
-            /* A lapse that lasts holds once: no slot resumes before a
-             * claim is confirmed again (keeper_slot_resume()). */
-            int resumed = r_anew || (anew && keeper_any_live(k)) ? keeper_hold_all(k) : 0;
+            int resumed = taken_anew || (lapsed && keeper_any_live(k)) ? keeper_hold_all(k) : 0;
             if (resumed > 0)
                 log_warn("reserve keeper: incarnation %s was not this instance's all along "
                          "(%s): %d reserves resume from Redis once replayed",

@@ -354,22 +354,8 @@ int64_t reserve_lease_left(const struct shm_node *shm, int lease_ms)
 
 const char *reserve_seize_source(const struct shm_node *shm, int redis_ok, int lease_ms)
 {
-    const struct shm_reserves *rv = &shm->rsv;
-    int64_t now = cs_boot_ms(), lo, hi;
-
     if (redis_ok)
         return "redis";
-    if (atomic_load(&rv->keeper_pid) == 0 || atomic_load(&rv->halted))
-        return "none";
-    for (int i = 0; i < SHM_RESERVES; i++) {
-        const struct shm_rsv_slot *s = &rv->slot[i];
-        if (atomic_load(&s->state) != RSV_OPEN
-            || atomic_load(&s->next) >= atomic_load(&s->amount))
-            continue;
-        if (reserve_lease(rv, keys_shard(atomic_load(&s->activity_id)), lease_ms, now, &lo, &hi,
-                          NULL)
-            == CS_OK)
-            return "reserve";
-    }
-    return "none";
+    /* A lease holds exactly while it has time left (reserve_lease()). */
+    return reserve_lease_left(shm, lease_ms) > 0 ? "reserve" : "none";
 }

@@ -89,6 +89,28 @@ START_TEST(script_loads)
 }
 END_TEST
 
+/* reserve_replay.lua once, on the keys of slot {tag}: token 0 of epoch 1
+ * of incarnation inc1, activity aid, user 7, seized at 1700000000000.
+ * Returns its answer. */
+static long long replay_once(struct rconn *rc, int tag, int aid)
+{
+    static const char *text;
+    if (text == NULL)
+        for (int i = 0; i < script_count; i++)
+            if (strcmp(script_all[i].name, "reserve_replay") == 0)
+                text = script_all[i].text;
+    ck_assert_ptr_nonnull(text);
+    redisReply *r = rconn_command(rc, NULL, "EVAL %s 6 S:{%d} L:{%d} Q:{%d} R:{%d} E:{%d} D:{%d} "
+                                  "%d 7 inc1 1 0 1700000000000", text, tag, tag, tag, tag, tag,
+                                  tag, aid);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_msg(r->type == REDIS_REPLY_INTEGER, "%s",
+                  r->type == REDIS_REPLY_ERROR ? r->str : "not an integer");
+    long long res = r->integer;
+    freeReplyObject(r);
+    return res;
+}
+
 /* reserve_replay.lua on a token whose marker names another user, in a
  * sale sold out: the grant goes to the dead letters once (-4); the same
  * record read again (a restarted keeper, or one held behind a record that
@@ -96,11 +118,6 @@ END_TEST
  * logged a second time. */
 START_TEST(replay_of_a_token_spent_twice_is_dead_lettered_once)
 {
-    const struct script_text *s = NULL;
-    for (int i = 0; i < script_count; i++)
-        if (strcmp(script_all[i].name, "reserve_replay") == 0)
-            s = &script_all[i];
-    ck_assert_ptr_nonnull(s);
     struct rconn *rc = redis_conn();
     redisReply *r = rconn_command(rc, NULL, "HSET E:{1} inc1:1:0 999");
     ck_assert_ptr_nonnull(r);
@@ -108,16 +125,8 @@ START_TEST(replay_of_a_token_spent_twice_is_dead_lettered_once)
     r = rconn_command(rc, NULL, "HSET S:{1} 4201 0");
     ck_assert_ptr_nonnull(r);
     freeReplyObject(r);
-    for (int round = 0; round < 2; round++) {
-        r = rconn_command(rc, NULL, "EVAL %s 6 S:{1} L:{1} Q:{1} R:{1} E:{1} D:{1} 4201 7 inc1 1 0 "
-                          "1700000000000", s->text);
-        ck_assert_ptr_nonnull(r);
-        ck_assert_msg(r->type == REDIS_REPLY_INTEGER, "%s",
-                      r->type == REDIS_REPLY_ERROR ? r->str : "not an integer");
-        ck_assert_int_eq(r->integer, round == 0 ? SCRIPT_REPLAY_SPENT_TWICE
-                                                : SCRIPT_REPLAY_SPENT_TWICE_KNOWN);
-        freeReplyObject(r);
-    }
+    ck_assert_int_eq(replay_once(rc, 1, 4201), SCRIPT_REPLAY_SPENT_TWICE);
+    ck_assert_int_eq(replay_once(rc, 1, 4201), SCRIPT_REPLAY_SPENT_TWICE_KNOWN);
     r = rconn_command(rc, NULL, "HLEN D:{1}");
     ck_assert_ptr_nonnull(r);
     ck_assert_int_eq(r->integer, 1);
@@ -145,11 +154,6 @@ END_TEST
  * (0: its own marker), even when an operator has removed the dead letter. */
 START_TEST(replay_of_a_token_spent_twice_takes_from_stock)
 {
-    const struct script_text *s = NULL;
-    for (int i = 0; i < script_count; i++)
-        if (strcmp(script_all[i].name, "reserve_replay") == 0)
-            s = &script_all[i];
-    ck_assert_ptr_nonnull(s);
     struct rconn *rc = redis_conn();
     redisReply *r = rconn_command(rc, NULL, "HSET E:{2} inc1:1:0 999");
     ck_assert_ptr_nonnull(r);
@@ -162,13 +166,8 @@ START_TEST(replay_of_a_token_spent_twice_takes_from_stock)
             r = rconn_command(rc, NULL, "DEL D:{2}");
             freeReplyObject(r);
         }
-        r = rconn_command(rc, NULL, "EVAL %s 6 S:{2} L:{2} Q:{2} R:{2} E:{2} D:{2} 4202 7 inc1 1 0 "
-                          "1700000000000", s->text);
-        ck_assert_ptr_nonnull(r);
-        ck_assert_msg(r->type == REDIS_REPLY_INTEGER, "%s",
-                      r->type == REDIS_REPLY_ERROR ? r->str : "not an integer");
-        ck_assert_int_eq(r->integer, round == 0 ? SCRIPT_REPLAY_TWICE_STOCK : SCRIPT_REPLAY_BEFORE);
-        freeReplyObject(r);
+        ck_assert_int_eq(replay_once(rc, 2, 4202),
+                         round == 0 ? SCRIPT_REPLAY_TWICE_STOCK : SCRIPT_REPLAY_BEFORE);
         if (round == 0) {
             r = rconn_command(rc, NULL, "HGET D:{2} 4202:inc1:1:0:7");
             ck_assert_str_eq(r->str,
@@ -210,11 +209,6 @@ START_TEST(replay_of_a_token_spent_twice_without_stock_to_take)
         {"-1", 0, "7:1700000000000:token spent twice (marker of 999)"},
         {NULL, 0, "7:1700000000000:token spent twice (marker of 999)"},
     };
-    const struct script_text *s = NULL;
-    for (int i = 0; i < script_count; i++)
-        if (strcmp(script_all[i].name, "reserve_replay") == 0)
-            s = &script_all[i];
-    ck_assert_ptr_nonnull(s);
     struct rconn *rc = redis_conn();
     for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
         redisReply *r = rconn_command(rc, NULL, "DEL S:{3} L:{3} Q:{3} E:{3} D:{3}");
@@ -229,16 +223,8 @@ START_TEST(replay_of_a_token_spent_twice_without_stock_to_take)
             r = rconn_command(rc, NULL, "HSET L:{3} 7 1600000000000");
             freeReplyObject(r);
         }
-        for (int round = 0; round < 2; round++) {
-            r = rconn_command(rc, NULL, "EVAL %s 6 S:{3} L:{3} Q:{3} R:{3} E:{3} D:{3} 4203 7 inc1 1 "
-                              "0 1700000000000", s->text);
-            ck_assert_ptr_nonnull(r);
-            ck_assert_msg(r->type == REDIS_REPLY_INTEGER, "case %zu: %s", i,
-                          r->type == REDIS_REPLY_ERROR ? r->str : "not an integer");
-            ck_assert_int_eq(r->integer, round == 0 ? SCRIPT_REPLAY_SPENT_TWICE
-                                                    : SCRIPT_REPLAY_SPENT_TWICE_KNOWN);
-            freeReplyObject(r);
-        }
+        ck_assert_int_eq(replay_once(rc, 3, 4203), SCRIPT_REPLAY_SPENT_TWICE);
+        ck_assert_int_eq(replay_once(rc, 3, 4203), SCRIPT_REPLAY_SPENT_TWICE_KNOWN);
         r = rconn_command(rc, NULL, "HGET S:{3} 4203");
         if (c[i].stock == NULL)
             ck_assert_int_eq(r->type, REDIS_REPLY_NIL);
