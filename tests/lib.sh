@@ -750,6 +750,14 @@ sale_reserved() {
     check "${1:+$1 }node ${2#n} set aside its reserve" wait_for 20 field_is "$3" "$2" "$4"
     check "${1:+$1 }... and opened it" wait_for 20 reserves_open_on "$2"
 }
+# lease_left_ms NODE MS: node NODE could still grant from an open reserve
+# for MS ms at least were Redis gone now: its lease, which runs from the
+# claims and renewals the durability rule confirmed, has that much left. For
+# wait_for, before a test takes Redis away to see a reserve spent.
+lease_left_ms() {
+    awk -v v="$(metric couponseize_reserve_lease_left_seconds "$1")" -v ms="$2" \
+        'BEGIN { exit !(v != "" && v * 1000 >= ms) }'
+}
 # copy_grants_three TAG NODE ID KEY OWNER K LOG: node NODE, on a copy of
 # another node's journal directory, takes the incarnation's claim KEY over
 # from the value OWNER, opens its reserve of activity ID, grants three users
@@ -760,6 +768,7 @@ copy_grants_three() {
     claim_taken() { local v; v=$(rcli GET "$key"); [[ -n $v && $v != "$owner" ]]; }
     check "$tag node ${node#n}, on a copy, takes the incarnation over" wait_for 30 claim_taken
     check "$tag ... and opens the reserve" wait_for 20 reserves_open_on "$node"
+    check "$tag ... within a lease" wait_for 20 lease_left_ms "$node" 1000
     stack stop-redis --kill
     check "$tag node ${node#n} seizes from the reserve while Redis is down" \
         wait_for 5 node_health_says "$node" reserve
