@@ -361,8 +361,8 @@ static void keeper_replay_answer(struct keeper *k, struct kpass *p, const struct
     if (res == SCRIPT_REPLAY_SPENT_TWICE_KNOWN) {
         /* Read again after its -4: counted and logged then. */
         log_info("reserve keeper: activity %" PRId64 ": token %" PRIu64 "/%u of user %" PRId64
-                 " (spent twice) is in the dead letters already", r->activity_id, r->epoch,
-                 r->token, r->user_id);
+                 " (spent twice) went to the dead letters when first replayed", r->activity_id,
+                 r->epoch, r->token, r->user_id);
         return;
     }
     p->replayed++;
