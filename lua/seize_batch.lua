@@ -19,7 +19,11 @@ if redis.replicate_commands then
   redis.replicate_commands()
 end
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ms = math.floor(tonumber(t[2]) / 1000)
+local now = tonumber(t[1]) * 1000 + ms
+-- The same instant as a string, made once: a Lua number given to redis.call
+-- is formatted with "%.17g" for every argument it appears in.
+local nows = t[1] .. string.format('%03d', ms)
 local tag = string.match(KEYS[1], '{[^}]*}$')
 local acts, order, out = {}, {}, { now }
 
@@ -83,7 +87,7 @@ end
 
 for j = 1, #ARGV, 3 do
   local aid, uid = ARGV[j], ARGV[j + 1]
-  local a = activity(aid, KEYS[tonumber(ARGV[j + 2])])
+  local a = acts[aid] or activity(aid, KEYS[tonumber(ARGV[j + 2])])
   local code, seized = 0, 0
   local held = a.seen[uid] or a.held[uid]
   if held then
@@ -97,9 +101,9 @@ for j = 1, #ARGV, 3 do
     a.n = a.n + 1
     a.seen[uid] = now
     a.granted[#a.granted + 1] = uid
-    a.granted[#a.granted + 1] = now
+    a.granted[#a.granted + 1] = nows
     a.queued[#a.queued + 1] = aid .. ':' .. uid
-    a.queued[#a.queued + 1] = now
+    a.queued[#a.queued + 1] = nows
     code = a.stock
   end
   out[#out + 1] = code
