@@ -105,6 +105,7 @@ static int ncodes;
 static long status_counts[600];
 static int64_t *lat;
 static int started, done, errors;
+static long waits, events; /* epoll_wait calls, and the events they returned */
 
 static int64_t now_us(void)
 {
@@ -411,6 +412,9 @@ int main(int argc, char **argv)
             timeout = wait <= 0 ? 0 : (int)((wait + 999) / 1000);
         }
         int n = epoll_wait(ep, evs, 256, timeout);
+        waits++;
+        if (n > 0)
+            events += n;
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0) {
@@ -512,8 +516,9 @@ int main(int argc, char **argv)
     double p999 = nlat ? lat[(size_t)(nlat * 0.999)] / 1000.0 : 0, pmax = nlat ? lat[nlat - 1] / 1000.0 : 0;
     if (opt.json) {
         printf("{\"requests\":%d,\"seconds\":%.3f,\"rps\":%.1f,\"p50_ms\":%.3f,\"p99_ms\":%.3f,"
-               "\"p999_ms\":%.3f,\"max_ms\":%.3f,\"errors\":%d,\"codes\":{",
-               done, secs, done / secs, p50, p99, p999, pmax, errors);
+               "\"p999_ms\":%.3f,\"max_ms\":%.3f,\"errors\":%d,\"waits\":%ld,\"events\":%ld,"
+               "\"codes\":{",
+               done, secs, done / secs, p50, p99, p999, pmax, errors, waits, events);
         for (int i = 0; i < ncodes; i++)
             printf("%s\"%s\":%ld", i ? "," : "", code_names[i], code_counts[i]);
         printf("},\"status\":{");
