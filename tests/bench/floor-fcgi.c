@@ -9,9 +9,11 @@
  * Measured next to coupon-fcgi through the same web server, Redis and worker
  * count, it shows what authentication, the node's checks and accounting cost.
  *
- *   floor-fcgi -s PATH -r HOST:PORT [-n WORKERS] [-b BACKLOG] [-f SCRIPT]
+ *   floor-fcgi -s PATH -r HOST:PORT [-n WORKERS] [-b BACKLOG] [-f SCRIPT] [-w USEC]
  *
- * -f sends the Lua file SCRIPT instead of the built-in minimal script. SIGTERM
+ * -f sends the Lua file SCRIPT instead of the built-in minimal script. -w
+ * spends USEC microseconds of the worker's CPU on each request before its
+ * EVALSHA (a busy loop): a longer node-side path, and nothing else. SIGTERM
  * or SIGINT stops the workers and removes the socket. Not for production: it
  * believes any token.
  */
@@ -27,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The same keys and answers as lua/seize.lua, minus the window parse: the
@@ -51,7 +54,7 @@ static int floor_port = 6379;
 static void floor_usage(FILE *out)
 {
     fprintf(out, "usage: floor-fcgi -s PATH|:PORT -r HOST:PORT [-n WORKERS] [-b BACKLOG] "
-                 "[-f SCRIPT]\n");
+                 "[-f SCRIPT] [-w USEC]\n");
 }
 
 static void floor_reply(FCGX_Stream *out, const char *status, const char *code, const char *msg,
@@ -114,6 +117,20 @@ static redisContext *floor_connect(void)
     return c;
 }
 
+static long floor_work_us; /* -w */
+
+/* Spends floor_work_us of this thread's CPU time. */
+static void floor_spin(void)
+{
+    struct timespec t0, t;
+    if (floor_work_us <= 0)
+        return;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+    do
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    while ((t.tv_sec - t0.tv_sec) * 1000000L + (t.tv_nsec - t0.tv_nsec) / 1000 < floor_work_us);
+}
+
 static int floor_serve(int listen_fd)
 {
     FCGX_Request req;
@@ -136,6 +153,7 @@ static int floor_serve(int listen_fd)
             FCGX_Finish_r(&req);
             continue;
         }
+        floor_spin();
         int shard = keys_shard(id);
         char k1[KEYS_MAX], k2[KEYS_MAX], k3[KEYS_MAX], k4[KEYS_MAX], a[24], u[24];
         keys_stock(k1, shard);
@@ -192,7 +210,7 @@ int main(int argc, char **argv)
     long workers = 4, backlog = 1024;
     int opt;
 
-    while ((opt = getopt(argc, argv, "s:n:b:r:f:h")) != -1) {
+    while ((opt = getopt(argc, argv, "s:n:b:r:f:w:h")) != -1) {
         switch (opt) {
         case 's': path = optarg; break;
         case 'n':
@@ -222,6 +240,12 @@ int main(int argc, char **argv)
             floor_port = (int)port;
             break;
         }
+        case 'w':
+            if (prefork_parse_long(optarg, 0, 1000000, &floor_work_us) != 0) {
+                fprintf(stderr, "floor-fcgi: -w wants 0..1000000\n");
+                return 2;
+            }
+            break;
         case 'f':
             floor_script = floor_read_file(optarg);
             if (floor_script == NULL) {
