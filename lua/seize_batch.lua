@@ -18,6 +18,10 @@
 if redis.replicate_commands then
   redis.replicate_commands()
 end
+-- A batch is whole triples, or it is refused before anything is read.
+if #ARGV == 0 or #ARGV % 3 ~= 0 then
+  return redis.error_reply('ERR seize_batch.lua: ARGV is not whole triples')
+end
 local t = redis.call('TIME')
 local ms = math.floor(tonumber(t[2]) / 1000)
 local now = tonumber(t[1]) * 1000 + ms

@@ -253,6 +253,102 @@ END_TEST
 
 /* Every file of lua/ is built in, none twice, and no built-in one keeps a
  * comment line. */
+static const char *script_text(const char *name)
+{
+    for (int i = 0; i < script_count; i++)
+        if (strcmp(script_all[i].name, name) == 0)
+            return script_all[i].text;
+    ck_abort_msg("no script %s", name);
+    return NULL;
+}
+
+/* seize_batch.lua stores each grant's time in the seize list and the sync
+ * queue as the decimal milliseconds it answers (Redis' clock), the form
+ * lua/coupon_return.lua compares as a string; read again, the same batch
+ * answers -1 with that time for each user. */
+START_TEST(seize_batch_stores_the_time_it_answers)
+{
+    struct rconn *rc = redis_conn();
+    long long now = cs_now_ms();
+    redisReply *r = rconn_command(rc, NULL, "HSET S:{9} 11 5");
+    ck_assert_ptr_nonnull(r);
+    freeReplyObject(r);
+    r = rconn_command(rc, NULL, "HSET W:{9} 11 %lld,%lld", now - 60000, now + 600000);
+    ck_assert_ptr_nonnull(r);
+    freeReplyObject(r);
+    const char *text = script_text("seize_batch");
+    long long first = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        r = rconn_command(rc, NULL, "EVAL %s 4 S:{9} Q:{9} W:{9} L:{9} 11 501 4 11 502 4", text);
+        ck_assert_ptr_nonnull(r);
+        ck_assert_msg(r->type == REDIS_REPLY_ARRAY && r->elements == 5, "%s",
+                      r->type == REDIS_REPLY_ERROR ? r->str : "not 5 elements");
+        long long t = r->element[0]->integer;
+        if (pass == 0) {
+            first = t;
+            ck_assert_int_eq(r->element[1]->integer, 4);
+            ck_assert_int_eq(r->element[3]->integer, 3);
+        } else {
+            ck_assert_int_eq(r->element[1]->integer, -1);
+            ck_assert_int_eq(r->element[2]->integer, first);
+            ck_assert_int_eq(r->element[3]->integer, -1);
+            ck_assert_int_eq(r->element[4]->integer, first);
+        }
+        freeReplyObject(r);
+    }
+    char want[32];
+    snprintf(want, sizeof(want), "%lld", first);
+    const char *fields[][2] = {{"L:{9}", "501"}, {"L:{9}", "502"}, {"Q:{9}", "11:501"},
+                               {"Q:{9}", "11:502"}};
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+        r = rconn_command(rc, NULL, "HGET %s %s", fields[i][0], fields[i][1]);
+        ck_assert_ptr_nonnull(r);
+        ck_assert_int_eq(r->type, REDIS_REPLY_STRING);
+        ck_assert_str_eq(r->str, want);
+        freeReplyObject(r);
+    }
+    r = rconn_command(rc, NULL, "HGET S:{9} 11");
+    ck_assert_ptr_nonnull(r);
+    ck_assert_str_eq(r->str, "3");
+    freeReplyObject(r);
+    rconn_free(rc);
+}
+END_TEST
+
+/* A batch that is not whole triples is refused before it reads or writes. */
+START_TEST(seize_batch_refuses_a_partial_triple)
+{
+    struct rconn *rc = redis_conn();
+    long long now = cs_now_ms();
+    redisReply *r = rconn_command(rc, NULL, "HSET S:{8} 11 5");
+    ck_assert_ptr_nonnull(r);
+    freeReplyObject(r);
+    r = rconn_command(rc, NULL, "HSET W:{8} 11 %lld,%lld", now - 60000, now + 600000);
+    ck_assert_ptr_nonnull(r);
+    freeReplyObject(r);
+    const char *text = script_text("seize_batch");
+    /* hiredis splits the format at spaces, not the text of a %s. */
+    const char *cmd[] = {"EVAL %s 4 S:{8} Q:{8} W:{8} L:{8} 11 601 4 11",
+                         "EVAL %s 4 S:{8} Q:{8} W:{8} L:{8} 11 601 4 11 602",
+                         "EVAL %s 4 S:{8} Q:{8} W:{8} L:{8}"};
+    for (size_t i = 0; i < sizeof(cmd) / sizeof(cmd[0]); i++) {
+        r = rconn_command(rc, NULL, cmd[i], text);
+        ck_assert_ptr_nonnull(r);
+        ck_assert_msg(r->type == REDIS_REPLY_ERROR, "call %zu was not refused", i);
+        freeReplyObject(r);
+    }
+    r = rconn_command(rc, NULL, "EXISTS L:{8} Q:{8}");
+    ck_assert_ptr_nonnull(r);
+    ck_assert_int_eq(r->integer, 0);
+    freeReplyObject(r);
+    r = rconn_command(rc, NULL, "HGET S:{8} 11");
+    ck_assert_ptr_nonnull(r);
+    ck_assert_str_eq(r->str, "5");
+    freeReplyObject(r);
+    rconn_free(rc);
+}
+END_TEST
+
 START_TEST(every_file_is_built_in)
 {
     const char *src = getenv("top_srcdir");
@@ -333,6 +429,8 @@ int main(void)
     tcase_add_test(tr, replay_of_a_token_spent_twice_is_dead_lettered_once);
     tcase_add_test(tr, replay_of_a_token_spent_twice_takes_from_stock);
     tcase_add_test(tr, replay_of_a_token_spent_twice_without_stock_to_take);
+    tcase_add_test(tr, seize_batch_stores_the_time_it_answers);
+    tcase_add_test(tr, seize_batch_refuses_a_partial_triple);
     suite_add_tcase(s, tr);
     /* Fork mode would kill the fixture's server with the first test child. */
     return cs_run_suite(s, 1);
