@@ -33,12 +33,9 @@ local acts, order, out = {}, {}, { now }
 
 -- The activity's state as the batch began: its stock or why none is sold,
 -- and which of the batch's users already hold one (one HMGET for them all).
+-- Read once per activity: the loop below keeps it in acts.
 local function activity(aid, list)
-  local a = acts[aid]
-  if a then
-    return a
-  end
-  a = { list = list, seen = {}, granted = {}, queued = {}, n = 0, held = {} }
+  local a = { list = list, seen = {}, granted = {}, queued = {}, n = 0, held = {} }
   acts[aid] = a
   order[#order + 1] = aid
   local users = {}

@@ -89,20 +89,59 @@ START_TEST(script_loads)
 }
 END_TEST
 
+/* The text of lua/NAME.lua as built in. */
+static const char *script_text(const char *name)
+{
+    for (int i = 0; i < script_count; i++)
+        if (strcmp(script_all[i].name, name) == 0)
+            return script_all[i].text;
+    ck_abort_msg("no script %s", name);
+    return NULL;
+}
+
+/* HSET KEY FIELD VALUE, which must succeed. */
+static void hset(struct rconn *rc, const char *key, const char *field, const char *value)
+{
+    redisReply *r = rconn_command(rc, NULL, "HSET %s %s %s", key, field, value);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_msg(r->type == REDIS_REPLY_INTEGER, "HSET %s: %s", key,
+                  r->type == REDIS_REPLY_ERROR ? r->str : "not an integer");
+    freeReplyObject(r);
+}
+
+/* HGET KEY FIELD answers WANT (NULL: no such field). */
+static void hget_is(struct rconn *rc, const char *key, const char *field, const char *want)
+{
+    redisReply *r = rconn_command(rc, NULL, "HGET %s %s", key, field);
+    ck_assert_ptr_nonnull(r);
+    if (want == NULL) {
+        ck_assert_int_eq(r->type, REDIS_REPLY_NIL);
+    } else {
+        ck_assert_msg(r->type == REDIS_REPLY_STRING, "HGET %s %s: no string", key, field);
+        ck_assert_str_eq(r->str, want);
+    }
+    freeReplyObject(r);
+}
+
+/* How many of keys A and B exist (one named twice counts twice). */
+static long long exist(struct rconn *rc, const char *a, const char *b)
+{
+    redisReply *r = rconn_command(rc, NULL, "EXISTS %s %s", a, b);
+    ck_assert_ptr_nonnull(r);
+    ck_assert_int_eq(r->type, REDIS_REPLY_INTEGER);
+    long long n = r->integer;
+    freeReplyObject(r);
+    return n;
+}
+
 /* reserve_replay.lua once, on the keys of slot {tag}: token 0 of epoch 1
  * of incarnation inc1, activity aid, user 7, seized at 1700000000000.
  * Returns its answer. */
 static long long replay_once(struct rconn *rc, int tag, int aid)
 {
-    static const char *text;
-    if (text == NULL)
-        for (int i = 0; i < script_count; i++)
-            if (strcmp(script_all[i].name, "reserve_replay") == 0)
-                text = script_all[i].text;
-    ck_assert_ptr_nonnull(text);
     redisReply *r = rconn_command(rc, NULL, "EVAL %s 6 S:{%d} L:{%d} Q:{%d} R:{%d} E:{%d} D:{%d} "
-                                  "%d 7 inc1 1 0 1700000000000", text, tag, tag, tag, tag, tag,
-                                  tag, aid);
+                                  "%d 7 inc1 1 0 1700000000000", script_text("reserve_replay"),
+                                  tag, tag, tag, tag, tag, tag, aid);
     ck_assert_ptr_nonnull(r);
     ck_assert_msg(r->type == REDIS_REPLY_INTEGER, "%s",
                   r->type == REDIS_REPLY_ERROR ? r->str : "not an integer");
@@ -119,30 +158,18 @@ static long long replay_once(struct rconn *rc, int tag, int aid)
 START_TEST(replay_of_a_token_spent_twice_is_dead_lettered_once)
 {
     struct rconn *rc = redis_conn();
-    redisReply *r = rconn_command(rc, NULL, "HSET E:{1} inc1:1:0 999");
-    ck_assert_ptr_nonnull(r);
-    freeReplyObject(r);
-    r = rconn_command(rc, NULL, "HSET S:{1} 4201 0");
-    ck_assert_ptr_nonnull(r);
-    freeReplyObject(r);
+    hset(rc, "E:{1}", "inc1:1:0", "999");
+    hset(rc, "S:{1}", "4201", "0");
     ck_assert_int_eq(replay_once(rc, 1, 4201), SCRIPT_REPLAY_SPENT_TWICE);
     ck_assert_int_eq(replay_once(rc, 1, 4201), SCRIPT_REPLAY_SPENT_TWICE_KNOWN);
-    r = rconn_command(rc, NULL, "HLEN D:{1}");
+    redisReply *r = rconn_command(rc, NULL, "HLEN D:{1}");
     ck_assert_ptr_nonnull(r);
     ck_assert_int_eq(r->integer, 1);
     freeReplyObject(r);
-    r = rconn_command(rc, NULL, "HGET D:{1} 4201:inc1:1:0:7");
-    ck_assert_str_eq(r->str, "7:1700000000000:token spent twice (marker of 999)");
-    freeReplyObject(r);
-    r = rconn_command(rc, NULL, "HGET S:{1} 4201");
-    ck_assert_str_eq(r->str, "0"); /* nothing taken */
-    freeReplyObject(r);
-    r = rconn_command(rc, NULL, "EXISTS L:{1} Q:{1}");
-    ck_assert_int_eq(r->integer, 0); /* nobody granted, nothing queued */
-    freeReplyObject(r);
-    r = rconn_command(rc, NULL, "HGET E:{1} inc1:1:0");
-    ck_assert_str_eq(r->str, "999"); /* the other user's marker is left as it was */
-    freeReplyObject(r);
+    hget_is(rc, "D:{1}", "4201:inc1:1:0:7", "7:1700000000000:token spent twice (marker of 999)");
+    hget_is(rc, "S:{1}", "4201", "0");                 /* nothing taken */
+    ck_assert_int_eq(exist(rc, "L:{1}", "Q:{1}"), 0);  /* nobody granted, nothing queued */
+    hget_is(rc, "E:{1}", "inc1:1:0", "999"); /* the other user's marker is left as it was */
     rconn_free(rc);
 }
 END_TEST
@@ -155,41 +182,25 @@ END_TEST
 START_TEST(replay_of_a_token_spent_twice_takes_from_stock)
 {
     struct rconn *rc = redis_conn();
-    redisReply *r = rconn_command(rc, NULL, "HSET E:{2} inc1:1:0 999");
-    ck_assert_ptr_nonnull(r);
-    freeReplyObject(r);
-    r = rconn_command(rc, NULL, "HSET S:{2} 4202 5");
-    ck_assert_ptr_nonnull(r);
-    freeReplyObject(r);
+    hset(rc, "E:{2}", "inc1:1:0", "999");
+    hset(rc, "S:{2}", "4202", "5");
     for (int round = 0; round < 3; round++) {
         if (round == 2) {
-            r = rconn_command(rc, NULL, "DEL D:{2}");
+            redisReply *r = rconn_command(rc, NULL, "DEL D:{2}");
+            ck_assert_ptr_nonnull(r);
             freeReplyObject(r);
         }
         ck_assert_int_eq(replay_once(rc, 2, 4202),
                          round == 0 ? SCRIPT_REPLAY_TWICE_STOCK : SCRIPT_REPLAY_BEFORE);
-        if (round == 0) {
-            r = rconn_command(rc, NULL, "HGET D:{2} 4202:inc1:1:0:7");
-            ck_assert_str_eq(r->str,
-                             "7:1700000000000:token spent twice (marker of 999); granted from stock");
-            freeReplyObject(r);
-        }
+        if (round == 0)
+            hget_is(rc, "D:{2}", "4202:inc1:1:0:7",
+                    "7:1700000000000:token spent twice (marker of 999); granted from stock");
     }
-    r = rconn_command(rc, NULL, "HGET S:{2} 4202");
-    ck_assert_str_eq(r->str, "4"); /* one coupon taken, once */
-    freeReplyObject(r);
-    r = rconn_command(rc, NULL, "EXISTS D:{2}");
-    ck_assert_int_eq(r->integer, 0); /* read again: no dead letter written anew */
-    freeReplyObject(r);
-    r = rconn_command(rc, NULL, "HGET L:{2} 7");
-    ck_assert_str_eq(r->str, "1700000000000");
-    freeReplyObject(r);
-    r = rconn_command(rc, NULL, "HGET Q:{2} 4202:7");
-    ck_assert_str_eq(r->str, "1700000000000");
-    freeReplyObject(r);
-    r = rconn_command(rc, NULL, "HGET E:{2} inc1:1:0");
-    ck_assert_str_eq(r->str, "999");
-    freeReplyObject(r);
+    hget_is(rc, "S:{2}", "4202", "4"); /* one coupon taken, once */
+    ck_assert_int_eq(exist(rc, "D:{2}", "D:{2}"), 0); /* read again: no dead letter anew */
+    hget_is(rc, "L:{2}", "7", "1700000000000");
+    hget_is(rc, "Q:{2}", "4202:7", "1700000000000");
+    hget_is(rc, "E:{2}", "inc1:1:0", "999");
     rconn_free(rc);
 }
 END_TEST
@@ -212,54 +223,37 @@ START_TEST(replay_of_a_token_spent_twice_without_stock_to_take)
     struct rconn *rc = redis_conn();
     for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
         redisReply *r = rconn_command(rc, NULL, "DEL S:{3} L:{3} Q:{3} E:{3} D:{3}");
+        ck_assert_ptr_nonnull(r);
         freeReplyObject(r);
-        r = rconn_command(rc, NULL, "HSET E:{3} inc1:1:0 999");
-        freeReplyObject(r);
-        if (c[i].stock != NULL) {
-            r = rconn_command(rc, NULL, "HSET S:{3} 4203 %s", c[i].stock);
-            freeReplyObject(r);
-        }
-        if (c[i].holds) {
-            r = rconn_command(rc, NULL, "HSET L:{3} 7 1600000000000");
-            freeReplyObject(r);
-        }
+        hset(rc, "E:{3}", "inc1:1:0", "999");
+        if (c[i].stock != NULL)
+            hset(rc, "S:{3}", "4203", c[i].stock);
+        if (c[i].holds)
+            hset(rc, "L:{3}", "7", "1600000000000");
         ck_assert_int_eq(replay_once(rc, 3, 4203), SCRIPT_REPLAY_SPENT_TWICE);
         ck_assert_int_eq(replay_once(rc, 3, 4203), SCRIPT_REPLAY_SPENT_TWICE_KNOWN);
-        r = rconn_command(rc, NULL, "HGET S:{3} 4203");
-        if (c[i].stock == NULL)
-            ck_assert_int_eq(r->type, REDIS_REPLY_NIL);
-        else
-            ck_assert_str_eq(r->str, c[i].stock);
-        freeReplyObject(r);
-        r = rconn_command(rc, NULL, "HGET L:{3} 7");
-        if (c[i].holds)
-            ck_assert_str_eq(r->str, "1600000000000"); /* the coupon it held, kept */
-        else
-            ck_assert_int_eq(r->type, REDIS_REPLY_NIL);
-        freeReplyObject(r);
-        r = rconn_command(rc, NULL, "EXISTS Q:{3}");
-        ck_assert_int_eq(r->integer, 0); /* nothing queued for MySQL */
-        freeReplyObject(r);
-        r = rconn_command(rc, NULL, "HGET D:{3} 4203:inc1:1:0:7");
-        ck_assert_str_eq(r->str, c[i].letter);
-        freeReplyObject(r);
-        r = rconn_command(rc, NULL, "HGET E:{3} inc1:1:0");
-        ck_assert_str_eq(r->str, "999");
-        freeReplyObject(r);
+        hget_is(rc, "S:{3}", "4203", c[i].stock);
+        /* the coupon it held, kept */
+        hget_is(rc, "L:{3}", "7", c[i].holds ? "1600000000000" : NULL);
+        ck_assert_int_eq(exist(rc, "Q:{3}", "Q:{3}"), 0); /* nothing queued for MySQL */
+        hget_is(rc, "D:{3}", "4203:inc1:1:0:7", c[i].letter);
+        hget_is(rc, "E:{3}", "inc1:1:0", "999");
     }
     rconn_free(rc);
 }
 END_TEST
 
-/* Every file of lua/ is built in, none twice, and no built-in one keeps a
- * comment line. */
-static const char *script_text(const char *name)
+/* Sale 11 of slot {tag} for seize_batch.lua: a stock of 5, on sale from a
+ * minute ago for ten minutes. */
+static void batch_sale(struct rconn *rc, int tag)
 {
-    for (int i = 0; i < script_count; i++)
-        if (strcmp(script_all[i].name, name) == 0)
-            return script_all[i].text;
-    ck_abort_msg("no script %s", name);
-    return NULL;
+    char key[16], window[48];
+    long long now = cs_now_ms();
+    snprintf(key, sizeof(key), "S:{%d}", tag);
+    hset(rc, key, "11", "5");
+    snprintf(key, sizeof(key), "W:{%d}", tag);
+    snprintf(window, sizeof(window), "%lld,%lld", now - 60000, now + 600000);
+    hset(rc, key, "11", window);
 }
 
 /* seize_batch.lua stores each grant's time in the seize list and the sync
@@ -269,23 +263,17 @@ static const char *script_text(const char *name)
 START_TEST(seize_batch_stores_the_time_it_answers)
 {
     struct rconn *rc = redis_conn();
-    long long now = cs_now_ms();
-    redisReply *r = rconn_command(rc, NULL, "HSET S:{9} 11 5");
-    ck_assert_ptr_nonnull(r);
-    freeReplyObject(r);
-    r = rconn_command(rc, NULL, "HSET W:{9} 11 %lld,%lld", now - 60000, now + 600000);
-    ck_assert_ptr_nonnull(r);
-    freeReplyObject(r);
+    batch_sale(rc, 9);
     const char *text = script_text("seize_batch");
     long long first = 0;
     for (int pass = 0; pass < 2; pass++) {
-        r = rconn_command(rc, NULL, "EVAL %s 4 S:{9} Q:{9} W:{9} L:{9} 11 501 4 11 502 4", text);
+        redisReply *r = rconn_command(rc, NULL,
+                                      "EVAL %s 4 S:{9} Q:{9} W:{9} L:{9} 11 501 4 11 502 4", text);
         ck_assert_ptr_nonnull(r);
         ck_assert_msg(r->type == REDIS_REPLY_ARRAY && r->elements == 5, "%s",
                       r->type == REDIS_REPLY_ERROR ? r->str : "not 5 elements");
-        long long t = r->element[0]->integer;
         if (pass == 0) {
-            first = t;
+            first = r->element[0]->integer;
             ck_assert_int_eq(r->element[1]->integer, 4);
             ck_assert_int_eq(r->element[3]->integer, 3);
         } else {
@@ -298,19 +286,11 @@ START_TEST(seize_batch_stores_the_time_it_answers)
     }
     char want[32];
     snprintf(want, sizeof(want), "%lld", first);
-    const char *fields[][2] = {{"L:{9}", "501"}, {"L:{9}", "502"}, {"Q:{9}", "11:501"},
-                               {"Q:{9}", "11:502"}};
-    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
-        r = rconn_command(rc, NULL, "HGET %s %s", fields[i][0], fields[i][1]);
-        ck_assert_ptr_nonnull(r);
-        ck_assert_int_eq(r->type, REDIS_REPLY_STRING);
-        ck_assert_str_eq(r->str, want);
-        freeReplyObject(r);
-    }
-    r = rconn_command(rc, NULL, "HGET S:{9} 11");
-    ck_assert_ptr_nonnull(r);
-    ck_assert_str_eq(r->str, "3");
-    freeReplyObject(r);
+    hget_is(rc, "L:{9}", "501", want);
+    hget_is(rc, "L:{9}", "502", want);
+    hget_is(rc, "Q:{9}", "11:501", want);
+    hget_is(rc, "Q:{9}", "11:502", want);
+    hget_is(rc, "S:{9}", "11", "3");
     rconn_free(rc);
 }
 END_TEST
@@ -319,36 +299,26 @@ END_TEST
 START_TEST(seize_batch_refuses_a_partial_triple)
 {
     struct rconn *rc = redis_conn();
-    long long now = cs_now_ms();
-    redisReply *r = rconn_command(rc, NULL, "HSET S:{8} 11 5");
-    ck_assert_ptr_nonnull(r);
-    freeReplyObject(r);
-    r = rconn_command(rc, NULL, "HSET W:{8} 11 %lld,%lld", now - 60000, now + 600000);
-    ck_assert_ptr_nonnull(r);
-    freeReplyObject(r);
+    batch_sale(rc, 8);
     const char *text = script_text("seize_batch");
     /* hiredis splits the format at spaces, not the text of a %s. */
     const char *cmd[] = {"EVAL %s 4 S:{8} Q:{8} W:{8} L:{8} 11 601 4 11",
                          "EVAL %s 4 S:{8} Q:{8} W:{8} L:{8} 11 601 4 11 602",
                          "EVAL %s 4 S:{8} Q:{8} W:{8} L:{8}"};
     for (size_t i = 0; i < sizeof(cmd) / sizeof(cmd[0]); i++) {
-        r = rconn_command(rc, NULL, cmd[i], text);
+        redisReply *r = rconn_command(rc, NULL, cmd[i], text);
         ck_assert_ptr_nonnull(r);
         ck_assert_msg(r->type == REDIS_REPLY_ERROR, "call %zu was not refused", i);
         freeReplyObject(r);
     }
-    r = rconn_command(rc, NULL, "EXISTS L:{8} Q:{8}");
-    ck_assert_ptr_nonnull(r);
-    ck_assert_int_eq(r->integer, 0);
-    freeReplyObject(r);
-    r = rconn_command(rc, NULL, "HGET S:{8} 11");
-    ck_assert_ptr_nonnull(r);
-    ck_assert_str_eq(r->str, "5");
-    freeReplyObject(r);
+    ck_assert_int_eq(exist(rc, "L:{8}", "Q:{8}"), 0);
+    hget_is(rc, "S:{8}", "11", "5");
     rconn_free(rc);
 }
 END_TEST
 
+/* Every file of lua/ is built in, none twice, and no built-in one keeps a
+ * comment line. */
 START_TEST(every_file_is_built_in)
 {
     const char *src = getenv("top_srcdir");
