@@ -197,8 +197,7 @@ static void act_bad_field(struct req *r, const char *field, const char *fmt, ...
 
 static void act_mysql_down(struct worker *w, struct req *r, const char *what)
 {
-    log_error("%s: %s", what, w->mc->errstr);
-    req_reply(r, CODE_UNAVAILABLE, "MySQL unavailable", NULL, 5);
+    req_mysql_fail(r, w->mc, what, NULL);
 }
 
 /* Answers one activity as it is now: 200 (or 201 after a create). */

@@ -35,8 +35,7 @@ static void coupon_send(struct req *r, cJSON *root)
 
 static void coupon_mysql_down(struct worker *w, struct req *r, const char *what)
 {
-    log_error("%s: %s", what, w->mc->errstr);
-    req_reply(r, CODE_UNAVAILABLE, "MySQL unavailable", NULL, 5);
+    req_mysql_fail(r, w->mc, what, NULL);
 }
 
 /* ---- GET /market/consumer/coupon/mine ------------------------------------------------ */

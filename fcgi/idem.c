@@ -78,8 +78,7 @@ static int idem_key_parse(const char *h, char *out, size_t outlen)
 
 static void idem_mysql_down(struct mconn *mc, struct req *r)
 {
-    log_error("admin_idempotency: %s", mc->errstr);
-    req_reply(r, CODE_UNAVAILABLE, "MySQL unavailable; nothing was done", NULL, 5);
+    req_mysql_fail(r, mc, "admin_idempotency", "MySQL unavailable; nothing was done");
 }
 
 /* Answers the stored answer again, marked as a replay. */

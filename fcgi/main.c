@@ -2,6 +2,7 @@
 #include "conf.h"
 #include "cs.h"
 #include "log.h"
+#include "schema.h"
 #include "sdnotify.h"
 #include "shm.h"
 #include "super.h"
@@ -53,6 +54,11 @@ int main(int argc, char **argv)
         default: usage(stderr); return 1;
         }
     }
+    if (optind < argc) {
+        fprintf(stderr, "coupon-fcgi: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
+        return 1;
+    }
     if (conf_load(&conf, path, err, sizeof(err)) != CS_OK) {
         fprintf(stderr, "coupon-fcgi: %s\n", err);
         if (test)
@@ -74,6 +80,12 @@ int main(int argc, char **argv)
         return 0;
     }
     log_init("coupon-fcgi", log_level_parse(conf.log_level), conf.log_target);
+    /* Code and schema must match before anything is served (an in-place
+     * upgrade that refuses here leaves the old binary serving). */
+    if (schema_check_start(&conf) != CS_OK) {
+        conf_free(&conf);
+        return 1;
+    }
 
     int rc;
     if (is_listening_socket(0)) {

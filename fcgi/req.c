@@ -2,6 +2,7 @@
 #include "req.h"
 #include "cs.h"
 #include "log.h"
+#include "mconn.h"
 #include "params.h"
 
 #include <cjson/cJSON.h>
@@ -153,4 +154,16 @@ int req_admin_id(struct req *r, struct auth_identity *who, int64_t *id)
     }
     r->audit_id = *id;
     return CS_OK;
+}
+
+void req_mysql_fail(struct req *r, const struct mconn *mc, const char *what, const char *done)
+{
+    if (mconn_err_is_denied(mc)) {
+        log_error("%s: %s", what, mc->errstr);
+        req_reply(r, CODE_INTERNAL_ERROR,
+                  "MySQL refused the statement: the database user lacks a privilege", NULL, 0);
+        return;
+    }
+    log_error("%s: %s", what, mc->errstr);
+    req_reply(r, CODE_UNAVAILABLE, done != NULL ? done : "MySQL unavailable", NULL, 5);
 }

@@ -9,6 +9,8 @@
 #include "auth.h"
 #include "http.h"
 
+struct mconn;
+
 /* The routes, for the metrics (per route and code) and the route table. */
 enum route_id {
     ROUTE_SEIZE,
@@ -70,6 +72,13 @@ void req_finish(FCGX_Request *fr);
 /* Answers the request; records the code for metrics. */
 void req_reply(struct req *r, enum cs_code code, const char *msg, const char *extra,
                int retry_after_s);
+
+/* Answers a MySQL failure of mc while doing `what` (logged with mc's error):
+ * 503 UNAVAILABLE with Retry-After when MySQL failed or could not be reached;
+ * 500 INTERNAL_ERROR when it refused for lack of a privilege (a grant to
+ * fix, not an outage to wait out), logged as such. `done` is the answer's msg
+ * in the first case (NULL: "MySQL unavailable"). */
+void req_mysql_fail(struct req *r, const struct mconn *mc, const char *what, const char *done);
 
 /* Reads the JSON body within the configured cap. CS_OK, or CS_ERR after
  * answering 415 / 413 / 400. */

@@ -3,6 +3,7 @@
 #include "cs.h"
 #include "rcluster.h"
 
+#include <errno.h>
 #include <libconfig.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -72,6 +73,7 @@ static const struct conf_key conf_keys[] = {
 
     S("auth.mode", auth_mode, 1, "jwt", modes),
     S("auth.jwt_secret", auth_jwt_secret, 0, "", NULL),
+    S("auth.jwt_secret_file", auth_jwt_secret_file, 0, "", NULL),
     S("auth.verifier", auth_verifier, 1, "openssl", verifiers),
     I("auth.leeway_s", auth_leeway_s, 0, 3600, 0),
     S("auth.audience", auth_audience, 0, "", NULL),
@@ -254,12 +256,68 @@ static int conf_apply(struct cs_conf *conf, const struct conf_key *k, config_set
     return CS_OK;
 }
 
+/* The HS256 key from auth.jwt_secret_file into conf->auth_jwt_secret: the
+ * file's bytes, one trailing newline (LF or CRLF) removed. CS_OK, or CS_ERR
+ * with err naming the file and the reason (never its content). */
+static int conf_read_secret(struct cs_conf *conf, const char *path, char *err, size_t errlen)
+{
+    const char *f = conf->auth_jwt_secret_file;
+    char buf[4097];
+    size_t n;
+
+    if (conf->auth_jwt_secret[0] != '\0') {
+        snprintf(err, errlen, "%s: 'auth.jwt_secret' and 'auth.jwt_secret_file' are both set; "
+                 "keep one", path);
+        return CS_ERR;
+    }
+    FILE *fp = fopen(f, "r");
+    if (fp == NULL) {
+        int e = errno;
+        snprintf(err, errlen, "%s: 'auth.jwt_secret_file' = \"%s\": cannot open it: %s%s", path,
+                 f, strerror(e),
+                 e == EACCES ? " (it must be readable by the daemons' group, e.g. 0640 "
+                               "root:couponseize)" : "");
+        return CS_ERR;
+    }
+    n = fread(buf, 1, sizeof(buf), fp);
+    int bad = ferror(fp);
+    fclose(fp);
+    if (bad) {
+        snprintf(err, errlen, "%s: 'auth.jwt_secret_file' = \"%s\": cannot read it", path, f);
+        return CS_ERR;
+    }
+    if (n == sizeof(buf)) {
+        snprintf(err, errlen, "%s: 'auth.jwt_secret_file' = \"%s\" is longer than %zu bytes",
+                 path, f, sizeof(buf) - 1);
+        return CS_ERR;
+    }
+    if (n > 0 && buf[n - 1] == '\n')
+        n--;
+    if (n > 0 && buf[n - 1] == '\r')
+        n--;
+    if (memchr(buf, '\0', n) != NULL || memchr(buf, '\n', n) != NULL) {
+        snprintf(err, errlen, "%s: 'auth.jwt_secret_file' = \"%s\" must hold the key on one "
+                 "line, without NUL bytes", path, f);
+        return CS_ERR;
+    }
+    buf[n] = '\0';
+    free(conf->auth_jwt_secret);
+    conf->auth_jwt_secret = xstrdup(buf);
+    explicit_bzero(buf, sizeof(buf));
+    return CS_OK;
+}
+
 /* Checks that involve more than one key. */
 static int conf_check_cross(const struct cs_conf *conf, const char *path, char *err, size_t errlen)
 {
     if (strcmp(conf->auth_mode, "jwt") == 0 && strlen(conf->auth_jwt_secret) < 32) {
-        snprintf(err, errlen, "%s: 'auth.jwt_secret' must be at least 32 characters when "
-                 "auth.mode = \"jwt\"", path);
+        if (conf->auth_jwt_secret_file[0] != '\0')
+            snprintf(err, errlen, "%s: the key in 'auth.jwt_secret_file' = \"%s\" must be at "
+                     "least 32 characters when auth.mode = \"jwt\"", path,
+                     conf->auth_jwt_secret_file);
+        else
+            snprintf(err, errlen, "%s: 'auth.jwt_secret' (or the file 'auth.jwt_secret_file' "
+                     "names) must be at least 32 characters when auth.mode = \"jwt\"", path);
         return CS_ERR;
     }
     if (conf->redis_cluster) {
@@ -296,6 +354,9 @@ int conf_load(struct cs_conf *conf, const char *path, char *err, size_t errlen)
         if (s != NULL && conf_apply(conf, &conf_keys[i], s, path, err, errlen) != CS_OK)
             goto out;
     }
+    if (conf->auth_jwt_secret_file[0] != '\0'
+        && conf_read_secret(conf, path, err, errlen) != CS_OK)
+        goto out;
     if (conf_check_cross(conf, path, err, errlen) != CS_OK)
         goto out;
     rc = CS_OK;

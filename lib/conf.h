@@ -59,7 +59,8 @@ struct cs_conf {
 
     /* auth */
     char *auth_mode;
-    char *auth_jwt_secret;
+    char *auth_jwt_secret;         /* the key, read from auth_jwt_secret_file when set */
+    char *auth_jwt_secret_file;    /* "" or a file holding the key on one line */
     char *auth_verifier;
     int auth_leeway_s;
     char *auth_audience;

@@ -52,7 +52,33 @@ void mconn_drop(struct mconn *mc)
 static void mconn_set_err(struct mconn *mc, unsigned err, const char *what, const char *why)
 {
     mc->err = err;
-    snprintf(mc->errstr, sizeof(mc->errstr), "%s failed: %s", what, why);
+    /* A refusal by privilege is no outage: say so in every log line that
+     * carries errstr, so the admin fixes the grant instead of MySQL. */
+    if (mconn_err_is_denied_errno(err))
+        snprintf(mc->errstr, sizeof(mc->errstr), "%s refused, a privilege is missing: %s "
+                 "(grant: doc/operations.md)", what, why);
+    else
+        snprintf(mc->errstr, sizeof(mc->errstr), "%s failed: %s", what, why);
+}
+
+int mconn_err_is_denied_errno(unsigned err)
+{
+    switch (err) {
+    case 1044: /* ER_DBACCESS_DENIED_ERROR */
+    case 1045: /* ER_ACCESS_DENIED_ERROR: the user or password is refused */
+    case 1142: /* ER_TABLEACCESS_DENIED_ERROR */
+    case 1143: /* ER_COLUMNACCESS_DENIED_ERROR */
+    case 1227: /* ER_SPECIFIC_ACCESS_DENIED_ERROR */
+    case 1370: /* ER_PROCACCESS_DENIED_ERROR */
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+int mconn_err_is_denied(const struct mconn *mc)
+{
+    return mconn_err_is_denied_errno(mc->err);
 }
 
 int mconn_err_is_conn(const struct mconn *mc)

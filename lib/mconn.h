@@ -78,4 +78,11 @@ void mconn_rollback(struct mconn *mc);
 /* True when the last failure was a lost or refused connection. */
 int mconn_err_is_conn(const struct mconn *mc);
 
+/* True when the last failure was MySQL refusing for lack of a privilege
+ * (ER_TABLEACCESS_DENIED_ERROR and its kin) or refusing the credentials:
+ * a configuration error, never an outage. errstr then says so and points
+ * at the documented grant. */
+int mconn_err_is_denied(const struct mconn *mc);
+int mconn_err_is_denied_errno(unsigned err);
+
 #endif

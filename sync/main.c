@@ -7,6 +7,7 @@
 #include "jobs.h"
 #include "keys.h"
 #include "log.h"
+#include "schema.h"
 #include "mconn.h"
 #include "pool.h"
 #include "preheat.h"
@@ -440,6 +441,8 @@ int main(int argc, char **argv)
         log_error("mysql_library_init() failed");
         goto out_conf;
     }
+    if (schema_check_start(&d.conf) != CS_OK)
+        goto out_lib;
     if (syncd_start(&d) != CS_OK)
         goto out_lib;
     log_notice("coupon-sync started: %d threads, batch %d, every %d s, config %s",

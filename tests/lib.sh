@@ -195,6 +195,13 @@ mysql_q() {
         -p"$MYSQL_PASSWORD" -N -B "$MYSQL_DATABASE" -e "$1"
 }
 
+# mysql_root_q SQL: runs SQL as the stack's MariaDB root, for what a test
+# does beyond the application's grant (deleting rows it planted).
+mysql_root_q() {
+    mariadb --no-defaults --host=localhost --socket="$MYSQL_SOCKET" -uroot \
+        -N -B "$MYSQL_DATABASE" -e "$1"
+}
+
 # mk_activity ID TOTAL START_OFFSET_S END_OFFSET_S [STATUS]: inserts an
 # activity whose distribution window is NOW()+START .. NOW()+END seconds. The
 # status follows from the window (1 not started, 2 in progress, 3 ended)

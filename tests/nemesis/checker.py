@@ -174,10 +174,12 @@ def _run(args, inp=None):
     return r.stdout
 
 
-def mysql(env, sql):
-    out = _run(["mariadb", "--no-defaults", "--host=localhost", "--socket=" + env["MYSQL_SOCKET"],
-                "-u" + env["MYSQL_USER"], "-p" + env["MYSQL_PASSWORD"], "-N", "-B",
-                env["MYSQL_DATABASE"], "-e", sql])
+def mysql(env, sql, root=False):
+    """Runs sql as the application's user, or as the stack's root (root=True)
+    for what goes beyond the application's grant."""
+    who = ["-uroot"] if root else ["-u" + env["MYSQL_USER"], "-p" + env["MYSQL_PASSWORD"]]
+    out = _run(["mariadb", "--no-defaults", "--host=localhost", "--socket=" + env["MYSQL_SOCKET"]]
+               + who + ["-N", "-B", env["MYSQL_DATABASE"], "-e", sql])
     return [line.split("\t") for line in out.splitlines() if line]
 
 

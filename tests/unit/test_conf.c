@@ -8,6 +8,10 @@
 #include "conf.h"
 #include "cs.h"
 #include "runner.h"
+#include "schema.h"
+
+#include <dirent.h>
+#include <sys/stat.h>
 
 static char path[64];
 
@@ -211,6 +215,76 @@ START_TEST(shipped_example_documents_every_key)
 }
 END_TEST
 
+/* auth.jwt_secret_file: the key read from its own file, one trailing
+ * newline dropped; both keys set, a short key, a missing file refused with
+ * the file named and never the key. */
+START_TEST(secret_file)
+{
+    struct cs_conf c;
+    char err[512] = "", sp[64], text[256];
+    strcpy(sp, "/tmp/cs-secret-XXXXXX");
+    int fd = mkstemp(sp);
+    ck_assert_int_ge(fd, 0);
+    const char key[] = "fedcba9876543210fedcba9876543210-key\n";
+    ck_assert_int_eq(write(fd, key, strlen(key)), (int)strlen(key));
+    close(fd);
+
+    snprintf(text, sizeof(text), "auth = { jwt_secret_file = \"%s\"; };\n", sp);
+    ck_assert_int_eq(load(text, &c, err, sizeof(err)), CS_OK);
+    ck_assert_str_eq(c.auth_jwt_secret, "fedcba9876543210fedcba9876543210-key");
+    conf_free(&c);
+
+    snprintf(text, sizeof(text),
+             "auth = { jwt_secret = \"0123456789abcdef0123456789abcdef\"; "
+             "jwt_secret_file = \"%s\"; };\n", sp);
+    expect_error(text, "both set", NULL);
+
+    FILE *f = fopen(sp, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("short\n", f);
+    fclose(f);
+    snprintf(text, sizeof(text), "auth = { jwt_secret_file = \"%s\"; };\n", sp);
+    ck_assert_int_eq(load(text, &c, err, sizeof(err)), CS_ERR);
+    ck_assert_msg(strstr(err, "at least 32") != NULL && strstr(err, sp) != NULL, "%s", err);
+    ck_assert_msg(strstr(err, "short") == NULL, "the key is in the message: %s", err);
+    unlink(sp);
+    expect_error(text, "cannot open it", sp);
+}
+END_TEST
+
+/* CS_SCHEMA_VERSION is the number of the last file in sql/, and the numbers
+ * run 1..N without a gap or a repeat. */
+START_TEST(schema_version_matches_sql)
+{
+    ck_assert_int_eq(schema_number("005_coupon_lifecycle"), 5);
+    ck_assert_int_eq(schema_number("/usr/share/couponseize/sql/012_x.sql"), 12);
+    ck_assert_int_eq(schema_number("demo_data.sql"), -1);
+    ck_assert_int_eq(schema_number("7.sql"), -1);
+
+    const char *src = getenv("top_srcdir");
+    char dir[512];
+    snprintf(dir, sizeof(dir), "%s/sql", src != NULL ? src : ".");
+    DIR *d = opendir(dir);
+    ck_assert_msg(d != NULL, "cannot open %s", dir);
+    int seen[1000] = {0}, max = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        int v = schema_number(e->d_name);
+        if (v < 0 || n < 4 || strcmp(e->d_name + n - 4, ".sql") != 0)
+            continue;
+        ck_assert_int_lt(v, 1000);
+        ck_assert_msg(!seen[v], "two files numbered %03d in sql/", v);
+        seen[v] = 1;
+        max = v > max ? v : max;
+    }
+    closedir(d);
+    ck_assert_int_eq(max, CS_SCHEMA_VERSION);
+    for (int v = 1; v <= max; v++)
+        ck_assert_msg(seen[v], "sql/ has no file numbered %03d", v);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("conf");
@@ -222,6 +296,8 @@ int main(void)
     tcase_add_test(tc, cluster_keys);
     tcase_add_test(tc, missing_file);
     tcase_add_test(tc, shipped_example_documents_every_key);
+    tcase_add_test(tc, secret_file);
+    tcase_add_test(tc, schema_version_matches_sql);
     suite_add_tcase(s, tc);
     return cs_run_suite(s, 0);
 }
