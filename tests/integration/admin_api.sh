@@ -357,6 +357,24 @@ expect "create with an id member" 400 BAD_REQUEST
 check_eq "the refused create's audit row names no activity (not the body's id $A)" "create 400 NULL" \
     "$(mysql_q "SELECT action, http_status, IFNULL(activity_id, 'NULL') FROM admin_audit WHERE request_body LIKE '%Claims $A%'" | tr '\t' ' ')"
 
+# --- a missing privilege is a grant to fix, not "MySQL unavailable" ---------------------------
+# The stack's user holds exactly the documented grant; without its one DELETE
+# (admin_idempotency) a keyed write answers 500 and the log names the privilege.
+grant_delete() {
+    local u
+    for u in "'couponseize'@'localhost'" "'couponseize'@'127.0.0.1'"; do
+        mysql_root_q "$1 DELETE ON couponseize.admin_idempotency ${2} $u" || return 1
+    done
+}
+grant_delete REVOKE FROM
+keyed "denied-$RANDOM" POST /market/admin/coupon/preheat
+expect "without the documented DELETE grant a keyed write answers 500" 500 INTERNAL_ERROR
+check_match "... and the log says a privilege is missing, naming the statement" \
+    "refused, a privilege is missing: DELETE command denied" "$(cat "$COUPON_DIR/fcgi.log")"
+grant_delete GRANT TO
+keyed "granted-$RANDOM" POST /market/admin/coupon/preheat
+expect "with the documented grant back, the keyed write runs" 200 OK
+
 # --- preheat refuses what a cross-site form can send, in the service itself ---------------------
 # Straight on the FastCGI socket: nginx's snippet answers 415 itself, lighttpd's and
 # Apache's do not.
