@@ -136,6 +136,15 @@ void api_metrics(struct worker *w, struct req *r)
     char *buf = xmalloc(cap);
     struct metrics_out o = {buf, cap, metrics_render(w->shm, w->conf->fallback_lease_ms, buf, cap)};
     metrics_workers(w->shm, &o);
+    /* Not while the breaker is open: a scrape must not add load to a Redis
+     * that is failing (the gauge is then absent, not 0). */
+    int aof = atomic_load(&w->shm->breaker.state) == BREAKER_OPEN ? -1
+                                                                   : durability_single(w->conf, w->rc);
+    if (aof >= 0)
+        metrics_emit(&o, "# HELP couponseize_redis_aof_always 1 when the (single) Redis persists "
+                     "each write before answering (appendonly yes, appendfsync always), 0 when "
+                     "not.\n# TYPE couponseize_redis_aof_always gauge\n"
+                     "couponseize_redis_aof_always %d\n", aof);
     api_metrics_activities(w, &o);
     size_t n = o.len;
     r->code = CODE_OK;

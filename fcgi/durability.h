@@ -18,4 +18,13 @@ void durability_note(struct shm_node *shm, int shard, int copies);
 int durability_read(const struct cs_conf *c, struct rconn *rc, struct shm_node *shm,
                     int copies[]);
 
+/* On a single Redis (not redis.cluster): 1 when it logs every write to its
+ * AOF and fsyncs it before answering (appendonly yes, appendfsync always,
+ * read with CONFIG GET through rc), 0 when it does not, -1 when it cannot
+ * be told (Redis unreachable, CONFIG refused). A 0 is logged as a warning
+ * naming the setting, at most once per 10 minutes per process: the node
+ * sells all the same, but a Redis crash may lose grants answered SEIZED.
+ * -1 on a cluster (rcluster checks each node itself). */
+int durability_single(const struct cs_conf *c, struct rconn *rc);
+
 #endif

@@ -3,6 +3,7 @@
 #include "breaker.h"
 #include "conf.h"
 #include "cs.h"
+#include "durability.h"
 #include "log.h"
 #include "meta.h"
 #include "mconn.h"
@@ -159,6 +160,10 @@ int worker_main(const struct cs_conf *conf, int listen_fd, struct shm_node *shm,
     }
     worker_listen_fd = listen_fd;
     log_debug("worker %d ready on fd %d", index, listen_fd);
+    /* One worker says at start when a single Redis does not persist each
+     * write (the metrics route keeps the gauge). */
+    if (index == 0)
+        (void)durability_single(conf, w.rc);
 
     for (;;) {
         worker_kept_fd = fr.ipcFd; /* >= 0 only when the web server keeps it */

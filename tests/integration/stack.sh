@@ -50,6 +50,17 @@ check_eq "redis appendfsync" always "$(rcli config get appendfsync | sed -n 2p)"
 check_eq "redis maxmemory-policy" noeviction "$(rcli config get maxmemory-policy | sed -n 2p)"
 check_eq "redis binds loopback only" 127.0.0.1 "$(rcli config get bind | sed -n 2p)"
 
+# coupon-fcgi checks the single Redis's durability as it checks cluster
+# nodes: a gauge, and a warning in its log while it sells on.
+aof_gauge() { http_get_body /market/admin/metrics | sed -n 's/^couponseize_redis_aof_always //p'; }
+http_get_body() { curl -s --max-time 10 "$COUPON_URL$1"; }
+check_eq "metrics: couponseize_redis_aof_always 1 with the shipped settings" 1 "$(aof_gauge)"
+rcli config set appendfsync everysec >/dev/null
+check_eq "metrics: ... 0 with appendfsync everysec" 0 "$(aof_gauge)"
+check_match "the log says so, naming the setting" \
+    "has appendfsync everysec, not always: .*sells all the same" "$(cat "$COUPON_DIR/fcgi.log")"
+rcli config set appendfsync always >/dev/null
+
 # MariaDB: schema applied, application user works over the socket and TCP.
 tables=$(mysql_q "SHOW TABLES" | sort | tr '\n' ' ')
 check_match "schema has activity and coupon" '(^| )activity .*coupon ' "$tables"
