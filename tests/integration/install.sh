@@ -83,9 +83,14 @@ done
 check "sysusers.d/couponseize.conf" test -f "$DEST${D[sysusersdir]}/couponseize.conf"
 check "tmpfiles.d/couponseize.conf" test -f "$DEST${D[tmpfilesdir]}/couponseize.conf"
 for f in nginx/couponseize.conf lighttpd/couponseize.conf apache2/couponseize.conf \
-    redis/couponseize-redis.conf spawn-fcgi/coupon-fcgi.sh; do
+    spawn-fcgi/coupon-fcgi.sh; do
     check "examples/$f" test -f "$DATA/examples/$f"
 done
+check "the Redis fragment beside the configuration" test -f "$ETC/couponseize-redis.conf"
+check_match "... and its header names where it is" \
+    "include ${D[pkgsysconfdir]}/couponseize-redis\\.conf" "$(cat "$ETC/couponseize-redis.conf" 2>/dev/null)"
+check_match "the example config names the key file beside it" \
+    "jwt_secret_file = \"${D[pkgsysconfdir]}/jwt_secret\";" "$(cat "$CONF" 2>/dev/null)"
 check "spawn-fcgi starter is executable" test -x "$DATA/examples/spawn-fcgi/coupon-fcgi.sh"
 check "lighttpd error pages" test -f "$DATA/errors/status-503.html"
 check_match "lighttpd snippet points at the installed error pages" \
@@ -131,15 +136,23 @@ check_match "coupon-sync.service runs this build's binary on this build's config
     "ExecStart=${D[sbindir]}/coupon-sync -c ${D[pkgsysconfdir]}/couponseize.conf" \
     "$(cat "$UNITS/coupon-sync.service" 2>/dev/null)"
 
-# The installed binaries accept the installed example once it has a JWT secret
-# (shipped empty on purpose: -t, and so ExecStartPre=, refuses to run without),
-# with the script path moved into DESTDIR.
-sed -e "s|\"${D[pkgdatadir]}/|\"$DATA/|" \
-    -e 's|^\( *jwt_secret = \)"";|\1"0123456789abcdef0123456789abcdef";|' "$CONF" >"$TMP/t.conf"
+# The installed binaries accept the installed example once its key file
+# exists (make install does not make one: -t, and so ExecStartPre=, refuses
+# to run without), with the script and the key file moved into DESTDIR.
+( umask 027; echo 0123456789abcdef0123456789abcdef >"$ETC/jwt_secret" )
+sed -e "s|\"${D[pkgdatadir]}/|\"$DATA/|" -e "s|\"${D[pkgsysconfdir]}/|\"$ETC/|" \
+    "$CONF" >"$TMP/t.conf"
 out=$("$SBIN/coupon-fcgi" -t -c "$CONF" 2>&1)
-check_match "coupon-fcgi -t refuses the example until a JWT secret is set" 'auth\.jwt_secret' "$out"
+check_match "coupon-fcgi -t refuses the example until its key file exists" \
+    "auth\\.jwt_secret_file.*${D[pkgsysconfdir]}/jwt_secret.*cannot open" "$out"
 check "coupon-fcgi -t accepts the example with a secret" quietly "$SBIN/coupon-fcgi" -t -c "$TMP/t.conf"
 check "coupon-sync -t accepts the example with a secret" quietly "$SBIN/coupon-sync" -t -c "$TMP/t.conf"
+rm -f "$ETC/jwt_secret"
+for b in coupon-fcgi coupon-sync; do
+    out=$("$SBIN/$b" -c "$TMP/t.conf" stray 2>&1)
+    check_eq "$b refuses a stray argument (exit 1)" 1 "$?"
+    check_match "... and says which" "unexpected argument 'stray'" "$out"
+done
 
 # --- systemd tools on the installed files ----------------------------------------
 
@@ -193,18 +206,28 @@ else
     check_match "user couponseize exists, no login shell" \
         '^couponseize:x:[0-9]+:[0-9]+:[^:]*:[^:]*:(/usr/sbin/nologin|/sbin/nologin|/bin/false)$' \
         "$(grep '^couponseize:' "$R/etc/passwd" 2>/dev/null)"
+    # An admin's mode on the state directory, set before tmpfiles runs (as at
+    # the next boot), is left alone, and so is the configuration's.
+    mkdir -p "$R${D[localstatedir]}/lib/couponseize"
+    chmod 0750 "$R${D[localstatedir]}/lib/couponseize"
+    chmod 0600 "$R${D[pkgsysconfdir]}/couponseize.conf"
     out=$(systemd-tmpfiles --root="$R" --create "$DEST${D[tmpfilesdir]}/couponseize.conf" 2>&1)
     check_eq "systemd-tmpfiles applies couponseize.conf" "" "$out"
     check_eq "/run/couponseize: 0750, couponseize, group www-data" "750 $uid 33" \
         "$(stat -c '%a %u %g' "$R/run/couponseize" 2>/dev/null)"
-    check_eq "state dir for the metrics file: 0755, couponseize" "755 $uid" \
+    check_eq "state dir an admin made 0750: mode kept, owner given only when made" "750 0" \
         "$(stat -c '%a %u' "$R${D[localstatedir]}/lib/couponseize" 2>/dev/null)"
+    check_eq "sysusers: the user's home is the state directory" \
+        "${D[localstatedir]}/lib/couponseize" \
+        "$(awk -F: '$1 == "couponseize" { print $6 }' "$R/etc/passwd" 2>/dev/null)"
     # coupon-fcgi refuses a journal directory that is not its own or that
     # group or others may write: the one tmpfiles makes is neither.
     check_eq "journal dir: 0700, couponseize" "700 $uid $gid" \
         "$(stat -c '%a %u %g' "$R${D[localstatedir]}/lib/couponseize/journal" 2>/dev/null)"
-    check_eq "config: 0640 root:couponseize" "640 0 $gid" \
-        "$(stat -c '%a %u %g' "$R${D[pkgsysconfdir]}/couponseize.conf" 2>/dev/null)"
+    check_eq "tmpfiles leaves the configuration's mode alone (no z line)" "600 0" \
+        "$(stat -c '%a %u' "$R${D[pkgsysconfdir]}/couponseize.conf" 2>/dev/null)"
+    check_eq "no z or Z line in tmpfiles.d" "" \
+        "$(grep -E '^[zZ][[:space:]]' "$DEST${D[tmpfilesdir]}/couponseize.conf")"
 fi
 
 # --- reinstall and uninstall -------------------------------------------------------
