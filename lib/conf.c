@@ -3,6 +3,7 @@
 #include "cs.h"
 #include "rcluster.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <libconfig.h>
 #include <stddef.h>
@@ -267,7 +268,7 @@ static int conf_read_secret(struct cs_conf *conf, const char *path, char *err, s
 
     if (conf->auth_jwt_secret[0] != '\0') {
         snprintf(err, errlen, "%s: 'auth.jwt_secret' and 'auth.jwt_secret_file' are both set; "
-                 "keep one", path);
+                 "keep one (set the other to \"\")", path);
         return CS_ERR;
     }
     FILE *fp = fopen(f, "r");
@@ -332,12 +333,12 @@ static int conf_check_cross(const struct cs_conf *conf, const char *path, char *
     return CS_OK;
 }
 
-int conf_load(struct cs_conf *conf, const char *path, char *err, size_t errlen)
+/* Reads one file and applies the keys it sets over what conf holds. */
+static int conf_apply_file(struct cs_conf *conf, const char *path, char *err, size_t errlen)
 {
     config_t cfg;
     int rc = CS_ERR;
 
-    conf_defaults(conf);
     config_init(&cfg);
     if (config_read_file(&cfg, path) != CONFIG_TRUE) {
         if (config_error_type(&cfg) == CONFIG_ERR_FILE_IO)
@@ -354,6 +355,70 @@ int conf_load(struct cs_conf *conf, const char *path, char *err, size_t errlen)
         if (s != NULL && conf_apply(conf, &conf_keys[i], s, path, err, errlen) != CS_OK)
             goto out;
     }
+    rc = CS_OK;
+out:
+    config_destroy(&cfg);
+    return rc;
+}
+
+static int conf_name_cmp(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The files PATH.d/NAME.conf in name order, applied over PATH: the local
+ * settings an admin keeps out of the packaged file. A missing directory is
+ * none; one that cannot be read is an error. */
+static int conf_apply_dir(struct cs_conf *conf, const char *path, char *err, size_t errlen)
+{
+    char dir[4096], file[4096 + 256];
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    int rc = CS_OK;
+
+    if ((size_t)snprintf(dir, sizeof(dir), "%s.d", path) >= sizeof(dir))
+        return CS_OK;
+    DIR *d = opendir(dir);
+    if (d == NULL) {
+        if (errno == ENOENT || errno == ENOTDIR)
+            return CS_OK;
+        snprintf(err, errlen, "%s: cannot read the directory: %s", dir, strerror(errno));
+        return CS_ERR;
+    }
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        size_t len = strlen(e->d_name);
+        /* NAME.conf only: no hidden files, editor backups or dpkg leftovers. */
+        if (e->d_name[0] == '.' || len < 6 || strcmp(e->d_name + len - 5, ".conf") != 0)
+            continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 8;
+            names = xrealloc(names, cap * sizeof(*names));
+        }
+        names[n++] = xstrdup(e->d_name);
+    }
+    closedir(d);
+    if (n > 0)
+        qsort(names, n, sizeof(*names), conf_name_cmp);
+    for (size_t i = 0; i < n; i++) {
+        if (rc == CS_OK) {
+            snprintf(file, sizeof(file), "%s/%s", dir, names[i]);
+            rc = conf_apply_file(conf, file, err, errlen);
+        }
+        free(names[i]);
+    }
+    free(names);
+    return rc;
+}
+
+int conf_load(struct cs_conf *conf, const char *path, char *err, size_t errlen)
+{
+    int rc = CS_ERR;
+
+    conf_defaults(conf);
+    if (conf_apply_file(conf, path, err, errlen) != CS_OK
+        || conf_apply_dir(conf, path, err, errlen) != CS_OK)
+        goto out;
     if (conf->auth_jwt_secret_file[0] != '\0'
         && conf_read_secret(conf, path, err, errlen) != CS_OK)
         goto out;
@@ -361,7 +426,6 @@ int conf_load(struct cs_conf *conf, const char *path, char *err, size_t errlen)
         goto out;
     rc = CS_OK;
 out:
-    config_destroy(&cfg);
     if (rc != CS_OK)
         conf_free(conf);
     return rc;

@@ -97,7 +97,10 @@ struct cs_conf {
     int sync_cleanup_grace_s;
 };
 
-/* Loads and validates PATH into *conf in one pass. Every key has a default; a
+/* Loads and validates PATH into *conf in one pass, then the files
+ * PATH.d/NAME.conf in name order (if that directory exists), each setting
+ * keys over what came before: the packaged file stays as shipped and an
+ * admin's settings live in PATH.d. Every key has a default; a
  * key that is unknown, of the wrong type or out of bounds is an error. On
  * error returns CS_ERR and writes a message naming the file, line and key into
  * err. On success the caller owns *conf and frees it with conf_free(). */

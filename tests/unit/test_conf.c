@@ -252,6 +252,62 @@ START_TEST(secret_file)
 }
 END_TEST
 
+/* PATH.d/NAME.conf in name order over PATH: later files win, other names
+ * are ignored, an error names the fragment's file and line. */
+START_TEST(conf_d_fragments)
+{
+    char dir[64], main_path[128], frag[192];
+    struct cs_conf c;
+    char err[512] = "";
+    strcpy(dir, "/tmp/cs-confd-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(main_path, sizeof(main_path), "%s/couponseize.conf", dir);
+    FILE *f = fopen(main_path, "w");
+    fputs("auth = { jwt_secret = \"0123456789abcdef0123456789abcdef\"; };\n"
+          "redis = { port = 7000; host = \"10.0.0.1\"; };\n", f);
+    fclose(f);
+    snprintf(frag, sizeof(frag), "%s.d", main_path);
+    ck_assert_int_eq(mkdir(frag, 0700), 0);
+    static const struct {
+        const char *name, *text;
+    } files[] = {
+        {"20-later.conf", "redis = { port = 7002; };\n"},
+        {"10-local.conf", "redis = { port = 7001; };\nmysql = { password = \"pw\"; };\n"},
+        {".hidden.conf", "redis = { port = 1; };\n"},
+        {"30-old.conf.dpkg-old", "redis = { port = 2; };\n"},
+        {"40-backup.conf~", "redis = { port = 3; };\n"},
+    };
+    for (size_t i = 0; i < CS_ARRAY_LEN(files); i++) {
+        snprintf(frag, sizeof(frag), "%s.d/%s", main_path, files[i].name);
+        f = fopen(frag, "w");
+        fputs(files[i].text, f);
+        fclose(f);
+    }
+    ck_assert_int_eq(conf_load(&c, main_path, err, sizeof(err)), CS_OK);
+    ck_assert_int_eq(c.redis_port, 7002);
+    ck_assert_str_eq(c.redis_host, "10.0.0.1");
+    ck_assert_str_eq(c.mysql_password, "pw");
+    conf_free(&c);
+
+    snprintf(frag, sizeof(frag), "%s.d/50-bad.conf", main_path);
+    f = fopen(frag, "w");
+    fputs("\nredis = { prot = 1; };\n", f);
+    fclose(f);
+    ck_assert_int_eq(conf_load(&c, main_path, err, sizeof(err)), CS_ERR);
+    ck_assert_msg(strstr(err, "50-bad.conf:2:") != NULL && strstr(err, "redis.prot") != NULL,
+                  "%s", err);
+    unlink(frag);
+    for (size_t i = 0; i < CS_ARRAY_LEN(files); i++) {
+        snprintf(frag, sizeof(frag), "%s.d/%s", main_path, files[i].name);
+        unlink(frag);
+    }
+    snprintf(frag, sizeof(frag), "%s.d", main_path);
+    rmdir(frag);
+    unlink(main_path);
+    rmdir(dir);
+}
+END_TEST
+
 /* CS_SCHEMA_VERSION is the number of the last file in sql/, and the numbers
  * run 1..N without a gap or a repeat. */
 START_TEST(schema_version_matches_sql)
@@ -297,6 +353,7 @@ int main(void)
     tcase_add_test(tc, missing_file);
     tcase_add_test(tc, shipped_example_documents_every_key);
     tcase_add_test(tc, secret_file);
+    tcase_add_test(tc, conf_d_fragments);
     tcase_add_test(tc, schema_version_matches_sql);
     suite_add_tcase(s, tc);
     return cs_run_suite(s, 0);
