@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # deb.sh - the Debian package on this machine: "make deb" builds it and
-# lintian passes it, dpkg -i installs it (system user, modes, conffile with a
-# fresh secret, units enabled), the installed services run as their units
-# run them (ExecStartPre=, ExecStart=, User=, the socket handed over as by
-# coupon-fcgi.socket): without MySQL and Redis they keep running and say so,
-# pointed at a test stack's they serve a seize; a reinstall and an upgrade
-# keep the admin's configuration, and a purge leaves nothing behind.
+# lintian passes it, dpkg -i installs it (system user, modes, the conffile as
+# shipped and a fresh key in a file of its own, units enabled), the installed
+# services run as their units run them (ExecStartPre=, ExecStart=, User=, the
+# socket handed over as by coupon-fcgi.socket): without MySQL and Redis they
+# keep running and say so, on an older schema they refuse to start, pointed
+# at a test stack's they serve a seize; a reinstall and an upgrade that ships
+# a changed conffile keep the admin's settings (couponseize.conf.d) and key
+# without a question, and a purge leaves nothing behind but a journal that
+# holds grants, moved aside.
 #
 # Installs system-wide, so it needs root and a machine where couponseize is
 # not installed (it skips otherwise). Whatever happens, the exit purges the
@@ -121,7 +124,25 @@ done
 check_match "the configuration is shipped 0640" \
     "^-rw-r----- root/root .* \./etc/couponseize/couponseize\.conf" \
     "$(grep 'etc/couponseize/couponseize.conf' <<<"$LIST")"
-check_eq "the configuration is the one conffile" "$CONF" "$(dpkg-deb -I "$DEB" conffiles 2>/dev/null)"
+check_eq "the conffiles: the configuration and the Redis settings" \
+    "/etc/couponseize/couponseize-redis.conf $CONF" \
+    "$(dpkg-deb -I "$DEB" conffiles 2>/dev/null | sort | tr '\n' ' ' | sed 's/ $//')"
+check "the package holds an empty couponseize.conf.d/" has_path "/etc/couponseize/couponseize.conf.d/"
+check_eq "no sysusers.d entry: postinst alone makes the user" "" \
+    "$(grep 'sysusers\.d' <<<"$LIST")"
+check_eq "no tmpfiles z line resets an admin's owner or mode" "" \
+    "$(dpkg-deb --fsys-tarfile "$DEB" | tar -xOf - ./usr/lib/tmpfiles.d/couponseize.conf |
+        grep -E '^[zZ][[:space:]]')"
+ctl=$(dpkg-deb -f "$DEB" Suggests Recommends)
+check_match "mariadb-server and redis-server are suggested" \
+    '^Suggests: .*mariadb-server.*redis-server' "$ctl"
+check_eq "... and not recommended" "" "$(grep '^Recommends:.*\(mariadb\|redis\)' <<<"$ctl")"
+check_eq "debian/copyright: BSD-2-Clause, the whole package" "License: BSD-2-Clause" \
+    "$(dpkg-deb --fsys-tarfile "$DEB" | tar -xOf - ./usr/share/doc/couponseize/copyright |
+        grep '^License:' | sort -u)"
+dpkg-deb -e "$DEB" "$TMP/ctl"
+check_eq "postinst edits no conffile (no sed, no writes to couponseize.conf)" "" \
+    "$(grep -nE '\bsed\b|>[[:space:]]*"?\$CONF' "$TMP/ctl/postinst")"
 check_eq "nothing enabled in a web server's configuration" "" \
     "$(grep -E '\./etc/(nginx|apache2|lighttpd)/' <<<"$LIST")"
 
@@ -139,6 +160,7 @@ pkg_cleanup() {
         dpkg_do --purge --force-all "$PKG" >&2 || echo "# cleanup: dpkg --purge $PKG failed" >&2
     fi
     rm -f /dev/shm/couponseize
+    rm -rf /var/lib/couponseize-journal.*
     ((POLICY_MADE)) && rm -f "$POLICY"
     rm -rf "$TMP"
 }
@@ -181,10 +203,17 @@ fi
 check_match "dpkg lists $CONF as a conffile" "^ $CONF [0-9a-f]{32}\$" \
     "$(dpkg-query -W -f='${Conffiles}\n' "$PKG" | grep " $CONF ")"
 
-SECRET=$(sed -n 's/^[[:space:]]*jwt_secret[[:space:]]*=[[:space:]]*"\([^"]*\)";.*/\1/p' "$CONF")
-check_match "postinst wrote a random auth.jwt_secret" '^[0-9a-f]{64}$' "$SECRET"
-check_eq "the shipped example still has the empty placeholder" 1 \
-    "$(grep -c '^[[:space:]]*jwt_secret = "";' /usr/share/couponseize/examples/couponseize.conf)"
+KEY=/etc/couponseize/jwt_secret
+SECRET=$(cat "$KEY" 2>/dev/null)
+check_match "postinst made a random key in $KEY" '^[0-9a-f]{64}$' "$SECRET"
+check_eq "$KEY: 0640 root:couponseize" "640 root $PKG" "$(stat -c '%a %U %G' "$KEY" 2>/dev/null)"
+check_eq "the configuration names it" "jwt_secret_file = \"$KEY\";" \
+    "$(grep -o '^[[:space:]]*jwt_secret_file = .*' "$CONF" | sed 's/^[[:space:]]*//')"
+# dpkg --verify: the conffile is as shipped (no "??5" line for it).
+check_eq "dpkg --verify: the conffile is untouched by the scripts" "" \
+    "$(dpkg --verify "$PKG" 2>&1 | grep -F "$CONF")"
+shipped=$(dpkg-query -W -f='${Conffiles}\n' "$PKG" | awk -v c="$CONF" '$1 == c { print $2 }')
+check_eq "... its md5sum is the shipped one" "$shipped" "$(md5sum "$CONF" | cut -d' ' -f1)"
 check "the units are enabled (sockets.target, multi-user.target)" test \
     -L /etc/systemd/system/sockets.target.wants/coupon-fcgi.socket -a \
     -L /etc/systemd/system/multi-user.target.wants/coupon-fcgi.service -a \
@@ -234,29 +263,30 @@ fi
 
 # --- run as the units do -------------------------------------------------------------
 
-# conf_set KEY=VALUE...: edits "group.key"s in place in the conffile, inside
-# their group, as an admin's editor would (same file, owner and mode).
+# conf_set KEY=VALUE...: the admin's settings ("group.key"s), as the docs
+# say: in couponseize.conf.d/local.conf (0640 root:couponseize), merged
+# with what earlier calls set; the conffile itself stays as shipped.
+LOCAL=$CONF.d/local.conf
 conf_set() {
-    python3 - "$CONF" "$@" <<'PY'
-import re, sys
-path, edits = sys.argv[1], dict(a.split("=", 1) for a in sys.argv[2:])
-out, group, done = [], None, set()
-for line in open(path):
-    m = re.match(r"^([a-z_]+) = \{", line)
-    if m:
-        group = m.group(1)
-    elif line.startswith("};"):
-        group = None
-    elif group:
-        m = re.match(r"^(\s*)([a-z_]+)\s*=.*;\s*$", line)
-        key = m and f"{group}.{m.group(2)}"
-        if key in edits:
-            line = f"{m.group(1)}{m.group(2)} = {edits[key]};\n"
-            done.add(key)
-    out.append(line)
-if set(edits) - done:
-    sys.exit("not in the file: " + " ".join(sorted(set(edits) - done)))
-open(path, "w").write("".join(out))
+    python3 - "$TMP/local.json" "$LOCAL" "$@" <<'PY'
+import json, os, sys
+state, out, edits = sys.argv[1], sys.argv[2], sys.argv[3:]
+kv = json.load(open(state)) if os.path.exists(state) else {}
+for e in edits:
+    k, v = e.split("=", 1)
+    kv[k] = v
+json.dump(kv, open(state, "w"))
+groups = {}
+for k, v in kv.items():
+    g, key = k.split(".", 1)
+    groups.setdefault(g, []).append(f"  {key} = {v};")
+text = "# the admin's settings (deb.sh)\n" + "".join(
+    f"{g} = {{\n" + "\n".join(lines) + "\n};\n" for g, lines in groups.items())
+fd = os.open(out + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
+os.write(fd, text.encode())
+os.close(fd)
+os.chown(out + ".tmp", 0, __import__("grp").getgrnam("couponseize").gr_gid)
+os.rename(out + ".tmp", out)
 PY
 }
 # coupon-fcgi.socket's ListenStream=, bound by root and handed over as fd 3
@@ -307,7 +337,37 @@ check_match "coupon-sync logs that it cannot reach MySQL" \
     "MySQL failing: .*Can't connect to server on '127\.0\.0\.1'" "$(cat "$TMP/unreachable-sync.log")"
 check_match "coupon-fcgi logs that it cannot reach MySQL" \
     "Can't connect to server on '127\.0\.0\.1'" "$(cat "$TMP/unreachable-fcgi.log")"
+check_match "... and that its schema is checked at the next start" \
+    "schema not checked: MySQL cannot be reached" "$(cat "$TMP/unreachable-fcgi.log")"
 units_stop
+
+# --- the schema: migrations twice, an older or newer one refused ------------------------
+
+# The installed migrations on the stack's database (made from the same
+# files) once more, as root: every file is safe to run twice.
+again=0
+for f in /usr/share/couponseize/sql/[0-9]*.sql; do
+    mysql_root_q "$(cat "$f")" >/dev/null 2>"$TMP/again.err" || { again=1; sed 's/^/# /' "$TMP/again.err"; }
+done
+check_eq "every installed migration runs a second time without an error" 0 "$again"
+conf_set redis.host="\"$REDIS_HOST\"" redis.port="$REDIS_PORT" \
+    mysql.host='"127.0.0.1"' mysql.port="$MYSQL_PORT" \
+    mysql.user="\"$MYSQL_USER\"" mysql.password="\"$MYSQL_PASSWORD\"" \
+    mysql.database="\"$MYSQL_DATABASE\""
+last=$(mysql_root_q "SELECT MAX(version) FROM schema_migration")
+mysql_root_q "DELETE FROM schema_migration WHERE version = '$last'"
+out=$(as_unit timeout 20 "${sync_start[@]}" 2>&1)
+check_eq "a migration not recorded: coupon-sync refuses to start (exit 1)" 1 "$?"
+check_match "... naming the command that migrates" \
+    "refusing to start: the database schema is older .*run \"couponseize-admin migrate\"" "$out"
+out=$(as_unit timeout 20 /usr/sbin/coupon-fcgi -c "$CONF" 2>&1)
+check_eq "... so does coupon-fcgi" 1 "$?"
+check_match "... naming the command too" 'couponseize-admin migrate' "$out"
+mysql_root_q "INSERT INTO schema_migration (version) VALUES ('$last'), ('999_from_the_future')"
+out=$(as_unit timeout 20 "${sync_start[@]}" 2>&1)
+check_eq "a migration this version does not know: coupon-sync refuses to start" 1 "$?"
+check_match "... saying the schema is newer" "schema is newer than this build knows.*999_from_the_future" "$out"
+mysql_root_q "DELETE FROM schema_migration WHERE version = '999_from_the_future'"
 
 # --- configure as an admin, start, seize ----------------------------------------------
 
@@ -318,7 +378,6 @@ check "the admin points the configuration at the stack" conf_set \
     mysql.user="\"$MYSQL_USER\"" mysql.password="\"$MYSQL_PASSWORD\"" \
     mysql.database="\"$MYSQL_DATABASE\"" \
     fcgi.workers=2 preheat.interval_s=1 sync.interval_s=1 sync.threads=2
-echo "# edited by the admin" >>"$CONF"
 units_start run
 ln -sfn "$LISTEN" "$COUPON_FCGI_SOCK"
 
@@ -338,6 +397,8 @@ diag "install to first seize: ${FIRST} ms (dpkg -i $((T_INST - T0)) ms; configur
     "preheat, seize $((T_SEIZED - T_START)) ms; the test's own checks between them not counted)"
 check "the installed coupon-sync writes the coupon to MySQL" wait_for 20 sql_is \
     "SELECT COUNT(*) FROM coupon WHERE activity_id = $AID AND user_id = 777" 1
+check_match "coupon-fcgi found the schema it expects" 'database schema [0-9]+, as this build expects' \
+    "$(cat "$TMP/run-fcgi.log")"
 check "the reserve keeper writes its journal in $STATE/journal" \
     test -s "$STATE/journal/incarnation"
 check_eq "... as the unit's user" "$PKG" "$(stat -c %U "$STATE/journal/incarnation" 2>/dev/null)"
@@ -346,18 +407,23 @@ units_stop
 check_match "coupon-fcgi stopped cleanly" 'coupon-fcgi stopped' "$(cat "$TMP/run-fcgi.log")"
 check_match "coupon-sync stopped cleanly" 'coupon-sync stopped' "$(cat "$TMP/run-sync.log")"
 
-# --- reinstall and upgrade keep the admin's configuration ----------------------------
+# --- reinstall and upgrade keep the admin's settings and key, without a question ------------
 
-conf_sum() { md5sum "$CONF" | cut -d' ' -f1; }
-# The admin's own secret, which postinst must leave alone from now on.
+sums() { md5sum "$CONF" "$LOCAL" "$KEY" | cut -d' ' -f1 | tr '\n' ' '; }
+# The admin's own key (the issuer's), put in place as operations.md says:
+# from standard input, never on a command line.
 SECRET=an-admin-chosen-secret-of-more-than-32-characters
-conf_set auth.jwt_secret="\"$SECRET\""
-sum=$(conf_sum)
+printf '%s\n' "$SECRET" | sh -c 'umask 027 && cat >/etc/couponseize/jwt_secret.new &&
+    chgrp couponseize /etc/couponseize/jwt_secret.new &&
+    mv /etc/couponseize/jwt_secret.new /etc/couponseize/jwt_secret'
+sum=$(sums)
 check "dpkg -i of the same package again" dpkg_do -i "$DEB"
-check_eq "reinstall: the admin's configuration is untouched" "$sum" "$(conf_sum)"
+check_eq "reinstall: conffile, local settings and key untouched" "$sum" "$(sums)"
 
-# A next version whose shipped configuration changed: dpkg keeps the admin's
-# file (--force-confold answers its question) and puts the new one beside it.
+# A next version whose shipped configuration changed: the conffile is as
+# shipped (nothing edited it), so dpkg replaces it without asking, with no
+# --force-conf* option and no terminal to answer on; the admin's settings
+# and key stay.
 R=$TMP/next
 dpkg-deb -R "$DEB" "$R"
 sed -i 's/^Version: .*/&+next1/' "$R/DEBIAN/control"
@@ -365,20 +431,38 @@ echo "# a new default in the next version" >>"$R$CONF"
 (cd "$R" && find . -path ./DEBIAN -prune -o -type f -printf '%P\0' | xargs -0 md5sum) \
     >"$R/DEBIAN/md5sums"
 check "the next version builds (dpkg-deb -b)" quietly dpkg-deb --root-owner-group -b "$R" "$TMP/next.deb"
-check "dpkg -i --force-confold upgrades to it" dpkg_do -i --force-confold "$TMP/next.deb"
+local_sum=$(md5sum "$LOCAL" "$KEY")
+check "dpkg -i upgrades to it with no --force-conf* option, stdin closed" \
+    dpkg_do -i "$TMP/next.deb" </dev/null
+check_eq "... and asked nothing about a configuration file" "" \
+    "$(grep -iE 'configuration file|\(Y/I/N/O/D/Z\)' "$TMP/dpkg.log")"
 check_match "upgrade: installed version is the next one" '\+next1$' \
     "$(dpkg-query -W -f='${Version}' "$PKG")"
-check_eq "upgrade: the admin's configuration is kept" "$sum" "$(conf_sum)"
-check_eq "upgrade: the admin's secret is untouched" "$SECRET" \
-    "$(sed -n 's/^[[:space:]]*jwt_secret[[:space:]]*=[[:space:]]*"\([^"]*\)";.*/\1/p' "$CONF")"
-check_match "upgrade: the new default is beside it as .dpkg-dist" 'a new default' \
-    "$(tail -n 1 "$CONF.dpkg-dist" 2>/dev/null)"
+check_match "upgrade: the new conffile is in place" 'a new default' "$(tail -n 1 "$CONF")"
+check_eq "upgrade: no .dpkg-dist or .dpkg-old beside it" "" \
+    "$(ls /etc/couponseize/ | grep -E 'dpkg-(dist|old|new)')"
+check_eq "upgrade: the admin's settings and key are untouched" "$local_sum" "$(md5sum "$LOCAL" "$KEY")"
 check_eq "upgrade: still 0640 root:couponseize" "640 root $PKG" \
     "$(stat -c '%a %U %G' "$CONF" 2>/dev/null)"
+check "coupon-fcgi -t accepts the upgraded configuration with the admin's key (as the unit's user)" \
+    quietly as_unit /usr/sbin/coupon-fcgi -t -c "$CONF"
+check_eq "coupon-sync's unit cannot reach the journal" "-$STATE/journal" \
+    "$(unit_get coupon-sync.service InaccessiblePaths)"
 
 # --- purge ----------------------------------------------------------------------------
 
+# A journal file that holds a grant record (as after a reserve grant not yet
+# replayed): purge must not delete it.
+printf 'record-bytes' >"$STATE/journal/w0.jnl"
+chown "$PKG:$PKG" "$STATE/journal/w0.jnl"
 check "dpkg --purge" dpkg_do --purge "$PKG"
+KEPT=$(find /var/lib -maxdepth 1 -name 'couponseize-journal.*' -print -quit)
+check_match "purge moved the journal holding a grant aside" '^/var/lib/couponseize-journal\.' "$KEPT"
+check_eq "... with its record" "record-bytes" "$(cat "$KEPT/w0.jnl" 2>/dev/null)"
+check_eq "... owned by root, 0700 (the user is gone)" "700 root" "$(stat -c '%a %U' "$KEPT" 2>/dev/null)"
+check_match "... and said where, and what to do" "moved to /var/lib/couponseize-journal\." \
+    "$(cat "$TMP/dpkg.log")"
+[[ -n $KEPT ]] && rm -rf "$KEPT"
 check_eq "dpkg knows nothing of the package" "" \
     "$(dpkg-query -W -f='${db:Status-Status}' "$PKG" 2>/dev/null | grep -v not-installed)"
 check "nothing left in /etc/couponseize" test ! -e /etc/couponseize
