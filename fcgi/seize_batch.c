@@ -358,5 +358,10 @@ void seize_batched(struct worker *w, struct req *r, struct activity *a, int64_t 
         sb_unanswered(w, keys_shard(a->id), deadline_ms);
         req_reply(r, CODE_UNKNOWN_OUTCOME, NULL, NULL, breaker_retry_after(w->conf));
         return;
+    case BATCH_BUSY:
+        /* A shard's lock held past BATCH_LOCK_WAIT_MS (its holder stopped
+         * or starved): queued nowhere, so it goes alone, at once. */
+        ops->alone(w, r, a, uid, arg);
+        return;
     }
 }
