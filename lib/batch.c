@@ -96,7 +96,7 @@ static int sh_index(const struct batch_area *b, const struct batch_shard *sh)
 static void lead_set(struct batch_shard *sh, int32_t pid, int64_t until_ms)
 {
     __atomic_store_n(&sh->lead_until, until_ms + BATCH_LEASE_GRACE_MS, __ATOMIC_RELAXED);
-    __atomic_store_n(&sh->leader, pid, __ATOMIC_RELAXED);
+    __atomic_store_n(&sh->leader, pid, __ATOMIC_RELEASE);
 }
 
 struct cand {
@@ -150,6 +150,7 @@ static struct batch_entry *elect_locked(struct batch_area *b, struct batch_shard
         }
         if (best == NULL)
             return NULL;
+        cs_pause_point("batch-elect");
         uint32_t queued = BATCH_QUEUED;
         /* Its worker may withdraw it meanwhile (give_up() without the
          * lock): then the next best. */
@@ -267,6 +268,7 @@ static void take_locked(struct batch_area *b, struct batch_shard *sh, int self, 
     static _Thread_local struct cand c[BATCH_ENTRIES];
     int n = queued_locked(b, sh, self, c), bucket = 0;
 
+    cs_pause_point("batch-scan");
     take->shard = sh_index(b, sh);
     take->n = 0;
     take->self = -1;
@@ -280,6 +282,9 @@ static void take_locked(struct batch_area *b, struct batch_shard *sh, int self, 
             uint32_t queued = BATCH_QUEUED;
             if (left <= 0)
                 continue;
+            /* Its leader named before it can be seen TAKEN: a worker that
+             * finds its leader dead must be able to tell. */
+            atomic_store(&e->leader, pid);
             /* Withdrawn by its worker since the scan: not taken. */
             if (!atomic_compare_exchange_strong(&e->state, &queued, BATCH_TAKEN))
                 continue;
@@ -324,7 +329,10 @@ static enum batch_result give_up_unlocked(struct batch_area *b, struct batch_ent
             return BATCH_UNKNOWN;
         case BATCH_QUEUED:
         case BATCH_LEAD:
-            if (!atomic_compare_exchange_weak(&e->state, &s, BATCH_IDLE))
+            /* WITHDRAWN, not IDLE: a leader of this shard may be between
+             * its scan and its compare-and-swap; the entry stays on the
+             * shard until cleared under its lock (batch_join()). */
+            if (!atomic_compare_exchange_weak(&e->state, &s, BATCH_WITHDRAWN))
                 continue; /* s reread: taken, answered or elected meanwhile */
             /* fall through */
         default:
@@ -376,6 +384,22 @@ static enum batch_result give_up(struct batch_area *b, struct batch_shard *sh,
     return res;
 }
 
+/* give_up(), for an entry its worker once saw TAKEN (taken_seen): that
+ * seize may have been sent, so it is never answered "not sent", whatever
+ * cleared the entry since. */
+static enum batch_result give_up_seen(struct batch_area *b, struct batch_shard *sh,
+                                      struct batch_entry *e, struct batch_item *mine,
+                                      int32_t gone_leader, int taken_seen)
+{
+    enum batch_result res = give_up(b, sh, e, mine, gone_leader);
+    if (res == BATCH_UNSENT && taken_seen) {
+        atomic_fetch_sub_explicit(&b->m.unsent, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&b->m.unknown, 1, memory_order_relaxed);
+        return BATCH_UNKNOWN;
+    }
+    return res;
+}
+
 static void hi_at_least(struct batch_area *b, int n)
 {
     int32_t cur = atomic_load(&b->hi);
@@ -408,12 +432,13 @@ static struct batch_entry *reclaim_locked(struct batch_area *b, struct batch_sha
 
 static int entry_live(uint32_t s)
 {
-    return s == BATCH_QUEUED || s == BATCH_LEAD || s == BATCH_TAKEN;
+    return s == BATCH_QUEUED || s == BATCH_LEAD || s == BATCH_TAKEN || s == BATCH_WITHDRAWN;
 }
 
 /* The batch-finish pause point (cs_pause_point()): a test stops a leader
- * there, between its check of an entry and its answer, to reuse the entry
- * meanwhile. One getenv() per call led, none per seize. */
+ * there, between its reads of its first follower's state and ticket and
+ * its answer, to change the entry meanwhile. Like batch-scan (take_locked())
+ * and batch-elect (elect_locked()), one getenv() per call, none per seize. */
 static void finish_pause(void)
 {
     cs_pause_point("batch-finish");
@@ -476,6 +501,7 @@ enum batch_result batch_join(struct batch_area *b, int shard, int slot, int max,
     }
     sh_unlock(sh, wake);
 
+    int taken_seen = 0;
     for (;;) {
         uint32_t s = atomic_load_explicit(&e->state, memory_order_acquire);
         if (s == BATCH_DONE) {
@@ -506,10 +532,11 @@ enum batch_result batch_join(struct batch_area *b, int shard, int slot, int max,
             continue;
         }
         if (s != BATCH_QUEUED && s != BATCH_TAKEN) /* dropped by a repair */
-            return give_up(b, sh, e, mine, 0);
+            return give_up_seen(b, sh, e, mine, 0, taken_seen);
+        taken_seen |= s == BATCH_TAKEN;
         int64_t left = deadline_ms - cs_mono_ms();
         if (left <= 0)
-            return give_up(b, sh, e, mine, 0);
+            return give_up_seen(b, sh, e, mine, 0, taken_seen);
         futex_wait(&e->state, s, left < BATCH_CHECK_MS ? (int)left : BATCH_CHECK_MS);
         if (atomic_load(&e->state) != s)
             continue;
@@ -519,13 +546,13 @@ enum batch_result batch_join(struct batch_area *b, int shard, int slot, int max,
              * early; a stopped one may still answer. */
             int32_t l = atomic_load(&e->leader);
             if (pid_gone(l))
-                return give_up(b, sh, e, mine, l);
+                return give_up_seen(b, sh, e, mine, l, 1);
             continue;
         }
         /* Or nobody leads while it waits (a worker died between giving the
          * lead up and handing it on), or the leader is dead, stopped, or
          * past its lease: the lead is taken from it and handed on. */
-        int32_t l = __atomic_load_n(&sh->leader, __ATOMIC_RELAXED);
+        int32_t l = __atomic_load_n(&sh->leader, __ATOMIC_ACQUIRE);
         int64_t until = __atomic_load_n(&sh->lead_until, __ATOMIC_RELAXED);
         enum pid_state ps = l != 0 ? pid_state(l) : PID_GONE;
         if (l != 0 && ps == PID_RUNS && cs_mono_ms() <= until)
@@ -533,6 +560,13 @@ enum batch_result batch_join(struct batch_area *b, int shard, int slot, int max,
         wake = NULL;
         if (sh_lock_by(b, sh, lock_until(deadline_ms), &wake) != 0)
             continue;
+        if (wake == NULL && sh->leader == l && l != 0) {
+            /* Judged again under the lock: the same pid may have taken
+             * the lead anew (a new lease) during the lock wait. */
+            ps = pid_state(l);
+            if (ps == PID_RUNS && cs_mono_ms() <= sh->lead_until)
+                l = -1;
+        }
         if (wake == NULL && sh->leader == l) {
             if (l == 0) {
                 wake = elect_locked(b, sh);
@@ -592,21 +626,24 @@ void batch_finish(struct batch_area *b, struct batch_take *take)
             atomic_store(&b->entry[take->entry[take->self]].state, BATCH_IDLE);
         return;
     }
-    for (int i = 0; i < take->n; i++) {
+    for (int i = 0, paused = 0; i < take->n; i++) {
         struct batch_entry *e = &b->entry[take->entry[i]];
         uint32_t taken = BATCH_TAKEN;
         if (i == take->self) {
             atomic_store(&e->state, BATCH_IDLE);
             continue;
         }
-        if (atomic_load(&e->ticket) != take->ticket[i] || atomic_load(&e->state) != BATCH_TAKEN)
+        /* The state first (acquire), then the ticket: a TAKEN of a later
+         * seize in the entry brings that seize's ticket with it. */
+        uint32_t st = atomic_load_explicit(&e->state, memory_order_acquire);
+        if (!paused++)
+            finish_pause();
+        if (st != BATCH_TAKEN || atomic_load(&e->ticket) != take->ticket[i])
             continue; /* its worker gave up: it may be on another seize now */
-        finish_pause();
         /* The answer only: what was asked is its worker's to write. */
         e->item.outcome = take->item[i].outcome;
         e->item.code = take->item[i].code;
         e->item.res = take->item[i].res;
-        e->item.remaining = take->item[i].remaining;
         if (atomic_compare_exchange_strong(&e->state, &taken, BATCH_DONE))
             woken[nw++] = e;
     }
@@ -675,6 +712,10 @@ int batch_reaped(struct batch_area *b, int32_t pid)
     int busy = 0;
 
     if (pid <= 0 || !atomic_load(&b->ready))
+        return 0;
+    /* A pid that runs is not the process that ended (its pid given anew):
+     * nothing of its is touched. */
+    if (pid_state(pid) != PID_GONE)
         return 0;
     for (int i = 0; i < BATCH_SHARDS; i++) {
         struct batch_shard *sh = &b->shard[i];

@@ -35,8 +35,7 @@ struct batch_item {
     int64_t user_id;
     int32_t outcome;             /* enum batch_outcome */
     int32_t code;                /* enum cs_code, with BATCH_OUT_ANSWERED */
-    int64_t res;                 /* the script's answer, seize.lua's codes */
-    int64_t remaining;           /* stock after a grant; -1 unknown */
+    int64_t res;                 /* the script's answer, seize.lua's codes (>= 0: stock left) */
     int64_t deadline_ms;         /* monotonic: its worker answers by then, whatever comes */
 };
 
@@ -47,6 +46,8 @@ enum batch_state {
     BATCH_TAKEN,                 /* in a call its leader is making */
     BATCH_DONE,                  /* answered: item holds the answer */
     BATCH_LEAD,                  /* handed the lead: its worker takes the next batch */
+    BATCH_WITHDRAWN,             /* given up without its shard's lock: still on that shard
+                                    till its worker clears it under the lock (batch_join()) */
 };
 
 /*
@@ -63,8 +64,13 @@ enum batch_state {
  * MUST: every move out of QUEUED or LEAD is a compare-and-swap: the
  *       leader's take (QUEUED to TAKEN) and election (QUEUED to LEAD) hold
  *       the lock, but a worker whose deadline came while another process
- *       holds the lock withdraws its own entry (QUEUED or LEAD to IDLE)
- *       without it; exactly one of the two wins.
+ *       holds the lock withdraws its own entry (QUEUED or LEAD to WITHDRAWN)
+ *       without it; exactly one of the two wins. WITHDRAWN, not IDLE: a
+ *       leader between its scan and its compare-and-swap must never meet
+ *       the entry's next seize, so it stays on its shard until cleared
+ *       under that shard's lock.
+ * MUST: a leader reads an entry's state before its ticket (acquire): a
+ *       TAKEN of a later seize in the entry brings that seize's ticket.
  * MUST: item, pid, shard and ticket are written before state becomes
  *       QUEUED (a release store), and item's answer before it becomes DONE,
  *       so a reader that sees the state (acquire) sees them.
@@ -196,7 +202,8 @@ void batch_handoff(struct batch_area *b, struct batch_take *take);
  * leader's own answer stays in take->item[take->self]. */
 void batch_finish(struct batch_area *b, struct batch_take *take);
 
-/* A process of the node ended and was reaped (pid): it no longer leads any
+/* A process of the node ended (pid; the caller keeps it unreaped, a zombie,
+ * so that no other process has its pid yet): it no longer leads any
  * shard, and its waiting entries are dropped (never sent to Redis later, nor
  * elected to lead, nor left QUEUED for the worker given its registry slot),
  * so a later process given the same pid is never taken for that leader
