@@ -136,6 +136,7 @@ void api_metrics(struct worker *w, struct req *r)
     char *buf = xmalloc(cap);
     struct metrics_out o = {buf, cap, metrics_render(w->shm, w->conf->fallback_lease_ms, buf, cap)};
     metrics_workers(w->shm, &o);
+    metrics_config(w->conf, &o);
     api_metrics_activities(w, &o);
     size_t n = o.len;
     r->code = CODE_OK;
