@@ -139,7 +139,8 @@ static int load_conf(const struct opts *o, struct cs_conf *conf)
     char err[1024];
     if (conf_load(conf, o->conf_path, err, sizeof(err)) != CS_OK) {
         fprintf(stderr, "couponseize-admin: %s\n", err);
-        if (access(o->conf_path, R_OK) != 0 && errno == EACCES)
+        if ((access(o->conf_path, R_OK) != 0 && errno == EACCES)
+            || strstr(err, "ermission denied") != NULL)
             fprintf(stderr, "couponseize-admin: only root and the group couponseize may read "
                     "it, and so sign admin tokens (try sudo)\n");
         return ADMIN_EXIT_CONFIG;
