@@ -172,17 +172,13 @@ static int report(const struct opts *o, const char *verb, const struct client_re
     } else if (root != NULL && rc == ADMIN_EXIT_OK) {
         out_human(stdout, root);
     } else if (root != NULL) {
+        /* One line that says it all, then what else the answer carries. */
         const cJSON *code = cJSON_GetObjectItemCaseSensitive(root, "code");
         const cJSON *msg = cJSON_GetObjectItemCaseSensitive(root, "msg");
-        const cJSON *field = cJSON_GetObjectItemCaseSensitive(root, "field");
-        fprintf(stderr, "couponseize-admin: %s: %d %s: %s%s%s\n", verb, r->status,
+        fprintf(stderr, "couponseize-admin: %s: %d %s: %s\n", verb, r->status,
                 cJSON_IsString(code) ? code->valuestring : "?",
-                cJSON_IsString(msg) ? msg->valuestring : "",
-                cJSON_IsString(field) ? " (field " : "",
-                cJSON_IsString(field) ? field->valuestring : "");
-        if (cJSON_IsString(field))
-            fprintf(stderr, ")\n");
-        out_human(stderr, root);
+                cJSON_IsString(msg) ? msg->valuestring : "");
+        out_members(stderr, root);
     } else {
         fprintf(stderr, "couponseize-admin: %s: %d, not JSON: %.200s\n", verb, r->status,
                 r->body);
@@ -246,10 +242,7 @@ static int call(const struct opts *o, const struct cs_conf *conf, const char *ve
         req.token = token;
     }
     if (write) {
-        if (o->idem_key != NULL)
-            snprintf(key, sizeof(key), "%.32s", o->idem_key);
-        else
-            random_key(key);
+        random_key(key);
         req.idem_key = o->idem_key != NULL ? o->idem_key : key;
     }
     struct client_resp resp;

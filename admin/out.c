@@ -136,3 +136,8 @@ void out_human(FILE *f, const cJSON *root)
         fprintf(f, "%s\n", code->valuestring);
     members(f, 0, root);
 }
+
+void out_members(FILE *f, const cJSON *root)
+{
+    members(f, 0, root);
+}

@@ -31,4 +31,7 @@ int out_exit_for(int status);
  * the first row for others). */
 void out_human(FILE *f, const cJSON *root);
 
+/* The same without the msg line (code, msg and now left out). */
+void out_members(FILE *f, const cJSON *root);
+
 #endif
