@@ -68,6 +68,26 @@ fi
 check_eq "a user who cannot read the configuration mints no token: exit 9" 9 "$rc"
 check_match "... and is told why" "only root and the group couponseize" "$err"
 
+# --- bash completion (etc/bash-completion/couponseize-admin) ------------------------------
+if [[ -f /usr/share/bash-completion/bash_completion ]]; then
+    comp=$(PATH=$top_builddir:$PATH bash -c '
+        . /usr/share/bash-completion/bash_completion
+        . "$1/etc/bash-completion/couponseize-admin"
+        t() {
+            COMP_WORDS=("$@"); COMP_CWORD=$((${#COMP_WORDS[@]} - 1))
+            COMP_LINE="$*"; COMP_POINT=${#COMP_LINE}; COMPREPLY=()
+            _couponseize_admin couponseize-admin "${COMP_WORDS[-1]}" "${COMP_WORDS[-2]}"
+            echo "${COMPREPLY[*]}"
+        }
+        t couponseize-admin -c x.conf re
+        t couponseize-admin --js
+        t couponseize-admin status ""' _ "$top_srcdir")
+    check_eq "bash completion: verbs after an option's value, options from --help" \
+        "revoke reconcile reserves return|--json|" "$(tr '\n' '|' <<<"$comp")"
+else
+    diag "bash completion not checked: bash-completion is not installed"
+fi
+
 # --- token -----------------------------------------------------------------------------
 adm token
 check_match "token prints a JWT" '^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$' "$OUT"
