@@ -250,8 +250,12 @@ static int call(const struct opts *o, const struct cs_conf *conf, const char *ve
     for (int i = 0; i < (write ? ADMIN_WRITE_TRIES : 1) && rc != CS_OK; i++)
         rc = client_do(&t, &req, &resp, err, sizeof(err));
     token_free(token);
-    if (rc != CS_OK)
+    if (rc != CS_OK) {
+        if (strstr(err, "Permission denied") != NULL && t.kind == CLIENT_FCGI_UNIX)
+            snprintf(err + strlen(err), sizeof(err) - strlen(err),
+                     " (the socket is the web server's: run as root)");
         return no_answer(o, verb, err, write);
+    }
     rc = report(o, verb, &resp);
     free(resp.body);
     return rc;
