@@ -534,6 +534,7 @@ int client_do(const struct client_target *t, const struct client_req *req,
         http_build(&out, t, req, body_len);
     else
         fcgi_build(&out, req, body_len);
+    resp->sent = 1;
     if (write_all(fd, out.p, out.len, deadline) != CS_OK) {
         set_err(err, errlen, "sending the request failed: %s", strerror(errno));
         goto done;

@@ -38,6 +38,8 @@ struct client_resp {
     int status;            /* HTTP status */
     char *body;            /* NUL-terminated, malloc'd; the caller frees it */
     size_t len;
+    int sent;              /* 1 once the request was being sent: with no answer, it
+                            * may have been done */
 };
 
 /* Sends req to t and reads the whole answer into *resp. CS_OK with an answer

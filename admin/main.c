@@ -189,11 +189,12 @@ static int report(const struct opts *o, const char *verb, const struct client_re
     return rc;
 }
 
-/* The outcome when no answer came: it may have been done. */
-static int no_answer(const struct opts *o, const char *verb, const char *why, int write)
+/* The outcome when no answer came; maybe_done: a write was sent, so it may
+ * have been done. */
+static int no_answer(const struct opts *o, const char *verb, const char *why, int maybe_done)
 {
     fprintf(stderr, "couponseize-admin: %s: %s%s\n", verb, why,
-            write ? "; it may have been done: look with status before you repeat it (a repeat "
+            maybe_done ? "; it may have been done: look with status before you repeat it (a repeat "
                     "with the same --idempotency-key is safe)" : "");
     if (o->json) {
         cJSON *w = cJSON_CreateObject();
@@ -246,15 +247,18 @@ static int call(const struct opts *o, const struct cs_conf *conf, const char *ve
         req.idem_key = o->idem_key != NULL ? o->idem_key : key;
     }
     struct client_resp resp;
+    int sent = 0;
     rc = CS_ERR;
-    for (int i = 0; i < (write ? ADMIN_WRITE_TRIES : 1) && rc != CS_OK; i++)
+    for (int i = 0; i < (write ? ADMIN_WRITE_TRIES : 1) && rc != CS_OK; i++) {
         rc = client_do(&t, &req, &resp, err, sizeof(err));
+        sent |= resp.sent;
+    }
     token_free(token);
     if (rc != CS_OK) {
         if (strstr(err, "Permission denied") != NULL && t.kind == CLIENT_FCGI_UNIX)
             snprintf(err + strlen(err), sizeof(err) - strlen(err),
                      " (the socket is the web server's: run as root)");
-        return no_answer(o, verb, err, write);
+        return no_answer(o, verb, err, write && sent);
     }
     rc = report(o, verb, &resp);
     free(resp.body);
