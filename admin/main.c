@@ -94,6 +94,10 @@ static void random_key(char out[33])
 {
     unsigned char r[16];
     size_t got = 0;
+    /* Without getrandom() (never on Linux 3.17+), the clock and pid differ
+     * per run, which is all a key needs. */
+    int64_t seed[2] = {cs_mono_us() ^ cs_now_ms(), (int64_t)getpid()};
+    memcpy(r, seed, sizeof(r));
     while (got < sizeof(r)) {
         ssize_t n = getrandom(r + got, sizeof(r) - got, 0);
         if (n > 0)
@@ -224,8 +228,8 @@ static int call(const struct opts *o, const struct cs_conf *conf, const char *ve
     snprintf(subs, sizeof(subs), "%lld", (long long)sub);
     struct client_req req = {.method = method, .path = path, .body = body,
                              .timeout_ms = o->timeout_s * 1000};
-    char *token = NULL;
-    if (strcmp(conf->auth_mode, "trusted-header") == 0) {
+    int trusted = strcmp(conf->auth_mode, "trusted-header") == 0;
+    if (trusted) {
         /* The web server names the caller; on the FastCGI socket this tool
          * is the web server. Through one, there is no way to say who. */
         if (t.kind == CLIENT_HTTP) {
@@ -234,13 +238,6 @@ static int call(const struct opts *o, const struct cs_conf *conf, const char *ve
             return ADMIN_EXIT_CONFIG;
         }
         req.user_id = subs;
-    } else {
-        token = token_mint(conf, sub, o->ttl_s, err, sizeof(err));
-        if (token == NULL) {
-            fprintf(stderr, "couponseize-admin: %s\n", err);
-            return ADMIN_EXIT_CONFIG;
-        }
-        req.token = token;
     }
     if (write) {
         random_key(key);
@@ -250,10 +247,19 @@ static int call(const struct opts *o, const struct cs_conf *conf, const char *ve
     int sent = 0;
     rc = CS_ERR;
     for (int i = 0; i < (write ? ADMIN_WRITE_TRIES : 1) && rc != CS_OK; i++) {
+        /* A token per send, so that a repeat after a long wait is not refused
+         * as expired. */
+        char *token = NULL;
+        if (!trusted && (token = token_mint(conf, sub, o->ttl_s, err, sizeof(err))) == NULL) {
+            fprintf(stderr, "couponseize-admin: %s\n", err);
+            return ADMIN_EXIT_CONFIG;
+        }
+        req.token = token;
         rc = client_do(&t, &req, &resp, err, sizeof(err));
         sent |= resp.sent;
+        req.token = NULL;
+        token_free(token);
     }
-    token_free(token);
     if (rc != CS_OK) {
         if (strstr(err, "Permission denied") != NULL && t.kind == CLIENT_FCGI_UNIX)
             snprintf(err + strlen(err), sizeof(err) - strlen(err),
@@ -503,8 +509,11 @@ int main(int argc, char **argv)
                 return die_usage("--sub '%s' is not an id", optarg);
             break;
         case OPT_IDEM:
-            if (strlen(optarg) < 1 || strlen(optarg) > 255)
-                return die_usage("--idempotency-key '%s': 1..255 characters", optarg);
+            if (strlen(optarg) < 1 || strlen(optarg) > 255
+                || strspn(optarg, " !\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                          "[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~") != strlen(optarg))
+                return die_usage("--idempotency-key '%s': 1..255 printable ASCII characters",
+                                 optarg);
             o.idem_key = optarg;
             break;
         case OPT_JOURNAL_LOST: o.journal_lost = 1; break;
