@@ -7,10 +7,12 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <pwd.h>
 #include <mysqld_error.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MIGRATE_MAX_FILES 64
 #define MIGRATE_MAX_SQL (4 * 1024 * 1024)
@@ -197,6 +199,13 @@ static char *read_password(const char *path, struct migrate_report *rep)
     return p;
 }
 
+/* Whether host names this machine's loopback. */
+static int is_loopback(const char *host)
+{
+    return host == NULL || host[0] == '\0' || strcmp(host, "localhost") == 0
+           || strncmp(host, "127.", 4) == 0 || strcmp(host, "::1") == 0;
+}
+
 /* Lock or unlock the named lock of migrations on mc. */
 static int migrate_lock(struct mconn *mc, int take, struct migrate_report *rep)
 {
@@ -226,6 +235,8 @@ enum migrate_result migrate_run(const struct cs_conf *conf, const struct migrate
     enum migrate_result res = MIGRATE_DB_ERROR;
     char *password = NULL;
     struct mconn *mc = NULL;
+    struct passwd *pw = getpwuid(geteuid());
+    char osuser[64] = "root";
     int nfiles, locked = 0;
 
     memset(rep, 0, sizeof(*rep));
@@ -239,15 +250,22 @@ enum migrate_result migrate_run(const struct cs_conf *conf, const struct migrate
         res = MIGRATE_FILES_ERROR;
         goto out;
     }
-    if (opts->db_user != NULL) {
-        c.mysql_user = (char *)opts->db_user;
-        c.mysql_password = (char *)"";
-        if (opts->db_password_file != NULL) {
-            if ((password = read_password(opts->db_password_file, rep)) == NULL)
-                goto out;
-            c.mysql_password = password;
-        }
+    /* The application's account may not create or alter tables. Without
+     * --db-user, connect as "sudo mariadb" does: as the invoking system
+     * user (root under sudo), no password (unix_socket authentication),
+     * over the local server's socket when the configured one is this host. */
+    if (pw != NULL)
+        snprintf(osuser, sizeof(osuser), "%s", pw->pw_name);
+    c.mysql_user = opts->db_user != NULL ? (char *)opts->db_user : osuser;
+    c.mysql_password = (char *)"";
+    if (opts->db_password_file != NULL) {
+        if ((password = read_password(opts->db_password_file, rep)) == NULL)
+            goto out;
+        c.mysql_password = password;
     }
+    if (opts->db_user == NULL && opts->db_socket == NULL && c.mysql_socket[0] == '\0'
+        && is_loopback(c.mysql_host))
+        c.mysql_host = (char *)"localhost"; /* the client library's default socket */
     if (opts->db_socket != NULL)
         c.mysql_socket = (char *)opts->db_socket;
     if (opts->db_name != NULL)

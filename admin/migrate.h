@@ -32,8 +32,8 @@ enum migrate_result {
 
 struct migrate_opts {
     const char *sql_dir;
-    const char *db_user;           /* NULL: mysql.user of the configuration */
-    const char *db_password_file;  /* NULL: no password when db_user is given */
+    const char *db_user;           /* NULL: the invoking system user, as mariadb(1) */
+    const char *db_password_file;  /* NULL: no password (unix_socket authentication) */
     const char *db_socket;         /* NULL: as the configuration says */
     const char *db_name;           /* NULL: mysql.database */
     int dry_run;
