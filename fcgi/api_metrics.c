@@ -146,6 +146,7 @@ void api_metrics(struct worker *w, struct req *r)
                      "not.\n# TYPE couponseize_redis_aof_always gauge\n"
                      "couponseize_redis_aof_always %d\n", aof);
     api_metrics_activities(w, &o);
+    metrics_config(w->conf, &o);
     size_t n = o.len;
     r->code = CODE_OK;
     http_reply_raw(r->out, 200, "text/plain; version=0.0.4; charset=utf-8", buf, n, NULL);
