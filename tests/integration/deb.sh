@@ -141,8 +141,9 @@ check_eq "debian/copyright: BSD-2-Clause, the whole package" "License: BSD-2-Cla
     "$(dpkg-deb --fsys-tarfile "$DEB" | tar -xOf - ./usr/share/doc/couponseize/copyright |
         grep '^License:' | sort -u)"
 dpkg-deb -e "$DEB" "$TMP/ctl"
-check_eq "postinst edits no conffile (no sed, no writes to couponseize.conf)" "" \
-    "$(grep -nE '\bsed\b|>[[:space:]]*"?\$CONF' "$TMP/ctl/postinst")"
+check_eq "postinst edits no conffile (no sed -i, no writes to couponseize.conf)" "" \
+    "$(grep -nE 'sed[[:space:]]+(-[a-zA-Z]*i|--in-place)|>>?[[:space:]]*"?\$CONF"?([[:space:]]|$)' \
+        "$TMP/ctl/postinst")"
 check_eq "nothing enabled in a web server's configuration" "" \
     "$(grep -E '\./etc/(nginx|apache2|lighttpd)/' <<<"$LIST")"
 
