@@ -48,7 +48,7 @@ int CRYPTO_memcmp(const unsigned char *a, const char *b, size_t len);
 local C = ffi.C
 local ok_sym = pcall(function() return C.HMAC_CTX_new end)
 if not ok_sym then
-    C = ffi.load("crypto.so.3")
+    C = ffi.load("libcrypto.so.3")
 end
 
 local secret, script, sha, redis_host, redis_port
