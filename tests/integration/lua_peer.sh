@@ -19,6 +19,7 @@ REDIS_HOST=127.0.0.1
 REDIS_PORT=$(free_port)
 PORT=$(free_port)
 RPID="" NPID=""
+# shellcheck disable=SC2317 # run by the EXIT trap
 stop() {
     [[ -n $NPID ]] && kill "$NPID" 2>/dev/null
     [[ -n $RPID ]] && kill "$RPID" 2>/dev/null
@@ -69,6 +70,8 @@ check_eq "a forged token: 401" 401 "$HTTP_CODE"
 check_match "a forged token: UNAUTHORIZED" '"code":"UNAUTHORIZED"' "$HTTP_BODY"
 http POST $SEIZE '{"id":21}' "$(mint_jwt 7002 '' -10)"
 check_eq "an expired token: 401" 401 "$HTTP_CODE"
+http POST $SEIZE '{"id":21}' "$(JWT_EXTRA="\"nbf\":$(($(date +%s) + 600))" mint_jwt 7002)"
+check_eq "a token not valid yet (nbf): 401" 401 "$HTTP_CODE"
 http POST $SEIZE '{"id":21}' "$(mint_jwt 7002 '' none)"
 check_eq "a token without exp: 401" 401 "$HTTP_CODE"
 http POST $SEIZE '{"id":21}' "$(JWT_ALG=HS384 mint_jwt 7002)"
