@@ -16,7 +16,8 @@
 -- activity metadata (cached window, groups), the node's rate limit and
 -- sold-out hint, metrics, the breaker and reserves, and the rule that refuses
 -- a duplicate member name in a token or body (cjson keeps the last one).
--- Ids above 2^53 are refused (cjson reads numbers as doubles).
+-- cjson reads numbers as doubles: ids above 2^53 are refused, and a "sub" of
+-- 42.0 passes as 42 (coupon-fcgi wants a JSON integer).
 --
 -- Environment, read once at start (nginx.conf keeps it with "env"):
 -- COUPON_JWT_SECRET, REDIS_HOST, REDIS_PORT, COUPON_SCRIPT (the script as
@@ -152,8 +153,9 @@ local function token_user(authorization)
     if not head or head.alg ~= "HS256" or head.crit ~= nil then
         return nil
     end
+    -- libjwt's rule, as fcgi/auth.c keeps it: a string "typ" says JWT, in any case.
     local typ = head.typ
-    if typ ~= nil and (type(typ) ~= "string" or typ:upper() ~= "JWT") then
+    if type(typ) == "string" and typ:upper() ~= "JWT" then
         return nil
     end
     local claims = segment(sub(t, d1 + 1, d2 - 1))
