@@ -18,12 +18,18 @@ def median_run(runs):
     return m
 
 
-# Scenarios come as lists of rounds: keep the median round of each.
+# Scenarios come as lists of rounds: keep the median round of each (and the
+# rounds themselves, for the ratios of each round).
+rounds = {k: v for k, v in raw.items() if isinstance(v, list) and v and isinstance(v[0], dict)
+          and "rps" in v[0]}
 for k, v in list(raw.items()):
     if isinstance(v, list) and v and isinstance(v[0], dict) and "rps" in v[0]:
         raw[k] = median_run(v)
 
-HTTP = ["return200", "noop", "floor", "php_instock", "seize_instock", "seize_synced",
+# The nginx + Lua peer in its better worker count (by median rps).
+PEER = max((k for k in ("lua_w1", "lua_w2") if k in raw), key=lambda k: raw[k]["rps"], default=None)
+
+HTTP = ["return200", "noop", "floor", "php_instock", "lua_w1", "lua_w2", "seize_instock", "seize_synced",
         "seize_flash", "seize_soldout", "php_soldout", "seize_many", "status_id",
         "cluster_instock", "cluster_soldout"]
 LABEL = {
@@ -31,6 +37,8 @@ LABEL = {
     "noop": "no-op libfcgi responder (reference)",
     "php_instock": "PHP-FPM peer, in stock (reference)",
     "php_soldout": "PHP-FPM peer, sold out (reference)",
+    "lua_w1": "nginx + Lua peer, 1 worker (reference)",
+    "lua_w2": "nginx + Lua peer, 2 workers (reference)",
     "floor": "floor: libfcgi+hiredis EVALSHA (reference)",
     "seize_instock": "seize, in stock",
     "seize_synced": "seize, in stock, coupon-sync draining",
@@ -75,13 +83,41 @@ for name in HTTP + ["redis_evalsha"]:
         "x_single_redis": ratio(name, name.replace("cluster_", "seize_"))
         if name.startswith("cluster_") else None,
         "x_redis": ratio(name, "redis_evalsha"),
+        "x_peer": ratio(name, PEER) if PEER else None,
     })
 
 targets = []
 
 
 def target(name, value, ok):
+    # A target whose figures this run did not measure (BENCH_HOP=1,
+    # BENCH_SKIP_*) is left out rather than reported missed.
+    if value is None or (isinstance(value, str) and "None" in value):
+        return
     targets.append({"target": name, "value": value, "met": bool(ok)})
+
+
+def med(xs):
+    xs = sorted(x for x in xs if x is not None)
+    return xs[len(xs) // 2] if xs else None
+
+
+# The FastCGI hop (issue #64): each round's own ratios to the peer's same round.
+hop = {}
+if PEER and "seize_instock" in rounds:
+    def per_round(a, key, b=PEER):
+        out = []
+        for x, y in zip(rounds.get(a, []), rounds.get(b, [])):
+            u = x["cpu_us"].get("machine") if key == "machine" else x.get(key)
+            v = y["cpu_us"].get("machine") if key == "machine" else y.get(key)
+            out.append(round(u / v, 2) if u and v else None)
+        return out
+    hop = {"peer": PEER,
+           "seize_rps": per_round("seize_instock", "rps"),
+           "seize_p99": per_round("seize_instock", "p99_ms"),
+           "seize_machine_cpu": per_round("seize_instock", "machine"),
+           "floor_rps": per_round("floor", "rps")}
+    hop["medians"] = {k: med(v) for k, v in hop.items() if isinstance(v, list)}
 
 
 v = ratio("seize_instock", "php_instock")
@@ -97,6 +133,18 @@ v = ratio("seize_flash", "noop")
 target("flash sale >= 0.95x no-op responder (rps)", v, v is not None and v >= 0.95)
 a, b = get("seize_instock", "p99_ms"), get("php_instock", "p99_ms")
 target("seize p99 <= PHP-FPM peer p99 (ms)", f"{a} vs {b}", a is not None and b is not None and a <= b)
+
+
+if hop:
+    # Issue #64's goals against the single-hop peer: medians of each round's ratio.
+    m = hop["medians"]
+    v = m["seize_rps"]
+    target("in-stock seize >= 1.0x the nginx + Lua peer (rps)", v, v is not None and v >= 1.0)
+    v = m["seize_p99"]
+    target("in-stock seize p99 <= 1.0x the nginx + Lua peer", v, v is not None and v <= 1.0)
+    v = m["seize_machine_cpu"]
+    target("in-stock seize: machine CPU per request <= 1.0x the nginx + Lua peer", v,
+           v is not None and v <= 1.0)
 rss = raw.get("worker_rss_kib", 0)
 target("worker RSS <= 8 MiB", f"{rss / 1024:.1f} MiB", 0 < rss <= 8192)
 d = raw.get("drain") or {}
@@ -130,14 +178,18 @@ print(f"couponseize benchmarks: {raw.get('workers')} workers, {raw.get('concurre
       f"one machine ({os.cpu_count()} cores) running everything; median of "
       f"{len(raw.get('noop', {}).get('rounds', [1]))} interleaved rounds")
 print(f"{'scenario':<44} {'rps':>9} {'p50 ms':>8} {'p99 ms':>8} {'x ret200':>9} {'x noop':>7} "
-      f"{'x floor':>8} {'x php':>6}")
+      f"{'x floor':>8} {'x php':>6} {'x peer':>7}")
 for r in rows:
     print(f"{r['label']:<44} {fmt(r['rps'], '9.0f')} {fmt(r['p50_ms'], '8.2f')} "
           f"{fmt(r['p99_ms'], '8.2f')} {fmt(r['x_return200'], '9.2f')} {fmt(r['x_noop'], '7.2f')} "
-          f"{fmt(r['x_floor'], '8.2f')} {fmt(r['x_php'], '6.2f')}")
+          f"{fmt(r['x_floor'], '8.2f')} {fmt(r['x_php'], '6.2f')} {fmt(r['x_peer'], '7.2f')}")
+if PEER:
+    print(f"x peer: against the nginx + Lua peer with {PEER[-1]} worker(s), its better median rps")
 print()
-print("CPU microseconds per request (same median round), by process; less sensitive to a busy machine")
-print(f"{'scenario':<44} {'app':>6} {'redis':>6} {'nginx':>6} {'sync':>6} {'mysql':>6} {'app x floor':>12}")
+print("CPU microseconds per request (same median round), by process, and the whole machine's")
+print("(non-idle time of all CPUs, load generator and any other work included)")
+print(f"{'scenario':<44} {'app':>6} {'redis':>6} {'nginx':>6} {'sync':>6} {'mysql':>6} {'machine':>8} "
+      f"{'app x floor':>12}")
 floor_app = (get("floor", "cpu_us") or {}).get("app")
 for r in rows:
     c = r.get("cpu_us")
@@ -145,7 +197,17 @@ for r in rows:
         continue
     xf = c["app"] / floor_app if floor_app else None
     print(f"{r['label']:<44} {c['app']:>6} {c['redis']:>6} {c['nginx']:>6} {c['sync']:>6} "
-          f"{c['mysql']:>6} {fmt(xf, '12.2f')}")
+          f"{c['mysql']:>6} {fmt(c.get('machine'), '>8')} {fmt(xf, '12.2f')}")
+# The FastCGI hop (issue #64): each round's own ratios to the peer's same round.
+if hop:
+    m = hop["medians"]
+    print()
+    print(f"the FastCGI hop, each round against the peer ({PEER}) in the same round (median, rounds):")
+    print(f"  coupon-fcgi in stock / peer: rps {fmt(m['seize_rps'], '.2f')} {hop['seize_rps']}, "
+          f"p99 {fmt(m['seize_p99'], '.2f')} {hop['seize_p99']}, machine CPU per request "
+          f"{fmt(m['seize_machine_cpu'], '.2f')} {hop['seize_machine_cpu']}")
+    print(f"  floor / peer: rps {fmt(m['floor_rps'], '.2f')} {hop['floor_rps']}")
+print()
 fl = raw.get("seize_flash", {}).get("codes", {})
 if fl:
     print(f"flash sale outcomes (median round): {fl}")
@@ -180,7 +242,7 @@ for t in targets:
     v = fmt(v, ".2f") if isinstance(v, float) else v
     print(f"  [{'met' if t['met'] else 'MISSED'}] {t['target']}: {v}")
 
-result = {"scenarios": rows, "targets": targets, "worker_rss_kib": rss,
+result = {"scenarios": rows, "targets": targets, "worker_rss_kib": rss, "hop": hop,
           "cluster_failover": raw.get("cluster_failover"),
           "drain": d, "lcache": lc, "many": many, "workers": raw.get("workers"),
           "concurrency": raw.get("concurrency")}
