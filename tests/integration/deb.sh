@@ -439,8 +439,9 @@ done
 [[ -f /etc/redis/redis.conf ]] || WALK_SKIP="no /etc/redis/redis.conf (redis-server's package)"
 [[ -d /etc/nginx/sites-enabled ]] || WALK_SKIP="no /etc/nginx/sites-enabled (Debian's nginx)"
 [[ -d /run/systemd/system ]] && WALK_SKIP="systemd runs here: its services are not this test's to start"
-[[ -e /run/mysqld/mysqld.sock || -e /run/redis || -e /run/nginx.pid ]] &&
-    WALK_SKIP="a MariaDB, Redis or nginx of the system runs here"
+[[ -e /run/mysqld/mysqld.sock || -e /run/redis ]] && WALK_SKIP="a MariaDB or Redis of the system runs here"
+# (an nginx -t of the system's configuration leaves an empty pid file)
+[[ -s /run/nginx.pid ]] && pid_alive "$(cat /run/nginx.pid)" && WALK_SKIP="the system's nginx runs here"
 (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null && WALK_SKIP="something listens on 127.0.0.1:6379"
 [[ -e /etc/nginx/sites-available/couponseize ]] && WALK_SKIP="/etc/nginx/sites-available/couponseize exists"
 
@@ -593,7 +594,8 @@ walk_cleanup() {
     comm -13 "$WALK/var.before" <(find /var/lib/redis /var/log/redis -mindepth 1 2>/dev/null | sort) |
         xargs -r rm -rf
     while read -r size f; do truncate -s "$size" "$f"; done <"$WALK/logs.before"
-    rm -f /dev/shm/couponseize-node2*
+    rm -f /dev/shm/couponseize-node2* "$LISTEN"
+    [[ -f $WALK/nginx.pid.was ]] && [[ ! -e /run/nginx.pid ]] && : >/run/nginx.pid
     WALK_ON=0
 }
 
@@ -604,6 +606,7 @@ else
     mkdir -p "$WALK/etc" "$WALK/db/tmp"
     cp -p /etc/redis/redis.conf "$WALK/etc/redis.conf"
     [[ -L /etc/nginx/sites-enabled/default ]] && cp -P /etc/nginx/sites-enabled/default "$WALK/etc/default-site"
+    [[ -e /run/nginx.pid ]] && : >"$WALK/nginx.pid.was"
     find /var/lib/redis /var/log/redis -mindepth 1 2>/dev/null | sort >"$WALK/var.before"
     find /var/log/nginx /var/log/redis -maxdepth 1 -type f -printf '%s %p\n' 2>/dev/null >"$WALK/logs.before"
     WALK_ON=1
