@@ -8,7 +8,10 @@
 # at a test stack's they serve a seize; a reinstall and an upgrade that ships
 # a changed conffile keep the admin's settings (couponseize.conf.d) and key
 # without a question, and a purge leaves nothing behind but a journal that
-# holds grants, moved aside.
+# holds grants, moved aside. Between the install and the upgrade it walks
+# the install path of doc/operations.md as a sysadmin would (the blocks
+# fenced ```sh test, run as written), with the system's MariaDB, Redis and
+# nginx, to 10,000 users seized on two nodes (see that section).
 #
 # Installs system-wide, so it needs root and a machine where couponseize is
 # not installed (it skips otherwise). Whatever happens, the exit purges the
@@ -415,7 +418,7 @@ check_match "coupon-sync stopped cleanly" 'coupon-sync stopped' "$(cat "$TMP/run
 # bash shell (its comment near the top says how), on this installed package:
 # the token key, the database and its grant, migrations, Redis from the
 # shipped fragment, the admin's settings, the nginx site, a sale. Then a
-# second node on 127.0.2.2 with the same key, 10,000 users seized across both
+# second node on 127.0.2.202 with the same key, 10,000 users seized across both
 # nodes, every SEIZED user's coupon in MySQL after coupon-sync drains, and
 # the shipped alert rules quiet on what the nodes report.
 #
@@ -424,7 +427,8 @@ check_match "coupon-sync stopped cleanly" 'coupon-sync stopped' "$(cat "$TMP/run
 # socket /run/mysqld/mysqld.sock; redis-server and nginx as their installed
 # units start them, on their configuration in /etc, which the blocks edit.
 # Redis listens on 127.0.0.1:6379 (Debian's redis.conf), nginx on what the
-# doc's site says: $listen, which the test sets to 127.0.2.1 and a free port.
+# doc's site says: $listen, which the test sets to 127.0.2.201 and a free
+# port (127.0.2.1-4 are tests/stack's nodes).
 # Every file of /etc the blocks change is put back at exit, every server
 # stopped, what they wrote in /var removed. Without systemd, a systemctl line
 # is done from the installed units' Exec*= lines (svc_* below); with systemd
@@ -564,6 +568,11 @@ walk_systemctl() {
     done
 }
 
+# addr_port ADDR: a port nothing listens on at ADDR now (the kernel's pick).
+addr_port() {
+    python3 -c 'import socket, sys; s = socket.socket(); s.bind((sys.argv[1], 0)); print(s.getsockname()[1])' "$1"
+}
+
 # walk_blocks FILE: the ```sh test blocks of FILE, each after a line saying
 # where it starts.
 walk_blocks() {
@@ -639,12 +648,13 @@ else
     # knows.
     od -An -N32 -tx1 /dev/urandom | tr -d ' \n' | sed 's/^/issuer-/' >"$WALK/issuer-key.txt"
     echo >>"$WALK/issuer-key.txt"
-    P1=$(free_port)
+    A1=127.0.2.201 A2=127.0.2.202
+    P1=$(addr_port "$A1")
     {
         echo 'walk_at() { printf "# %s\n" "$1" >&2; WALK_LINE=$1; }'
         echo 'sudo() { "$@"; }'
         echo 'systemctl() { walk_systemctl "$@"; }'
-        echo "listen=127.0.2.1:$P1"
+        echo "listen=$A1:$P1"
         walk_blocks "$top_srcdir/doc/operations.md"
         echo 'declare -p id pw >"$WALK/vars"'
     } >"$WALK/steps.sh"
@@ -658,6 +668,9 @@ else
             "$(grep '^# operations' "$WALK/steps.log" | tail -n 1): exit $rc
 $(tail -n 25 "$WALK/steps.log")"
     fi
+    # Once more: each block is safe to run twice (a second sale is made).
+    (cd "$WALK" && set -e && . ./steps.sh) >>"$WALK/steps.log" 2>&1
+    check_eq "... and a second time (each is safe to run twice)" 0 "$?"
     id="" pw=""
     # shellcheck source=/dev/null
     [[ -f $WALK/vars ]] && . "$WALK/vars"
@@ -674,16 +687,16 @@ GRANT USAGE ON *.* TO \`couponseize\`@\`localhost\` IDENTIFIED BY PASSWORD '<has
         "$(redis-cli CONFIG GET appendonly | tail -n 1) $(redis-cli CONFIG GET appendfsync | tail -n 1)"
     check_eq "migrate a second time applies nothing and succeeds" 0 \
         "$(couponseize-admin migrate >/dev/null 2>&1; echo $?)"
-    walk_health() { [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.2.1:$P1/market/health") == 200 ]]; }
+    walk_health() { [[ $(curl -s -o /dev/null -w '%{http_code}' "http://$A1:$P1/market/health") == 200 ]]; }
     check "node 1 answers health 200 through the doc's nginx site" wait_for 30 walk_health
 
     # Node 2: the same package's coupon-fcgi on this machine, as a second web
     # node would run it: its own configuration (the same settings and the
     # same key, copied as "The token key" says), its own socket, shared
-    # memory and journal, its own nginx on 127.0.2.2 with the shipped
+    # memory and journal, its own nginx on $A2 with the shipped
     # snippet; the same Redis and MySQL.
     N2=$WALK/node2
-    P2=$(free_port)
+    P2=$(addr_port "$A2")
     chmod 711 "$TMP" "$WALK"
     install -d -o "$PKG" -g "$PKG" -m 0750 "$N2"
     install -d -o "$PKG" -g "$PKG" -m 0700 "$N2/journal"
@@ -720,7 +733,7 @@ http {
     uwsgi_temp_path $N2/nginx/tmp/uwsgi;
     scgi_temp_path $N2/nginx/tmp/scgi;
     server {
-        listen 127.0.2.2:$P2;
+        listen $A2:$P2;
         server_name _;
         include $N2/nginx/couponseize.conf;
     }
@@ -729,25 +742,25 @@ EOF
     (exec nginx -c "$N2/nginx/nginx.conf" -p "$N2/nginx/" -e "$N2/nginx/error.log") \
         </dev/null >/dev/null 2>&1 9>&- &
     echo $! >"$WALK/pid.node2-nginx"
-    walk_health2() { [[ $(curl -s -o /dev/null -w '%{http_code}' "http://127.0.2.2:$P2/market/health") == 200 ]]; }
-    check "node 2 (127.0.2.2, the same key) answers health 200" wait_for 30 walk_health2
+    walk_health2() { [[ $(curl -s -o /dev/null -w '%{http_code}' "http://$A2:$P2/market/health") == 200 ]]; }
+    check "node 2 ($A2, the same key) answers health 200" wait_for 30 walk_health2
 
     # The metrics both nodes show an admin, as Prometheus would scrape them.
     walk_scrape() {
         local tok
         tok=$(couponseize-admin token 2>/dev/null)
-        curl -s -H "Authorization: Bearer $tok" "http://127.0.2.1:$P1/market/admin/metrics" >"$WALK/$1-n1.prom"
-        curl -s -H "Authorization: Bearer $tok" "http://127.0.2.2:$P2/market/admin/metrics" >"$WALK/$1-n2.prom"
+        curl -s -H "Authorization: Bearer $tok" "http://$A1:$P1/market/admin/metrics" >"$WALK/$1-n1.prom"
+        curl -s -H "Authorization: Bearer $tok" "http://$A2:$P2/market/admin/metrics" >"$WALK/$1-n2.prom"
     }
     walk_scrape before
 
     # 10,000 users, 5,000 through each node, at once.
     KEYTXT=$(head -n 1 "$WALK/issuer-key.txt")
     t=$SECONDS
-    "$LOADGEN" -h 127.0.2.1 -p "$P1" -s "$KEYTXT" -a "$id" -c 16 -n 5000 -b 1000000 \
+    "$LOADGEN" -h "$A1" -p "$P1" -s "$KEYTXT" -a "$id" -c 16 -n 5000 -b 1000000 \
         -L "$WALK/load1.log" -j >"$WALK/load1.json" 2>&1 9>&- &
     l1=$!
-    "$LOADGEN" -h 127.0.2.2 -p "$P2" -s "$KEYTXT" -a "$id" -c 16 -n 5000 -b 2000000 \
+    "$LOADGEN" -h "$A2" -p "$P2" -s "$KEYTXT" -a "$id" -c 16 -n 5000 -b 2000000 \
         -L "$WALK/load2.log" -j >"$WALK/load2.json" 2>&1 9>&- &
     l2=$!
     wait "$l1" "$l2"
@@ -788,9 +801,12 @@ PY
     # after the sale (with up = 1 for each), evaluated by promtool: none fires.
     walk_scrape after
     RULES=/usr/share/couponseize/prometheus/couponseize-alerts.yml
-    python3 - "$WALK" "$RULES" >"$WALK/quiet.test.yml" <<'PY'
+    # walk_rules_test [control]: the promtool test, to stdout; "control":
+    # node 2's couponseize_redis_aof_always 0 after the sale.
+    walk_rules_test() {
+        python3 - "$WALK" "$RULES" "${1:-}" <<'PY'
 import re, sys
-d, rules = sys.argv[1], sys.argv[2]
+d, rules, control = sys.argv[1], sys.argv[2], sys.argv[3]
 def parse(p):
     out = {}
     for line in open(p):
@@ -809,7 +825,10 @@ for n, inst in (("n1", "node1:80"), ("n2", "node2:80")):
         name, _, labels = k.partition("{")
         labels = labels.rstrip("}")
         lab = f'job="coupon-fcgi",instance="{inst}"' + ("," + labels if labels else "")
-        series[f"{name}{{{lab}}}"] = (b.get(k, a.get(k)), a.get(k, b.get(k)))
+        v0, v1 = b.get(k, a.get(k)), a.get(k, b.get(k))
+        if control and n == "n2" and name == "couponseize_redis_aof_always":
+            v1 = "0"
+        series[f"{name}{{{lab}}}"] = (v0, v1)
 names = re.findall(r'^\s*- alert:\s*(\S+)', open(rules).read(), re.M)
 print(f"rule_files: [{rules}]\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:")
 for s, (v0, v1) in sorted(series.items()):
@@ -819,6 +838,16 @@ for n in names:
     for t in ("5m", "12m", "20m", "40m", "60m"):
         print(f"      - eval_time: {t}\n        alertname: {n}\n        exp_alerts: []")
 PY
+    }
+    walk_rules_test >"$WALK/quiet.test.yml"
+    walk_rules_test control >"$WALK/control.test.yml"
+    check_eq "both nodes see Redis fsync every write (couponseize_redis_aof_always)" "1 1" \
+        "$(sed -n 's/^couponseize_redis_aof_always\({[^}]*}\)\{0,1\} \([0-9.]*\)$/\2/p' "$WALK/after-n1.prom" "$WALK/after-n2.prom" |
+            tr '\n' ' ' | sed 's/ $//')"
+    # The control: the same series with node 2's Redis not durable fire.
+    out=$(promtool test rules "$WALK/control.test.yml" 2>&1)
+    check_match "... and the same rules fire CouponRedisNotDurable when node 2 reports 0 (the control)" \
+        'alertname: CouponRedisNotDurable' "$out"
     out=$(promtool test rules "$WALK/quiet.test.yml" 2>&1)
     rc=$?
     if ((rc == 0)); then ok "the shipped alert rules stay quiet on both nodes' metrics, before and after the sale"
@@ -877,7 +906,7 @@ if ((WALK_ON)); then
         wait_for 30 walk_health
     check_match "... and still shows the sale" "\"id\":$id[,}]" \
         "$(couponseize-admin --json status "$id" 2>&1)"
-    code=$("$LOADGEN" -h 127.0.2.1 -p "$P1" -s "$SECRET" -a "$id" -c 1 -n 1 -b 3000000 -j 2>&1 9>&-)
+    code=$("$LOADGEN" -h "$A1" -p "$P1" -s "$SECRET" -a "$id" -c 1 -n 1 -b 3000000 -j 2>&1 9>&-)
     check_match "... and a new user seizes there, with the admin's key" '"SEIZED": *1' "$code"
     walk_cleanup
 fi
