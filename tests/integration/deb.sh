@@ -584,7 +584,7 @@ walk_blocks() {
 walk_cleanup() {
     ((WALK_ON)) || return 0
     local u p
-    for p in "$WALK"/pid.node2-*; do
+    for p in "$WALK"/pid.bg-*; do
         [[ -f $p ]] && { kill -TERM "$(cat "$p")" 2>/dev/null; wait_for 20 eval '! pid_alive '"$(cat "$p")"; }
         rm -f "$p"
     done
@@ -714,7 +714,7 @@ EOF
     chmod 0640 "$N2/couponseize.conf.d/node2.conf"
     (cd / && exec setpriv --reuid="$PKG" --regid="$PKG" --init-groups -- \
         /usr/sbin/coupon-fcgi -c "$N2/couponseize.conf") </dev/null >"$N2/fcgi.log" 2>&1 9>&- &
-    echo $! >"$WALK/pid.node2-fcgi"
+    echo $! >"$WALK/pid.bg-node2-fcgi"
     sed "s#unix:/run/couponseize/fcgi.sock#unix:$N2/fcgi.sock#" \
         /usr/share/couponseize/examples/nginx/couponseize.conf >"$N2/nginx/couponseize.conf"
     cp /etc/nginx/fastcgi_params "$N2/nginx/"
@@ -741,7 +741,7 @@ http {
 EOF
     (exec nginx -c "$N2/nginx/nginx.conf" -p "$N2/nginx/" -e "$N2/nginx/error.log") \
         </dev/null >/dev/null 2>&1 9>&- &
-    echo $! >"$WALK/pid.node2-nginx"
+    echo $! >"$WALK/pid.bg-node2-nginx"
     walk_health2() { [[ $(curl -s -o /dev/null -w '%{http_code}' "http://$A2:$P2/market/health") == 200 ]]; }
     check "node 2 ($A2, the same key) answers health 200" wait_for 30 walk_health2
 
@@ -760,9 +760,11 @@ EOF
     "$LOADGEN" -h "$A1" -p "$P1" -s "$KEYTXT" -a "$id" -c 16 -n 5000 -b 1000000 \
         -L "$WALK/load1.log" -j >"$WALK/load1.json" 2>&1 9>&- &
     l1=$!
+    echo "$l1" >"$WALK/pid.bg-load1"
     "$LOADGEN" -h "$A2" -p "$P2" -s "$KEYTXT" -a "$id" -c 16 -n 5000 -b 2000000 \
         -L "$WALK/load2.log" -j >"$WALK/load2.json" 2>&1 9>&- &
     l2=$!
+    echo "$l2" >"$WALK/pid.bg-load2"
     wait "$l1" "$l2"
     diag "10,000 seizes over both nodes in $((SECONDS - t)) s: node 1 $(tr -d '\n' <"$WALK/load1.json" | head -c 300)"
     diag "node 2 $(tr -d '\n' <"$WALK/load2.json" | head -c 300)"
