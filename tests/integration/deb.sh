@@ -17,7 +17,7 @@
 # not installed (it skips otherwise). Whatever happens, the exit purges the
 # package again. Nothing starts through systemd: there may be none running,
 # and policy-rc.d refuses service starts while the package is installed.
-# shellcheck disable=SC2317 # helpers are called through check and cs_defer
+# shellcheck disable=SC2317,SC2016 # helpers are called through check and cs_defer; eval'd strings
 set -u
 
 # shellcheck source=tests/lib.sh
@@ -622,7 +622,7 @@ else
 
     # MariaDB as the system's would answer "sudo mariadb": on the default
     # socket, root by the socket's credentials; no TCP at all.
-    tpl=$(find "$top_builddir/tests/mysql-template" -mindepth 2 -maxdepth 2 -name done 2>/dev/null | head -n 1)
+    tpl=$(find "$top_builddir/tests/mysql-template" -mindepth 2 -maxdepth 2 -name 'done' 2>/dev/null | head -n 1)
     if [[ -n $tpl ]]; then
         cp -a "${tpl%/done}/data" "$WALK/db/data"
     else
