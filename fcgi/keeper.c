@@ -23,6 +23,7 @@
 #include "activity.h"
 #include "cs.h"
 #include "keeper_int.h"
+#include "rargs.h"
 #include "keys.h"
 #include "log.h"
 #include "reserve.h"
@@ -79,40 +80,6 @@ int keeper_wanted(const struct cs_conf *conf)
 
 /* ---- small helpers ------------------------------------------------------------ */
 
-
-void ka_str(struct kargs *a, const char *s)
-{
-    a->argv[a->n] = s;
-    a->argl[a->n] = strlen(s);
-    a->n++;
-}
-
-void ka_int(struct kargs *a, int64_t v)
-{
-    int n = snprintf(a->buf[a->n], sizeof(a->buf[0]), "%" PRId64, v);
-    a->argv[a->n] = a->buf[a->n];
-    a->argl[a->n] = (size_t)n;
-    a->n++;
-}
-
-void ka_key(struct kargs *a, size_t (*fn)(char *, int), int shard)
-{
-    fn(a->buf[a->n], shard);
-    ka_str(a, a->buf[a->n]);
-}
-
-void ka_akey(struct kargs *a, size_t (*fn)(char *, int64_t), int64_t id)
-{
-    fn(a->buf[a->n], id);
-    ka_str(a, a->buf[a->n]);
-}
-
-redisReply *keeper_eval(struct keeper *k, struct rscript *s, int nkeys, struct kargs *a,
-                        struct rconn_site *site)
-{
-    struct rconn_site dummy;
-    return rconn_evalsha_at(k->rc, s, nkeys, a->n, a->argv, a->argl, site ? site : &dummy);
-}
 
 /* The durability rule for a write that ran at site (fence: it wrote nothing). */
 int keeper_durable(struct keeper *k, int shard, const struct rconn_site *site, int fence)
@@ -268,114 +235,176 @@ static void keeper_parse_window(const char *w, int64_t *start, int64_t *end)
     }
 }
 
+/* Activities renewed per call of lua/reserve_renew.lua; more take more calls. */
+#define KEEPER_RENEW_PER_CALL 11
+
+/* The renewal's answer by position: Redis' TIME, the shard's restore
+ * generation, then RENEW_PER strings for each activity asked about. */
+enum { RENEW_TIME_S, RENEW_TIME_US, RENEW_GEN, RENEW_HEAD };
+enum { RENEW_FIELD, RENEW_STOCK, RENEW_WINDOW, RENEW_HELD, RENEW_PER };
+
+/* One renewal call: the slots it asks about, in ARGV order, and when it
+ * went and came back. */
+struct krenew {
+    int slot[KEEPER_RENEW_PER_CALL];
+    int n;
+    int64_t sent, recv, redis_ms;
+    struct rconn_site at;
+};
+
+/* Adds to c and a's ARGV the next slots of shard from *next on, at most
+ * KEEPER_RENEW_PER_CALL; *next is where the next call goes on. */
+static void keeper_renew_pick(struct keeper *k, int shard, int *next, struct krenew *c,
+                              struct rargs *a)
+{
+    c->n = 0;
+    for (; *next < SHM_RESERVES && c->n < KEEPER_RENEW_PER_CALL; (*next)++) {
+        struct shm_rsv_slot *s = &k->rv->slot[*next];
+        int64_t id = atomic_load(&s->activity_id);
+        if (atomic_load(&s->state) == RSV_EMPTY || keys_shard(id) != shard)
+            continue;
+        c->slot[c->n++] = *next;
+        rargs_int(a, id);
+    }
+}
+
+/* Runs call c: CS_OK with its answer in *out, as many elements as c asks
+ * for, or CS_ERR when Redis did not answer so. */
+static int keeper_renew_call(struct keeper *k, int shard, struct krenew *c, struct rargs *a,
+                             redisReply **out)
+{
+    c->sent = cs_boot_ms();
+    redisReply *r = rargs_evalsha(k->rc, &k->s_renew, 3, a, &c->at);
+    c->recv = cs_boot_ms();
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY
+        || r->elements != RENEW_HEAD + RENEW_PER * (size_t)c->n) {
+        log_debug("reserve keeper: renewing shard %d: %s", shard,
+                  r != NULL && r->type == REDIS_REPLY_ERROR ? r->str : k->rc->errstr);
+        if (r != NULL)
+            freeReplyObject(r);
+        return CS_ERR;
+    }
+    c->redis_ms = strtoll(r->element[RENEW_TIME_S]->str, NULL, 10) * 1000
+                  + strtoll(r->element[RENEW_TIME_US]->str, NULL, 10) / 1000;
+    *out = r;
+    return CS_OK;
+}
+
+/* The shard's restore generation is gen: when it moved, Redis was
+ * restored, and every slot of the shard stops until replayed. */
+static void keeper_renew_restored(struct keeper *k, int shard, int64_t gen)
+{
+    if (k->restored[shard] >= 0 && gen != k->restored[shard]) {
+        log_warn("reserve keeper: shard %d was restored; reserves stop until replayed", shard);
+        for (int i = 0; i < SHM_RESERVES; i++) {
+            int64_t id = atomic_load(&k->rv->slot[i].activity_id);
+            if (atomic_load(&k->rv->slot[i].state) != RSV_EMPTY && keys_shard(id) == shard)
+                keeper_slot_hold(k, i);
+        }
+    }
+    k->restored[shard] = gen;
+}
+
+/* Whether an element of the renewal's answer holds a value ('' is none). */
+static int keeper_renew_has(const redisReply *e)
+{
+    return e->type == REDIS_REPLY_STRING && e->len > 0;
+}
+
+/* What the renewal says of slot i: e is its RENEW_PER elements. */
+static void keeper_renew_slot(struct keeper *k, int i, redisReply **e)
+{
+    struct kslot *l = &k->loc[i];
+    struct shm_rsv_slot *s = &k->rv->slot[i];
+
+    l->field = keeper_renew_has(e[RENEW_FIELD]);
+    if (l->field && l->phase == KP_AWAITS_RESTORE)
+        l->phase = KP_RESUME; /* restored: replay, then resume */
+    /* Its reserve is gone from Redis (an admin returned it after the lease
+     * ran out, or Redis lost it): stopped before this renewal makes the
+     * lease good again, so no worker spends it meanwhile. keeper_slots()
+     * decides what comes next. */
+    if (!l->field && l->phase != KP_IN_DOUBT && atomic_load(&s->state) == RSV_OPEN)
+        atomic_store(&s->state, RSV_STOPPED);
+    l->stock = keeper_renew_has(e[RENEW_STOCK]) ? strtoll(e[RENEW_STOCK]->str, NULL, 10)
+                                                : INT64_MIN;
+    l->held = e[RENEW_HELD]->type == REDIS_REPLY_STRING ? strtoll(e[RENEW_HELD]->str, NULL, 10)
+                                                        : 0;
+    if (keeper_renew_has(e[RENEW_WINDOW])) {
+        int64_t st = atomic_load(&s->start_ms), en = atomic_load(&s->end_ms);
+        keeper_parse_window(e[RENEW_WINDOW]->str, &st, &en);
+        atomic_store(&s->start_ms, st);
+        atomic_store(&s->end_ms, en);
+    }
+}
+
+/* The stamp a renewal wrote is what an admin's return judges the lease by:
+ * a renewal only the master holds may be lost with it in a failover, and
+ * the new master's older stamp would let a return come while this node
+ * still spends. So the durability rule holds for a renewal before it makes
+ * the lease good (internals.md rule 16). CS_OK when it does. */
+static int keeper_renew_durable(struct keeper *k, int shard, const struct rconn_site *at)
+{
+    if (keeper_durable(k, shard, at, 0) == CS_OK)
+        return CS_OK;
+    int64_t now = cs_mono_ms();
+    if (k->renew_warn_ms == 0 || now - k->renew_warn_ms >= 10000) {
+        k->renew_warn_ms = now;
+        log_warn("reserve keeper: the renewal of shard %d is not on %d replicas (%s): "
+                 "the lease is not extended", shard, k->conf->redis_wait_replicas,
+                 k->rc->errstr);
+    }
+    return CS_ERR;
+}
+
+/* Makes the shard's lease good from the first call c of this renewal, the
+ * oldest; once every slot whose reserve is gone is stopped. It runs from
+ * the last claim Redis answered when that is older: a node that cannot
+ * reach its claim (another master in a cluster) must stop spending once
+ * the claim may have expired and another instance taken it. An earlier
+ * send only widens the bounds on Redis' clock. */
+static int keeper_renew_lease(struct keeper *k, int shard, const struct krenew *c)
+{
+    if (k->claim_sent <= 0)
+        return k->claimed ? CS_OK : CS_ERR; /* answered ours, never confirmed: no lease */
+    int64_t sent = k->claim_sent < c->sent ? k->claim_sent : c->sent;
+    keeper_lease_set(k->rv, shard, sent, c->recv, c->redis_ms);
+    return CS_OK;
+}
+
 /* Renews the lease of shard; CS_OK when Redis answered. */
 static int keeper_renew(struct keeper *k, int shard)
 {
-    struct kargs a = {.n = 0};
-    int idx[12], n = 0;
+    struct rargs a = RARGS_INIT;
+    struct krenew c = {.n = 0}, first = {.sent = -1};
+    int next = 0, durable = 1, ret = CS_ERR;
 
-    ka_key(&a, keys_reserve, shard);
-    ka_key(&a, keys_stock, shard);
-    ka_key(&a, keys_window, shard);
-    ka_str(&a, k->jd.incarnation);
-    ka_int(&a, k->conf->fallback_lease_ms);
-    /* At most 11 activities per call (struct kargs); more take more calls. */
-    int next = 0, durable = 1;
-    int64_t first_sent = -1, first_recv = 0, first_ms = 0;
+    rargs_key(&a, keys_reserve, shard);
+    rargs_key(&a, keys_stock, shard);
+    rargs_key(&a, keys_window, shard);
+    rargs_str(&a, k->jd.incarnation);
+    rargs_int(&a, k->conf->fallback_lease_ms);
+    size_t fixed = a.n;
     do {
-        a.n = 5;
-        n = 0;
-        for (; next < SHM_RESERVES && n < 11; next++) {
-            struct shm_rsv_slot *s = &k->rv->slot[next];
-            int64_t id = atomic_load(&s->activity_id);
-            if (atomic_load(&s->state) == RSV_EMPTY || keys_shard(id) != shard)
-                continue;
-            idx[n++] = next;
-            ka_int(&a, id);
-        }
-        int64_t sent = cs_boot_ms();
-        struct rconn_site at;
-        redisReply *r = keeper_eval(k, &k->s_renew, 3, &a, &at);
-        int64_t recv = cs_boot_ms();
-        if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 3 + 4 * (size_t)n) {
-            log_debug("reserve keeper: renewing shard %d: %s", shard,
-                      r != NULL && r->type == REDIS_REPLY_ERROR ? r->str : k->rc->errstr);
-            if (r != NULL)
-                freeReplyObject(r);
-            return CS_ERR;
-        }
-        int64_t redis_ms = strtoll(r->element[0]->str, NULL, 10) * 1000
-                           + strtoll(r->element[1]->str, NULL, 10) / 1000;
-        int64_t gen = strtoll(r->element[2]->str, NULL, 10);
-        if (k->restored[shard] >= 0 && gen != k->restored[shard]) {
-            /* Redis was restored: stop spending until replayed. */
-            log_warn("reserve keeper: shard %d was restored; reserves stop until replayed", shard);
-            for (int i = 0; i < SHM_RESERVES; i++) {
-                int64_t id = atomic_load(&k->rv->slot[i].activity_id);
-                if (atomic_load(&k->rv->slot[i].state) != RSV_EMPTY && keys_shard(id) == shard)
-                    keeper_slot_hold(k, i);
-            }
-        }
-        k->restored[shard] = gen;
-        for (int j = 0; j < n; j++) {
-            struct kslot *l = &k->loc[idx[j]];
-            struct shm_rsv_slot *s = &k->rv->slot[idx[j]];
-            redisReply **e = &r->element[3 + 4 * j];
-            l->field = e[0]->type == REDIS_REPLY_STRING && e[0]->len > 0;
-            if (l->field && l->phase == KP_AWAITS_RESTORE)
-                l->phase = KP_RESUME; /* restored: replay, then resume */
-            /* Its reserve is gone from Redis (an admin returned it after the
-             * lease ran out, or Redis lost it): stopped before this renewal
-             * makes the lease good again, so no worker spends it meanwhile.
-             * keeper_slots() decides what comes next. */
-            if (!l->field && l->phase != KP_IN_DOUBT && atomic_load(&s->state) == RSV_OPEN)
-                atomic_store(&s->state, RSV_STOPPED);
-            l->stock = e[1]->type == REDIS_REPLY_STRING && e[1]->len > 0
-                           ? strtoll(e[1]->str, NULL, 10) : INT64_MIN;
-            l->held = e[3]->type == REDIS_REPLY_STRING ? strtoll(e[3]->str, NULL, 10) : 0;
-            if (e[2]->type == REDIS_REPLY_STRING && e[2]->len > 0) {
-                int64_t st = atomic_load(&s->start_ms), en = atomic_load(&s->end_ms);
-                keeper_parse_window(e[2]->str, &st, &en);
-                atomic_store(&s->start_ms, st);
-                atomic_store(&s->end_ms, en);
-            }
-        }
-        if (first_sent < 0) {
-            first_sent = sent;
-            first_recv = recv;
-            first_ms = redis_ms;
-        }
+        rargs_truncate(&a, fixed);
+        keeper_renew_pick(k, shard, &next, &c, &a);
+        redisReply *r;
+        if (keeper_renew_call(k, shard, &c, &a, &r) != CS_OK)
+            goto out;
+        keeper_renew_restored(k, shard, strtoll(r->element[RENEW_GEN]->str, NULL, 10));
+        for (int j = 0; j < c.n; j++)
+            keeper_renew_slot(k, c.slot[j], &r->element[RENEW_HEAD + RENEW_PER * j]);
         freeReplyObject(r);
-        /* The stamp this call wrote is what an admin's return judges the
-         * lease by: a renewal only the master holds may be lost with it in
-         * a failover, and the new master's older stamp would let a return
-         * come while this node still spends. So the durability rule holds
-         * for a renewal before it makes the lease good (DESIGN.md rule 16). */
-        if (durable && keeper_durable(k, shard, &at, 0) != CS_OK) {
+        if (first.sent < 0)
+            first = c;
+        if (durable && keeper_renew_durable(k, shard, &c.at) != CS_OK)
             durable = 0;
-            int64_t now = cs_mono_ms();
-            if (k->renew_warn_ms == 0 || now - k->renew_warn_ms >= 10000) {
-                k->renew_warn_ms = now;
-                log_warn("reserve keeper: the renewal of shard %d is not on %d replicas (%s): "
-                         "the lease is not extended", shard, k->conf->redis_wait_replicas,
-                         k->rc->errstr);
-            }
-        }
-    } while (next < SHM_RESERVES && n == 11);
-    if (!durable)
-        return CS_OK; /* Redis answered: its facts stand, the lease does not */
-    /* The lease is made good only now, once every slot whose reserve is gone
-     * is stopped; the first call's times, the oldest, are the ones kept.
-     * It runs from the last claim Redis answered when that is older: a node
-     * that cannot reach its claim (another master in a cluster) must stop
-     * spending once the claim may have expired and another instance taken
-     * it. An earlier send only widens the bounds on Redis' clock. */
-    if (k->claim_sent <= 0)
-        return k->claimed ? CS_OK : CS_ERR; /* answered ours, never confirmed: no lease */
-    if (k->claim_sent < first_sent)
-        first_sent = k->claim_sent;
-    keeper_lease_set(k->rv, shard, first_sent, first_recv, first_ms);
-    return CS_OK;
+    } while (next < SHM_RESERVES && c.n == KEEPER_RENEW_PER_CALL);
+    /* Redis answered: its facts stand; the lease only once durable. */
+    ret = durable ? keeper_renew_lease(k, shard, &first) : CS_OK;
+out:
+    rargs_free(&a);
+    return ret;
 }
 
 /* Reads the true amount of a rebuilt slot's epoch from Redis; CS_OK with
@@ -417,18 +446,19 @@ static void keeper_give_back(struct keeper *k, int i)
     int64_t aid = atomic_load(&s->activity_id);
     uint64_t epoch = atomic_load(&s->epoch);
     int shard = keys_shard(aid);
-    struct kargs a = {.n = 0};
+    struct rargs a = RARGS_INIT;
     struct rconn_site at;
 
-    ka_key(&a, keys_stock, shard);
-    ka_key(&a, keys_reserve, shard);
-    ka_akey(&a, keys_reserve_epochs, aid);
-    ka_int(&a, aid);
-    ka_str(&a, k->jd.incarnation);
-    ka_int(&a, (int64_t)epoch);
-    ka_int(&a, 0);
-    ka_int(&a, k->loc[i].low_water);
-    redisReply *r = keeper_eval(k, &k->s_give, 3, &a, &at);
+    rargs_key(&a, keys_stock, shard);
+    rargs_key(&a, keys_reserve, shard);
+    rargs_akey(&a, keys_reserve_epochs, aid);
+    rargs_int(&a, aid);
+    rargs_str(&a, k->jd.incarnation);
+    rargs_int(&a, (int64_t)epoch);
+    rargs_int(&a, 0);
+    rargs_int(&a, k->loc[i].low_water);
+    redisReply *r = rargs_evalsha(k->rc, &k->s_give, 3, &a, &at);
+    rargs_free(&a);
     if (r == NULL || r->type != REDIS_REPLY_INTEGER) {
         log_warn("reserve keeper: giving back activity %" PRId64 " epoch %" PRIu64 ": %s", aid,
                  epoch, r != NULL && r->type == REDIS_REPLY_ERROR ? r->str : k->rc->errstr);

@@ -4,6 +4,7 @@
 #include "keeper_int.h"
 #include "cs.h"
 #include "keys.h"
+#include "rargs.h"
 #include "log.h"
 #include "scripts.h"
 
@@ -94,21 +95,25 @@ static int keeper_hold_all(struct keeper *k)
  */
 int keeper_claim(struct keeper *k)
 {
-    char key[KEYS_MAX], ttl[24];
+    char key[KEYS_MAX];
     const char *stale = "";
     char held[192] = "";
     keys_reserve_claim(key, k->jd.incarnation);
     int ttl_ms = k->conf->fallback_lease_ms + KEEPER_CLAIM_SLACK_MS;
-    snprintf(ttl, sizeof(ttl), "%d", ttl_ms);
     for (int tries = 0; tries < 2; tries++) {
-        const char *argv[] = {"EVAL", script_keeper_claim, "1", key, k->claim, ttl, stale};
-        size_t argl[7];
-        for (int i = 0; i < 7; i++)
-            argl[i] = strlen(argv[i]);
+        struct rargs a = RARGS_INIT;
+        rargs_str(&a, "EVAL");
+        rargs_str(&a, script_keeper_claim);
+        rargs_str(&a, "1");
+        rargs_str(&a, key);
+        rargs_str(&a, k->claim);
+        rargs_int(&a, ttl_ms);
+        rargs_str(&a, stale);
         struct rconn_site at;
         int64_t sent = cs_boot_ms();
-        redisReply *r = rconn_commandv_at(k->rc, key, 7, argv, argl, &at);
+        redisReply *r = rargs_command(k->rc, key, &a, &at);
         int64_t recv = cs_boot_ms();
+        rargs_free(&a);
         if (r == NULL || (r->type != REDIS_REPLY_INTEGER && r->type != REDIS_REPLY_STRING)) {
             if (r != NULL)
                 freeReplyObject(r);

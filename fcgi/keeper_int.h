@@ -130,27 +130,10 @@ struct keeper {
     int nwatch;
 };
 
-/* Arguments of one script call, built in place. */
-struct kargs {
-    const char *argv[16];
-    size_t argl[16];
-    char buf[16][48];
-    int n;
-};
-
 /* Set by SIGTERM: give everything back and stop. */
 extern volatile sig_atomic_t keeper_stop;
 
 /* ---- keeper.c: helpers ---- */
-void ka_str(struct kargs *a, const char *s);
-void ka_int(struct kargs *a, int64_t v);
-/* A key made by fn (keys_*) from a shard or an activity id. */
-void ka_key(struct kargs *a, size_t (*fn)(char *, int), int shard);
-void ka_akey(struct kargs *a, size_t (*fn)(char *, int64_t), int64_t id);
-/* EVALSHA of s with a's arguments, the first nkeys of them keys; the node
- * that ran it in *site (may be NULL). NULL when Redis did not answer. */
-redisReply *keeper_eval(struct keeper *k, struct rscript *s, int nkeys, struct kargs *a,
-                        struct rconn_site *site);
 /* The durability rule for a write that ran at site (fence: it wrote nothing). */
 int keeper_durable(struct keeper *k, int shard, const struct rconn_site *site, int fence);
 /* Epochs this node closed itself (given back after a full replay). */
@@ -175,8 +158,6 @@ int keeper_close_epoch(struct keeper *k, int64_t aid, uint64_t epoch, int64_t re
 /* ---- keeper_journal.c ---- */
 /* Lists the segments in the directory into k->files (those gone are dropped). */
 void keeper_list_files(struct keeper *k);
-/* fsync() of a directory: CS_OK or CS_ERR. */
-int keeper_fsync_dir(const char *path);
 /* Raises each slot's next token to what DIR/tokens says was handed out. */
 void keeper_tokens_read(struct keeper *k);
 /* Replays the records not yet replayed on the shards Redis answers on, and

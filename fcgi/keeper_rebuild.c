@@ -251,7 +251,7 @@ void keeper_journal_halt(struct keeper *k, int start)
              && fsync(fd) == 0;
     if (fd >= 0 && close(fd) != 0)
         ok = 0;
-    if (ok && keeper_fsync_dir(k->jd.path) == CS_OK) {
+    if (ok && cs_fsync_dir(k->jd.path) == CS_OK) {
         k->halt_kept = 1;
         log_error("reserve keeper: a journal write failed: halted until an operator removes %s",
                   path);

@@ -49,7 +49,7 @@ void mconn_drop(struct mconn *mc)
     }
 }
 
-static void mconn_set_err(struct mconn *mc, unsigned err, const char *what, const char *why)
+void mconn_set_err(struct mconn *mc, unsigned err, const char *what, const char *why)
 {
     mc->err = err;
     snprintf(mc->errstr, sizeof(mc->errstr), "%s failed: %s", what, why);

@@ -148,16 +148,6 @@ static int reserve_journal_linked(const struct journal *j, const char *path)
            && fs.st_dev == ps.st_dev && fs.st_ino == ps.st_ino;
 }
 
-static int reserve_fsync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return CS_ERR;
-    int rc = fsync(fd);
-    close(fd);
-    return rc == 0 ? CS_OK : CS_ERR;
-}
-
 static int reserve_journal_ready(struct reserve_journal *rj, const char *jdir, int wslot,
                                  uint64_t seg)
 {
@@ -194,7 +184,7 @@ static int reserve_journal_ready(struct reserve_journal *rj, const char *jdir, i
      * the file as opened, not by a look before the open: an empty one may
      * be another's creation whose directory was never synced (a worker of
      * this slot killed between its create and its fsync). */
-    if ((fstat(rj->j.fd, &st) != 0 || st.st_size == 0) && reserve_fsync_dir(jdir) != CS_OK) {
+    if ((fstat(rj->j.fd, &st) != 0 || st.st_size == 0) && cs_fsync_dir(jdir) != CS_OK) {
         log_error("reserve journal: fsync(%s) failed: %s; no more grants from the reserve", jdir,
                   strerror(errno));
         rj->j.failed = 1; /* kept, so that no later grant uses it unsynced */
