@@ -1,5 +1,4 @@
-/* keeper.c - the reserve keeper (DESIGN.md "Selling through a slow or
- * missing Redis"): sets reserves aside, renews the node's lease, replays the
+/* keeper.c - the reserve keeper (doc/internals.md, "The reserves"): sets reserves aside, renews the node's lease, replays the
  * journal and gives reserves back. One process per node; the workers spend
  * what it publishes in shared memory (lib/reserve.c).
  *

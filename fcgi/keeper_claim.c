@@ -1,6 +1,5 @@
-/* keeper_claim.c - one live instance per node incarnation (DESIGN.md
- * "Selling through a slow or missing Redis", rule 15): the reserve keeper
- * claims its incarnation in Redis on every pass. */
+/* keeper_claim.c - one live instance per node incarnation (internals.md
+ * rule 15): the reserve keeper claims its incarnation in Redis on every pass. */
 #include "keeper_int.h"
 #include "cs.h"
 #include "keys.h"
@@ -84,7 +83,7 @@ static int keeper_hold_all(struct keeper *k)
 
 /*
  * Claims this incarnation in Redis for as long as the lease, and then some
- * (DESIGN.md rule 15): the journal directory's flock keeps a second instance
+ * (internals.md rule 15): the journal directory's flock keeps a second instance
  * off this host's directory only, not off a copied image or a restored
  * backup. CS_OK when this instance holds it, or Redis did not answer and it
  * was not refused (k->claimed and k->claim_sent keep what they were: in a
@@ -133,7 +132,7 @@ int keeper_claim(struct keeper *k)
              * Redis ran that claim, after it was sent). Another instance of
              * the incarnation may have spent tokens of its epochs, with the
              * same numbers: every slot resumes from Redis' field, after the
-             * replay, before it spends again (DESIGN.md rules 14, 15). A
+             * replay, before it spends again (internals.md rules 14, 15). A
              * lapse that lasts holds the slots once: none resumes before a
              * claim is confirmed again, nor before the first one is
              * (keeper_slot_resume()). */

@@ -23,8 +23,8 @@
 #define KEEPER_CLAIM_SLACK_MS 5000 /* a claim outlives the lease by this much */
 
 /*
- * Where a slot is in its life, beyond its state in shared memory (DESIGN.md
- * reserves rules 3, 8, 10 and 16); one phase at a time:
+ * Where a slot is in its life, beyond its state in shared memory (internals.md
+ * rules 3, 8, 10 and 16, "The keeper's slot phases"); one phase at a time:
  *
  *   a set-aside     -> RESUME, or UNCONFIRMED (then RESUME once confirmed),
  *                      or IN_DOUBT (asked again) when its answer was lost;

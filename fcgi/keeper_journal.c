@@ -525,7 +525,7 @@ void keeper_journal_replay(struct keeper *k)
 /* DIR/tokens holds, per open epoch of this node, the next token to hand
  * out ("<activity> <epoch> <next>" a line). It is written and made durable
  * before any segment is deleted, so that a restart never hands out again a
- * token whose record is gone with its segment (DESIGN.md rule 14). */
+ * token whose record is gone with its segment (internals.md rule 14). */
 #define KEEPER_TOKENS "tokens"
 
 /* Writes DIR/tokens from the slots (temporary file, fsync, rename, fsync of

@@ -287,7 +287,7 @@ enum reserve_outcome reserve_grant(struct shm_node *shm, int wslot, const char *
         goto done;
     }
     /* A fault for the tests: the worker dies with the grant on disk and
-     * the answer not sent (DESIGN.md rule 6). */
+     * the answer not sent (internals.md rule 6). */
     if (reserve_crash_after_append)
         raise(SIGKILL);
     /* Unless the keeper already replayed it. */

@@ -1,5 +1,5 @@
 /* reserve.h - node reserves: what a worker may grant while Redis cannot be
- * reached (DESIGN.md "Selling through a slow or missing Redis").
+ * reached (doc/internals.md, "The reserves").
  *
  * The reserve keeper (fcgi/keeper.c) sets aside epochs of numbered tokens
  * in Redis, renews the node's lease on each shard, replays the journal and

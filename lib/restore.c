@@ -25,7 +25,7 @@ static const char SQL_COUPON_USERS[] =
     "SELECT user_id, CAST(UNIX_TIMESTAMP(seized_at)*1000 AS SIGNED) FROM coupon "
     "WHERE activity_id = ? AND returned = 0";
 
-/* Reserve epochs still open: coupons that nodes hold (DESIGN.md rule 10). */
+/* Reserve epochs still open: coupons that nodes hold (internals.md rule 10). */
 static const char SQL_OPEN_EPOCHS[] =
     "SELECT incarnation, epoch, amount FROM reserve_epoch WHERE activity_id = ? AND state = 1";
 /* Epochs an admin returned whose node has not replayed yet: what the return
