@@ -118,17 +118,14 @@ static void keeper_aside_script(struct keeper *k, int i)
     rargs_int(&a, want);
     redisReply *r = rargs_evalsha(k->rc, &k->s_aside, 4, &a, &at);
     rargs_free(&a);
-    if (r == NULL || r->type != REDIS_REPLY_INTEGER) {
+    long long n;
+    char why[256];
+    if (keeper_reply_int(k, r, &n, why, sizeof(why)) != CS_OK) {
         /* Perhaps done, perhaps not: the same epoch is asked again. */
-        log_warn("reserve keeper: setting aside for activity %" PRId64 ": %s", aid,
-                 r != NULL && r->type == REDIS_REPLY_ERROR ? r->str : k->rc->errstr);
-        if (r != NULL)
-            freeReplyObject(r);
+        log_warn("reserve keeper: setting aside for activity %" PRId64 ": %s", aid, why);
         l->phase = KP_IN_DOUBT;
         return;
     }
-    long long n = r->integer;
-    freeReplyObject(r);
     if (n <= 0) { /* SCRIPT_ASIDE_REFUSED, or nothing to take */
         if (keeper_close_epoch(k, aid, epoch, 0, 0) == CS_OK) {
             keeper_add_closed(k, aid, epoch);

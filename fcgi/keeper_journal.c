@@ -271,12 +271,7 @@ static void keeper_journal_release(struct keeper *k, const struct kscan *s, cons
             && !(mysql_failed = keeper_mark_released(k, e) != CS_OK)) {
             struct rargs a = RARGS_INIT;
             struct rconn_site at;
-            rargs_key(&a, keys_stock, shard);
-            rargs_key(&a, keys_reserve, shard);
-            rargs_akey(&a, keys_reserve_epochs, e->aid);
-            rargs_int(&a, e->aid);
-            rargs_str(&a, k->jd.incarnation);
-            rargs_int(&a, (int64_t)e->epoch);
+            reserve_script_epoch(&a, e->aid, k->jd.incarnation, (int64_t)e->epoch);
             redisReply *r = rargs_evalsha(k->rc, &k->s_release, 3, &a, &at);
             rargs_free(&a);
             if (r != NULL && r->type == REDIS_REPLY_INTEGER && r->integer >= 0
@@ -421,17 +416,14 @@ static void keeper_replay_rec(struct keeper *k, struct kpass *p, struct krec *kr
     struct rconn_site at;
     redisReply *rep = rargs_evalsha(k->rc, &k->s_replay, 6, &a, &at);
     rargs_free(&a);
-    if (rep == NULL || rep->type != REDIS_REPLY_INTEGER) {
+    long long res;
+    char why[256];
+    if (keeper_reply_int(k, rep, &res, why, sizeof(why)) != CS_OK) {
         log_warn("reserve keeper: replaying activity %" PRId64 " token %" PRIu64 "/%u: %s",
-                 r->activity_id, r->epoch, r->token,
-                 rep != NULL && rep->type == REDIS_REPLY_ERROR ? rep->str : k->rc->errstr);
+                 r->activity_id, r->epoch, r->token, why);
         p->failed[shard] = 1;
-        if (rep != NULL)
-            freeReplyObject(rep);
         return;
     }
-    long long res = rep->integer;
-    freeReplyObject(rep);
     if (res == SCRIPT_REPLAY_NO_STOCK) {
         keeper_replay_gone(k, p, kr);
         return;

@@ -28,6 +28,17 @@ void reserve_init_faults(void)
     reserve_crash_after_append = f != NULL && strcmp(f, "crash-after-journal") == 0;
 }
 
+void reserve_script_epoch(struct rargs *a, int64_t aid, const char *inc, int64_t epoch)
+{
+    int shard = keys_shard(aid);
+    rargs_key(a, keys_stock, shard);
+    rargs_key(a, keys_reserve, shard);
+    rargs_akey(a, keys_reserve_epochs, aid);
+    rargs_int(a, aid);
+    rargs_str(a, inc);
+    rargs_int(a, epoch);
+}
+
 int reserve_slot_of(const struct shm_reserves *rv, int64_t id)
 {
     for (int i = 0; i < SHM_RESERVES; i++)

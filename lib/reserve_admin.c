@@ -392,12 +392,7 @@ static int ra_release_lost(struct mconn *mc, struct rconn *rc, const struct rese
             return CS_ERR;
         }
         struct rargs a = RARGS_INIT;
-        rargs_key(&a, keys_stock, shard);
-        rargs_key(&a, keys_reserve, shard);
-        rargs_akey(&a, keys_reserve_epochs, id);
-        rargs_int(&a, id);
-        rargs_str(&a, inc);
-        rargs_int(&a, e.v[i]);
+        reserve_script_epoch(&a, id, inc, e.v[i]);
         struct rconn_site at = {0, -1};
         redisReply *r = rargs_evalsha(rc, ra_release_script(), 3, &a, &at);
         rargs_free(&a);
@@ -446,19 +441,13 @@ static int ra_give_back(struct rconn *rc, const struct reserve_admin_opts *o, in
                         long long *parked, struct rconn_site *at, char *err, size_t errlen)
 {
     struct rargs a = RARGS_INIT;
-    int shard = keys_shard(id);
 
     /* KEYS stock, reserve, epochs; ARGV activity, incarnation, epoch, the
      * lease that must have passed (the one judged by: the script takes the
      * longer of it and the field, which may have been lost with the stamp),
      * not at the low-water mark, whether the journal is declared lost, the
      * stamp read before. */
-    rargs_key(&a, keys_stock, shard);
-    rargs_key(&a, keys_reserve, shard);
-    rargs_akey(&a, keys_reserve_epochs, id);
-    rargs_int(&a, id);
-    rargs_str(&a, inc);
-    rargs_int(&a, v->epoch);
+    reserve_script_epoch(&a, id, inc, v->epoch);
     rargs_int(&a, v->lease_ms > 0 ? v->lease_ms : 1);
     rargs_str(&a, "0");
     rargs_str(&a, o->journal_lost ? "1" : "0");
