@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# batch.sh - group commit of seizes (limits.batch_max, DESIGN.md "Group commit
-# of seizes") on a real stack, 16 workers, 64 connections on one hot sale:
+# batch.sh - group commit of seizes (limits.batch_max, internals.md G1-G6)
+# on a real stack, 16 workers, 64 connections on one hot sale:
 # (a) the batch script itself answers in the order given; (b) a burst on a
 # sale of 300: every user judged against MySQL (told SEIZED => one row,
 # nobody two, nothing oversold), seizes really rode together, and first come

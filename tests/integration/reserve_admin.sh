@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # reserve_admin.sh - an operator returns the reserve of a lost node
-# (DESIGN.md "Selling through a slow or missing Redis", rule 8), with real
+# (internals.md rule 8), with real
 # servers: two coupon-fcgi nodes on one Redis and MySQL.
 #  (a) GET /market/admin/coupon/reserves lists both nodes' incarnations;
 #  (b) node n2 is killed (kill -9): a return before its lease is over is

@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# reserve_claim.sh - one live instance per incarnation, anywhere (DESIGN.md
-# "Selling through a slow or missing Redis", rule 15), with real servers and
-# every answer judged per user afterwards:
+# reserve_claim.sh - one live instance per incarnation, anywhere (internals.md
+# rule 15), with real servers and every answer judged per user afterwards:
 #  (a) node 2's journal directory is copied (a copied image, a restored
 #      backup) and node 3 runs on the copy, with the same incarnation while
 #      node 2 lives. Node 3 finds the incarnation claimed in Redis by node 2

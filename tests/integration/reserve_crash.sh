@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# reserve_crash.sh - node reserves through crashes (DESIGN.md "Selling through
-# a slow or missing Redis", rules 6, 7 and 13), with real servers and every
-# answer recorded per user:
+# reserve_crash.sh - node reserves through crashes (internals.md rules 6, 7
+# and 13), with real servers and every answer recorded per user:
 #  (d) during a Redis outage a worker dies (SIGKILL) between the journal
 #      append and its answer (COUPONSEIZE_FAULT=crash-after-journal): its user
 #      gets no answer; the node is then restarted with that record unreplayed.
