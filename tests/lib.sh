@@ -852,6 +852,18 @@ metric() {
         http GET /market/admin/metrics '' "$(mint_jwt 1 admin)"; fi
     sed -n "s/^$1 \([0-9.e+-]*\)\$/\1/p" <<<"$HTTP_BODY"
 }
+# seizes_over S [NODE]: how many seizes node 1 (or node NODE) answered in
+# more than S seconds (a bound of its histogram; 1 is fallback.budget_ms'
+# default), by its own clock from when the request reached it: the budget
+# is the server's promise, and a client's process starts on a loaded
+# machine are not in it. Counts since the node started.
+seizes_over() {
+    if [[ -n ${2:-} ]]; then node_http "$2" GET /market/admin/metrics; else
+        http GET /market/admin/metrics '' "$(mint_jwt 1 admin)"; fi
+    awk -v b="couponseize_seize_duration_seconds_bucket{le=\"$1\"}" '
+        $1 == b { le = $2; got++ } $1 == "couponseize_seize_duration_seconds_count" { n = $2; got++ }
+        END { if (got == 2) print n - le; else print "no histogram" }' <<<"$HTTP_BODY"
+}
 # metric_is NAME VALUE [NODE]: for wait_for.
 metric_is() { [[ $(metric "$1" "${3:-}") == "$2" ]]; }
 # held_of ID: what every node's open reserves of activity ID hold, in Redis.

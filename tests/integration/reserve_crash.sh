@@ -158,6 +158,7 @@ check_eq "(d) still one record in the journal" 1 "$(jrecs_of n2 | wc -l)"
 
 # The node restarted with the record unreplayed (Redis still down), this time
 # without the fault.
+OVER_D=$(seizes_over 1 n2)
 node_down n2
 check_eq "(d) the stop left the record in the journal" "4101 1 0 $VICTIM" \
     "$(jrecs_of n2)"
@@ -183,8 +184,11 @@ check_eq "(d) a repeated seize on node 1: ALREADY_SEIZED" ALREADY_SEIZED "$ANSWE
 check_eq "(d) node 2's reserve in Redis is down by its one token" $((K - 1)) "$(field_of 4101 n2)"
 check "(d) node 2 spends again: $((K - 1)) left" wait_for 10 metric_is couponseize_reserve_held $((K - 1)) n2
 judge "(d) outage" 4101 "$LOG_D" 4101000
-check "(d) every answer within fallback.budget_ms (1000 ms, cgi-fcgi and curl included)" \
-    test "$MAX_MS" -lt 1000
+# The budget by the nodes' own clocks; the clients' (cgi-fcgi and curl
+# started per seize) is shown: beside a hog it passed 1 s by itself.
+diag "(d) the slowest answer as its client saw it: $MAX_MS ms"
+check_eq "(d) every seize answered within fallback.budget_ms (1 s), by node 1 and both lives of node 2" \
+    "0 0 0" "$(seizes_over 1) $OVER_D $(seizes_over 1 n2)"
 diag "(d) answers: $(codes "$LOG_D"); repeated seizes of the user whose worker died: $(codes "$LOG_D.again")"
 check_eq "(d) nothing went to the dead letters" "0 0" \
     "$(metric couponseize_reserve_dead_letters_total) $(metric couponseize_reserve_dead_letters_total n2)"
@@ -215,6 +219,7 @@ told=$(awk 'NR > 1 && $3 == "SEIZED" && $4 > 4102100 { print $4 }' "$LOG_F" | so
 S=$(wc -w <<<"$told")
 check_eq "(f) node 3 told all $G users SEIZED from its reserve" "$G" "$S"
 check_eq "(f) ... and holds $((K - S)) more of it" $((2 * K - S)) "$(metric couponseize_reserve_held n3)"
+OVER_F=$(seizes_over 1 n3)
 node_down n3 KILL
 check_eq "(f) the journal holds exactly the users told SEIZED" "$told" \
     "$(jrecs_of n3 | awk '{ print $4 }' | sort -n)"
@@ -253,7 +258,8 @@ check_eq "(f) the same epoch, still open, never a fresh one" "1 1 $K" \
                 AND incarnation = '$INC3'" | tr '\t' ' ')"
 check "(f) coupon-sync drained the queue" wait_for 60 drained 2
 judge "(f) outage before the kill" 4102 "$LOG_F" 4102000
-check "(f) every answer within fallback.budget_ms" test "$MAX_MS" -lt 1000
+diag "(f) the slowest answer as its client saw it: $MAX_MS ms"
+check_eq "(f) every seize answered within fallback.budget_ms (1 s), by node 3's clock" 0 "$OVER_F"
 bad=0
 for u in $told; do [[ $(coupons_of 4102 "$u") == 1 ]] || ((bad++)); done
 check_eq "(f) every user told SEIZED holds exactly one coupon" 0 "$bad"
@@ -273,7 +279,9 @@ stack start-redis
 check "(f) node 3 replayed its journal again" wait_for 20 metric_is couponseize_journal_depth 0 n3
 check "(f) coupon-sync drained the queue again" wait_for 60 drained 2
 judge "(f) second outage" 4102 "$LOG_F.2" 4102201
-check "(f) second outage: every answer within fallback.budget_ms" test "$MAX_MS" -lt 1000
+diag "(f) second outage: the slowest answer as its client saw it: $MAX_MS ms"
+check_eq "(f) since the kill, every seize answered within fallback.budget_ms, by node 3's clock" 0 \
+    "$(seizes_over 1 n3)"
 check_eq "(f) no user holds two coupons" "" \
     "$(mysql_q "SELECT user_id FROM coupon WHERE activity_id = 4102
                 GROUP BY user_id HAVING COUNT(*) > 1")"
