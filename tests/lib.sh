@@ -592,13 +592,13 @@ nap() {
     read -r -t "$1" -u "$CS_NAP_FD" _ || true
 }
 
-# wait_for TIMEOUT_S CMD...: polls CMD every 0.1 s until it succeeds, for at
-# most TIMEOUT_S x the machine's slowness: CS_TIME_SCALE (measured at the
-# start), or more when the machine is slower while it waits: each poll
-# samples the runnable tasks, and the deadline follows their mean over the
-# wait (and the last minute's load average), up to CS_SLOW_CAP. A wait that
-# runs out says so on stderr (in the test's log), with what it waited for
-# and the slowness it allowed for.
+# wait_for TIMEOUT_S CMD...: polls CMD every 0.1 s (CS_POLL) until it
+# succeeds, for at most TIMEOUT_S x the machine's slowness: CS_TIME_SCALE
+# (measured at the start), or more when the machine is slower while it
+# waits: each poll samples the runnable tasks, and the deadline follows
+# their mean over the wait (and the last minute's load average), up to
+# CS_SLOW_CAP. A wait that runs out says so on stderr (in the test's log),
+# with what it waited for and the slowness it allowed for.
 wait_for() {
     local t0 now limit=$1 scale=${CS_TIME_SCALE:-1} sum=0 n=0
     t0=${EPOCHREALTIME/./}
@@ -615,7 +615,7 @@ wait_for() {
                 $(((now - t0) / 1000000)) $(((now - t0) / 100000 % 10)) "$limit" "$scale" "$*" >&2
             return 1
         fi
-        nap 0.1
+        nap "${CS_POLL:-0.1}"
     done
     ((scale <= CS_SLOW_MAX)) || CS_SLOW_MAX=$scale
     return 0
