@@ -542,8 +542,11 @@ lost_seize_once() {
         LOST_WHY="worker $pid answered before it was killed"
     fi
     [[ -z $LOST_WHY ]] || LOST_WHY+=" (the client got $HTTP_CODE $(code_of))"
-    # The supervisor replaces the killed worker.
+    # The supervisor replaces the killed worker (the seize's answer is kept:
+    # recovered asks again).
+    local code=$HTTP_CODE headers=$HTTP_HEADERS body=$HTTP_BODY
     wait_for 10 recovered "$url"
+    HTTP_CODE=$code HTTP_HEADERS=$headers HTTP_BODY=$body
     [[ -z $LOST_WHY ]]
 }
 # workers_now: coupon-fcgi's workers (its supervisor's children) in WORKERS.
