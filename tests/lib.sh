@@ -405,6 +405,8 @@ node_down() {
     local name=$1 sig=${2:-TERM} pidvar="NODE_PID_$1" pid
     pid=${!pidvar:-}
     [[ -n $pid ]] || return 0
+    # A node that ended by itself: its number may be someone else's now.
+    own_child "$pid" || { printf -v "$pidvar" '%s' ""; return 0; }
     if [[ $sig == KILL ]]; then
         # Frozen first: a supervisor left running between its children's
         # death and its own would restart the keeper, which then gives the
@@ -426,7 +428,7 @@ node_down() {
 # workers and keeper (STOP freezes the whole node, CONT thaws it).
 node_signal() {
     local pidvar="NODE_PID_$1"
-    [[ -n ${!pidvar:-} ]] || return 0
+    own_child "${!pidvar:-}" || return 0
     kill -"$2" "${!pidvar}" 2>/dev/null
     pkill -"$2" -P "${!pidvar}" 2>/dev/null
     return 0
@@ -506,6 +508,20 @@ proc_state() {
     { read -r s <"/proc/$1/stat"; } 2>/dev/null || return 1
     s=${s##*) }
     PSTATE=${s:0:1}
+}
+
+# own_child PID: PID is still a child of this test's shell. Signal a pid
+# the test started only when it is: once that process has ended and been
+# reaped, the kernel gives its number to someone else (pids here wrap
+# around 32768 within minutes while two test stacks run), and a TERM at exit
+# to a load that ended long ago once stopped a neighbour's "make check".
+own_child() {
+    local s
+    [[ $1 =~ ^[0-9]+$ ]] || return 1
+    { read -r s <"/proc/$1/stat"; } 2>/dev/null || return 1
+    s=${s##*) }
+    s=${s#* }
+    [[ ${s%% *} == "$$" || ${s%% *} == "$BASHPID" ]]
 }
 
 # pid_alive PID: the process exists and is not a zombie.
@@ -739,7 +755,7 @@ seize_load_bg() {
 
 # stop_bg PID: stops a background process of this test (a no-op once it has
 # ended); for cs_defer, so a load left running by an early exit stops too.
-stop_bg() { kill "$1" 2>/dev/null && wait "$1" 2>/dev/null; return 0; }
+stop_bg() { own_child "$1" && kill "$1" 2>/dev/null && wait "$1" 2>/dev/null; return 0; }
 
 # load_argv ID CONC TOTAL USERBASE [loadgen flags...]: seize_load's loadgen
 # command line, into LOAD_ARGV.
@@ -1015,7 +1031,8 @@ PY
     wait_for 10 proxy_open
 }
 proxy_kill() {
-    [[ -z $PROXY_PID ]] || { kill -KILL "$PROXY_PID" 2>/dev/null; wait "$PROXY_PID" 2>/dev/null; PROXY_PID=""; }
+    [[ -z $PROXY_PID ]] || { own_child "$PROXY_PID" && kill -KILL "$PROXY_PID" 2>/dev/null
+        wait "$PROXY_PID" 2>/dev/null; PROXY_PID=""; }
 }
 
 # reserves_open_on [NODE]: every reserve that node NODE (none: the stack's

@@ -105,6 +105,7 @@ cs_defer release_ports
 # after 10 s.
 stop_server() {
     local pid=$1 i
+    own_child "$pid" || return 0
     kill -TERM "$pid" 2>/dev/null || return 0
     for ((i = 0; i < 100; i++)); do
         pid_alive "$pid" || return 0
