@@ -261,6 +261,7 @@ require "(c) n2 opened its new reserve, within its lease" \
     wait_for 20 in_lease n2 $((LEASE_C / 2)) || keeper_log n2
 spent0=$(metric couponseize_reserve_spent_total n2)
 stack stop-redis --kill
+# shellcheck disable=SC2034 # filled and read through namerefs (cut_off_asks, told_hold)
 declare -A told
 cut_off_asks "(c)" 5001100 told
 spent=$SPENT
@@ -320,6 +321,7 @@ require "(d) n2 opened its reserve, within its lease" \
     wait_for 20 in_lease n2 $((LEASE_D / 2)) || keeper_log n2
 spent0=$(metric couponseize_reserve_spent_total n2)
 proxy_kill
+# shellcheck disable=SC2034 # as told
 declare -A told2
 cut_off_asks "(d)" 5001200 told2
 spent=$SPENT
