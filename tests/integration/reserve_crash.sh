@@ -130,8 +130,9 @@ check_eq "(d) the warm-up was granted by Redis" "SEIZED=8 " "$(codes "$LOG_D")"
 # Redis in the set-aside is not yet a reserve the node may spend: its keeper
 # opens it a pass later, once the set-aside is durable and its epoch read
 # back from MySQL (slow beside a disk hog). Killed before that, Redis leaves
-# a node that rightly sells nothing (a fresh-clone run: health "none", its
-# user told UNAVAILABLE, and nine checks failing after it).
+# a node that rightly sells nothing: health "none", its user told
+# UNAVAILABLE, as in a fresh-clone run where nine checks then failed after
+# this one (the likeliest cause: the test did not wait for the opening).
 require "(d) both nodes opened their reserves, within their leases" \
     wait_for 20 eval 'in_lease n2 && in_lease ""' || keeper_log n2
 stack stop-redis --kill
