@@ -42,7 +42,7 @@ static void seize_clock(const struct worker *w, int64_t id, int64_t now_ms, int6
 /*
  * Answers a seize that never reached Redis (refused, unreachable, the
  * breaker open): granted from the node's reserve while one is open and the
- * lease holds (DESIGN.md "Selling through a slow or missing Redis", rule 4),
+ * lease holds (internals.md rule 4),
  * else UNAVAILABLE, a promise that nothing was issued. meta_known: the
  * caller judged the activity's eligibility from its metadata (0: it could
  * not read it, and only a sale open to all is granted from).

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Every response carries one of these as "code" (DESIGN.md "HTTP API"). */
+/* Every response carries one of these as "code" (doc/api.md). */
 enum cs_code {
     CODE_OK,
     CODE_SEIZED,

@@ -1,6 +1,7 @@
 /* keeper_aside.c - the reserve keeper setting reserves aside: which sales,
  * how much, recorded in MySQL before the Redis script takes them. */
 #include "keeper_int.h"
+#include "rargs.h"
 #include "activity.h"
 #include "cs.h"
 #include "keys.h"
@@ -104,29 +105,27 @@ static void keeper_aside_script(struct keeper *k, int i)
     uint64_t epoch = atomic_load(&s->epoch);
     int shard = keys_shard(aid);
     int64_t want = k->conf->fallback_reserve;
-    struct kargs a = {.n = 0};
+    struct rargs a = RARGS_INIT;
     struct rconn_site at;
 
-    ka_key(&a, keys_stock, shard);
-    ka_key(&a, keys_window, shard);
-    ka_key(&a, keys_reserve, shard);
-    ka_akey(&a, keys_reserve_epochs, aid);
-    ka_int(&a, aid);
-    ka_str(&a, k->jd.incarnation);
-    ka_int(&a, (int64_t)epoch);
-    ka_int(&a, want);
-    redisReply *r = keeper_eval(k, &k->s_aside, 4, &a, &at);
-    if (r == NULL || r->type != REDIS_REPLY_INTEGER) {
+    rargs_key(&a, keys_stock, shard);
+    rargs_key(&a, keys_window, shard);
+    rargs_key(&a, keys_reserve, shard);
+    rargs_akey(&a, keys_reserve_epochs, aid);
+    rargs_int(&a, aid);
+    rargs_str(&a, k->jd.incarnation);
+    rargs_int(&a, (int64_t)epoch);
+    rargs_int(&a, want);
+    redisReply *r = rargs_evalsha(k->rc, &k->s_aside, 4, &a, &at);
+    rargs_free(&a);
+    long long n;
+    char why[256];
+    if (keeper_reply_int(k, r, &n, why, sizeof(why)) != CS_OK) {
         /* Perhaps done, perhaps not: the same epoch is asked again. */
-        log_warn("reserve keeper: setting aside for activity %" PRId64 ": %s", aid,
-                 r != NULL && r->type == REDIS_REPLY_ERROR ? r->str : k->rc->errstr);
-        if (r != NULL)
-            freeReplyObject(r);
+        log_warn("reserve keeper: setting aside for activity %" PRId64 ": %s", aid, why);
         l->phase = KP_IN_DOUBT;
         return;
     }
-    long long n = r->integer;
-    freeReplyObject(r);
     if (n <= 0) { /* SCRIPT_ASIDE_REFUSED, or nothing to take */
         if (keeper_close_epoch(k, aid, epoch, 0, 0) == CS_OK) {
             keeper_add_closed(k, aid, epoch);

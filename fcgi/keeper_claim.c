@@ -1,9 +1,9 @@
-/* keeper_claim.c - one live instance per node incarnation (DESIGN.md
- * "Selling through a slow or missing Redis", rule 15): the reserve keeper
- * claims its incarnation in Redis on every pass. */
+/* keeper_claim.c - one live instance per node incarnation (internals.md
+ * rule 15): the reserve keeper claims its incarnation in Redis on every pass. */
 #include "keeper_int.h"
 #include "cs.h"
 #include "keys.h"
+#include "rargs.h"
 #include "log.h"
 #include "scripts.h"
 
@@ -83,7 +83,7 @@ static int keeper_hold_all(struct keeper *k)
 
 /*
  * Claims this incarnation in Redis for as long as the lease, and then some
- * (DESIGN.md rule 15): the journal directory's flock keeps a second instance
+ * (internals.md rule 15): the journal directory's flock keeps a second instance
  * off this host's directory only, not off a copied image or a restored
  * backup. CS_OK when this instance holds it, or Redis did not answer and it
  * was not refused (k->claimed and k->claim_sent keep what they were: in a
@@ -94,21 +94,25 @@ static int keeper_hold_all(struct keeper *k)
  */
 int keeper_claim(struct keeper *k)
 {
-    char key[KEYS_MAX], ttl[24];
+    char key[KEYS_MAX];
     const char *stale = "";
     char held[192] = "";
     keys_reserve_claim(key, k->jd.incarnation);
     int ttl_ms = k->conf->fallback_lease_ms + KEEPER_CLAIM_SLACK_MS;
-    snprintf(ttl, sizeof(ttl), "%d", ttl_ms);
     for (int tries = 0; tries < 2; tries++) {
-        const char *argv[] = {"EVAL", script_keeper_claim, "1", key, k->claim, ttl, stale};
-        size_t argl[7];
-        for (int i = 0; i < 7; i++)
-            argl[i] = strlen(argv[i]);
+        struct rargs a = RARGS_INIT;
+        rargs_str(&a, "EVAL");
+        rargs_str(&a, script_keeper_claim);
+        rargs_str(&a, "1");
+        rargs_str(&a, key);
+        rargs_str(&a, k->claim);
+        rargs_int(&a, ttl_ms);
+        rargs_str(&a, stale);
         struct rconn_site at;
         int64_t sent = cs_boot_ms();
-        redisReply *r = rconn_commandv_at(k->rc, key, 7, argv, argl, &at);
+        redisReply *r = rargs_command(k->rc, key, &a, &at);
         int64_t recv = cs_boot_ms();
+        rargs_free(&a);
         if (r == NULL || (r->type != REDIS_REPLY_INTEGER && r->type != REDIS_REPLY_STRING)) {
             if (r != NULL)
                 freeReplyObject(r);
@@ -128,7 +132,7 @@ int keeper_claim(struct keeper *k)
              * Redis ran that claim, after it was sent). Another instance of
              * the incarnation may have spent tokens of its epochs, with the
              * same numbers: every slot resumes from Redis' field, after the
-             * replay, before it spends again (DESIGN.md rules 14, 15). A
+             * replay, before it spends again (internals.md rules 14, 15). A
              * lapse that lasts holds the slots once: none resumes before a
              * claim is confirmed again, nor before the first one is
              * (keeper_slot_resume()). */

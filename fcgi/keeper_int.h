@@ -1,6 +1,17 @@
-/* keeper_int.h - what the reserve keeper's files (keeper.c, keeper_journal.c,
- * keeper_rebuild.c, keeper_aside.c, keeper_claim.c) share: its state and its
- * small helpers. Not a contract for anything outside the keeper. */
+/* keeper_int.h - what the reserve keeper's files share: its state, and each
+ * file's functions the others call. Not a contract for anything outside the
+ * keeper. Calls run one way, so a test links the files it needs from the
+ * bottom up:
+ *
+ *   keeper_base.c     the stop flag, durability, closed epochs, fences, MySQL
+ *   keeper_claim.c    the incarnation's claim                     (base)
+ *   keeper_journal.c  replay and segments                         (base, claim)
+ *   keeper_aside.c    the activity list and setting aside         (base, claim)
+ *   keeper_renew.c    the lease of a shard                        (base)
+ *   keeper_slots.c    the decisions on each slot                  (base, claim)
+ *   keeper_rebuild.c  the state rebuilt at start-up, the halt     (base, journal)
+ *   keeper.c          renewal, the pass, the process              (all of them)
+ */
 #ifndef CS_KEEPER_INT_H
 #define CS_KEEPER_INT_H
 
@@ -23,8 +34,8 @@
 #define KEEPER_CLAIM_SLACK_MS 5000 /* a claim outlives the lease by this much */
 
 /*
- * Where a slot is in its life, beyond its state in shared memory (DESIGN.md
- * reserves rules 3, 8, 10 and 16); one phase at a time:
+ * Where a slot is in its life, beyond its state in shared memory (internals.md
+ * rules 3, 8, 10 and 16, "The keeper's slot phases"); one phase at a time:
  *
  *   a set-aside     -> RESUME, or UNCONFIRMED (then RESUME once confirmed),
  *                      or IN_DOUBT (asked again) when its answer was lost;
@@ -130,27 +141,10 @@ struct keeper {
     int nwatch;
 };
 
-/* Arguments of one script call, built in place. */
-struct kargs {
-    const char *argv[16];
-    size_t argl[16];
-    char buf[16][48];
-    int n;
-};
-
 /* Set by SIGTERM: give everything back and stop. */
 extern volatile sig_atomic_t keeper_stop;
 
-/* ---- keeper.c: helpers ---- */
-void ka_str(struct kargs *a, const char *s);
-void ka_int(struct kargs *a, int64_t v);
-/* A key made by fn (keys_*) from a shard or an activity id. */
-void ka_key(struct kargs *a, size_t (*fn)(char *, int), int shard);
-void ka_akey(struct kargs *a, size_t (*fn)(char *, int64_t), int64_t id);
-/* EVALSHA of s with a's arguments, the first nkeys of them keys; the node
- * that ran it in *site (may be NULL). NULL when Redis did not answer. */
-redisReply *keeper_eval(struct keeper *k, struct rscript *s, int nkeys, struct kargs *a,
-                        struct rconn_site *site);
+/* ---- keeper_base.c ---- */
 /* The durability rule for a write that ran at site (fence: it wrote nothing). */
 int keeper_durable(struct keeper *k, int shard, const struct rconn_site *site, int fence);
 /* Epochs this node closed itself (given back after a full replay). */
@@ -175,8 +169,6 @@ int keeper_close_epoch(struct keeper *k, int64_t aid, uint64_t epoch, int64_t re
 /* ---- keeper_journal.c ---- */
 /* Lists the segments in the directory into k->files (those gone are dropped). */
 void keeper_list_files(struct keeper *k);
-/* fsync() of a directory: CS_OK or CS_ERR. */
-int keeper_fsync_dir(const char *path);
 /* Raises each slot's next token to what DIR/tokens says was handed out. */
 void keeper_tokens_read(struct keeper *k);
 /* Replays the records not yet replayed on the shards Redis answers on, and
@@ -196,6 +188,11 @@ void keeper_journal_reset_grants(struct keeper *k);
  * memory is written to the file, and a file removed clears the halt. */
 void keeper_journal_halt(struct keeper *k, int start);
 
+/* The integer a script answered in r (which it frees): CS_OK with *v, or
+ * CS_ERR with why not in why (Redis' error reply, or the connection's). */
+int keeper_reply_int(const struct keeper *k, redisReply *r, long long *v, char *why,
+                     size_t whylen);
+
 /* ---- keeper_claim.c ---- */
 /* This keeper's "host boot-id pid", for its claim. */
 void keeper_claim_init(struct keeper *k);
@@ -211,6 +208,22 @@ int keeper_claim_confirmed(const struct keeper *k, int64_t now);
 /* The same for a Redis call started now: its claim holds until the command
  * timeout has passed too (give-back, release). */
 int keeper_claim_lasts(const struct keeper *k);
+
+/* ---- keeper_renew.c ---- */
+/* Renews the lease of shard (lua/reserve_renew.lua) and reads what Redis
+ * says of its slots' sales (k->loc[]: field, stock, held; the window into
+ * shared memory). A slot whose reserve field is gone stops; a restore
+ * generation that moved holds every slot of the shard. The lease is made
+ * good only once the durability rule holds for the renewal and a claim was
+ * confirmed. CS_OK when Redis answered. */
+int keeper_renew(struct keeper *k, int shard);
+
+/* ---- keeper_slots.c ---- */
+/* Decides what each slot of a renewed shard does next (k->renewed[]), after
+ * the pass fenced its slots (k->loc[].fenced) and replayed the journal
+ * (k->loc[].pending): freed when closed elsewhere and replayed, given back
+ * (stopping: every slot), confirmed, resumed from Redis' field, opened. */
+void keeper_slots(struct keeper *k, int stopping);
 
 /* ---- keeper_aside.c ---- */
 /* Reads the activity list when its generation moved (throttled). */

@@ -1,6 +1,7 @@
 /* keeper_journal.c - the reserve keeper's journal: replaying it into Redis,
  * deleting replayed segments, and the tokens file that outlives them. */
 #include "keeper_int.h"
+#include "rargs.h"
 #include "activity.h"
 #include "cs.h"
 #include "keys.h"
@@ -268,15 +269,11 @@ static void keeper_journal_release(struct keeper *k, const struct kscan *s, cons
         if (!left && k->renewed[shard] && !mysql_failed
             && keeper_claim_lasts(k)
             && !(mysql_failed = keeper_mark_released(k, e) != CS_OK)) {
-            struct kargs a = {.n = 0};
+            struct rargs a = RARGS_INIT;
             struct rconn_site at;
-            ka_key(&a, keys_stock, shard);
-            ka_key(&a, keys_reserve, shard);
-            ka_akey(&a, keys_reserve_epochs, e->aid);
-            ka_int(&a, e->aid);
-            ka_str(&a, k->jd.incarnation);
-            ka_int(&a, (int64_t)e->epoch);
-            redisReply *r = keeper_eval(k, &k->s_release, 3, &a, &at);
+            reserve_script_epoch(&a, e->aid, k->jd.incarnation, (int64_t)e->epoch);
+            redisReply *r = rargs_evalsha(k->rc, &k->s_release, 3, &a, &at);
+            rargs_free(&a);
             if (r != NULL && r->type == REDIS_REPLY_INTEGER && r->integer >= 0
                 && keeper_durable(k, shard, &at, r->integer == 0) == CS_OK)
                 back = r->integer;
@@ -402,33 +399,31 @@ static void keeper_replay_rec(struct keeper *k, struct kpass *p, struct krec *kr
 {
     const struct journal_rec *r = &kr->r;
     int shard = keys_shard(r->activity_id);
-    struct kargs a = {.n = 0};
+    struct rargs a = RARGS_INIT;
 
-    ka_key(&a, keys_stock, shard);
-    ka_akey(&a, keys_seize_list, r->activity_id);
-    ka_key(&a, keys_queue, shard);
-    ka_key(&a, keys_reserve, shard);
-    ka_akey(&a, keys_reserve_epochs, r->activity_id);
-    ka_key(&a, keys_reserve_dead, shard);
-    ka_int(&a, r->activity_id);
-    ka_int(&a, r->user_id);
-    ka_str(&a, k->jd.incarnation);
-    ka_int(&a, (int64_t)r->epoch);
-    ka_int(&a, r->token);
-    ka_int(&a, r->seize_ms);
+    rargs_key(&a, keys_stock, shard);
+    rargs_akey(&a, keys_seize_list, r->activity_id);
+    rargs_key(&a, keys_queue, shard);
+    rargs_key(&a, keys_reserve, shard);
+    rargs_akey(&a, keys_reserve_epochs, r->activity_id);
+    rargs_key(&a, keys_reserve_dead, shard);
+    rargs_int(&a, r->activity_id);
+    rargs_int(&a, r->user_id);
+    rargs_str(&a, k->jd.incarnation);
+    rargs_int(&a, (int64_t)r->epoch);
+    rargs_int(&a, r->token);
+    rargs_int(&a, r->seize_ms);
     struct rconn_site at;
-    redisReply *rep = keeper_eval(k, &k->s_replay, 6, &a, &at);
-    if (rep == NULL || rep->type != REDIS_REPLY_INTEGER) {
+    redisReply *rep = rargs_evalsha(k->rc, &k->s_replay, 6, &a, &at);
+    rargs_free(&a);
+    long long res;
+    char why[256];
+    if (keeper_reply_int(k, rep, &res, why, sizeof(why)) != CS_OK) {
         log_warn("reserve keeper: replaying activity %" PRId64 " token %" PRIu64 "/%u: %s",
-                 r->activity_id, r->epoch, r->token,
-                 rep != NULL && rep->type == REDIS_REPLY_ERROR ? rep->str : k->rc->errstr);
+                 r->activity_id, r->epoch, r->token, why);
         p->failed[shard] = 1;
-        if (rep != NULL)
-            freeReplyObject(rep);
         return;
     }
-    long long res = rep->integer;
-    freeReplyObject(rep);
     if (res == SCRIPT_REPLAY_NO_STOCK) {
         keeper_replay_gone(k, p, kr);
         return;
@@ -522,18 +517,8 @@ void keeper_journal_replay(struct keeper *k)
 /* DIR/tokens holds, per open epoch of this node, the next token to hand
  * out ("<activity> <epoch> <next>" a line). It is written and made durable
  * before any segment is deleted, so that a restart never hands out again a
- * token whose record is gone with its segment (DESIGN.md rule 14). */
+ * token whose record is gone with its segment (internals.md rule 14). */
 #define KEEPER_TOKENS "tokens"
-
-int keeper_fsync_dir(const char *path)
-{
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return CS_ERR;
-    int rc = fsync(fd);
-    close(fd);
-    return rc == 0 ? CS_OK : CS_ERR;
-}
 
 /* Writes DIR/tokens from the slots (temporary file, fsync, rename, fsync of
  * the directory). CS_ERR when any step failed: then nothing may be deleted. */
@@ -560,7 +545,7 @@ static int keeper_tokens_write(struct keeper *k)
      * place would let segments go whose tokens it does not hold. */
     int bad = ferror(f) || fflush(f) != 0 || fsync(fileno(f)) != 0;
     bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path) != 0 || keeper_fsync_dir(k->jd.path) != CS_OK) {
+    if (bad || rename(tmp, path) != 0 || cs_fsync_dir(k->jd.path) != CS_OK) {
         log_error("reserve keeper: writing %s failed: %s; no segment is deleted", path,
                   strerror(errno));
         unlink(tmp);

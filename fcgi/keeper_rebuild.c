@@ -20,7 +20,7 @@
 static const char SQL_RSV_MINE[] =
     "SELECT activity_id, epoch, amount FROM reserve_epoch WHERE incarnation = ? AND state = 1";
 /* Epochs an admin closed lately: what their returns kept out of stock waits
- * for this node's replay (DESIGN.md rule 16). */
+ * for this node's replay (internals.md rule 16). */
 static const char SQL_RSV_ADMIN_CLOSED[] =
     "SELECT activity_id, epoch, released_at IS NOT NULL FROM reserve_epoch "
     "WHERE incarnation = ? AND state = 2 "
@@ -251,7 +251,7 @@ void keeper_journal_halt(struct keeper *k, int start)
              && fsync(fd) == 0;
     if (fd >= 0 && close(fd) != 0)
         ok = 0;
-    if (ok && keeper_fsync_dir(k->jd.path) == CS_OK) {
+    if (ok && cs_fsync_dir(k->jd.path) == CS_OK) {
         k->halt_kept = 1;
         log_error("reserve keeper: a journal write failed: halted until an operator removes %s",
                   path);

@@ -1,6 +1,6 @@
 /* seize_batch.c - the seize handler's side of group commit: the one call a
  * leader makes for the seizes it took (lua/seize_batch.lua), and each
- * seize's answer from what its leader wrote (DESIGN.md "Group commit"). */
+ * seize's answer from what its leader wrote (doc/internals.md "Group commit of seizes", G1-G5). */
 #include "seize_batch.h"
 #include "seize_rules.h"
 #include "batch.h"

@@ -1,6 +1,6 @@
 /* batch.h - group commit of seizes through node shared memory: per shard, a
  * queue of waiting seizes, the election of the one worker that sends them
- * together, and the waking of the others (DESIGN.md "Group commit of seizes").
+ * together, and the waking of the others (doc/internals.md "Group commit of seizes").
  *
  * The module knows nothing of Redis: the leader gets the entries it took,
  * sends them however its caller does, writes an answer into each and hands

@@ -4,6 +4,7 @@
 #include "keys.h"
 #include "log.h"
 #include "mconn.h"
+#include "rargs.h"
 #include "rconn.h"
 #include "scripts.h"
 
@@ -450,19 +451,20 @@ out:
 int coupon_return_redis(struct rconn *rc, const struct coupon_return *c, char *err,
                         size_t errlen)
 {
-    char skey[KEYS_MAX], lkey[KEYS_MAX], aid[24], uid[24], ms[24];
-    const char *argv[8] = {"EVAL", script_coupon_return, "2", skey, lkey, aid, uid, ms};
-    size_t argl[8];
+    struct rargs a = RARGS_INIT;
+    char skey[KEYS_MAX];
 
-    argl[0] = 4;
-    argl[1] = strlen(script_coupon_return);
-    argl[2] = 1;
-    argl[3] = keys_stock(skey, keys_shard(c->activity_id));
-    argl[4] = keys_seize_list(lkey, c->activity_id);
-    argl[5] = (size_t)snprintf(aid, sizeof(aid), "%" PRId64, c->activity_id);
-    argl[6] = (size_t)snprintf(uid, sizeof(uid), "%" PRId64, c->user_id);
-    argl[7] = (size_t)snprintf(ms, sizeof(ms), "%" PRId64, c->seized_ms);
-    redisReply *r = rconn_commandv(rc, skey, 8, argv, argl);
+    keys_stock(skey, keys_shard(c->activity_id));
+    rargs_str(&a, "EVAL");
+    rargs_str(&a, script_coupon_return);
+    rargs_str(&a, "2");
+    rargs_key(&a, keys_stock, keys_shard(c->activity_id));
+    rargs_akey(&a, keys_seize_list, c->activity_id);
+    rargs_int(&a, c->activity_id);
+    rargs_int(&a, c->user_id);
+    rargs_int(&a, c->seized_ms);
+    redisReply *r = rargs_command(rc, skey, &a, NULL);
+    rargs_free(&a);
     if (r == NULL) {
         snprintf(err, errlen, "EVAL return of coupon %" PRId64 ": %s", c->id, rc->errstr);
         return CS_ERR;

@@ -1,6 +1,6 @@
 /* coupon.h - a coupon after the seize: the owner's list, use and release by an
- * order, expiry, and return on expiry (DESIGN.md "Coupon lifecycle and
- * eligibility"). Served to coupon-fcgi's routes and coupon-sync's jobs.
+ * order, expiry, and return on expiry (doc/lifecycle.md;
+ * internals.md L1, L2). Served to coupon-fcgi's routes and coupon-sync's jobs.
  *
  * Every function takes the caller's own connection (one per thread). */
 #ifndef CS_COUPON_H

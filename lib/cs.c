@@ -3,11 +3,13 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
 #include <time.h>
+#include <unistd.h>
 
 static void cs_oom(size_t n)
 {
@@ -203,4 +205,15 @@ int cs_mutex_init_shared(pthread_mutex_t *m)
         return CS_ERR;
     }
     return CS_OK;
+}
+
+int cs_fsync_dir(const char *path)
+{
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return CS_ERR;
+    int rc = fsync(fd), saved = errno;
+    close(fd);
+    errno = saved;
+    return rc == 0 ? CS_OK : CS_ERR;
 }

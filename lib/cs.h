@@ -67,6 +67,10 @@ long cs_b64url_decode(const char *in, size_t n, unsigned char *out);
  * one getenv() per call, on paths that run once a pass, never per request. */
 void cs_pause_point(const char *name);
 
+/* fsync() of the directory at path, so that a file made, renamed or
+ * removed in it survives a crash. CS_OK, or CS_ERR with errno set. */
+int cs_fsync_dir(const char *path);
+
 #define CS_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 #endif

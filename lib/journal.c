@@ -230,16 +230,6 @@ fail:
     return CS_ERR;
 }
 
-static int journal_fsync_dir(const char *path)
-{
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return -1;
-    int rc = fsync(fd);
-    close(fd);
-    return rc;
-}
-
 /* Reads DIR/incarnation into id, or makes it. */
 static int journal_incarnation(struct journal_dir *jd, char *err, size_t errlen)
 {
@@ -283,7 +273,7 @@ static int journal_incarnation(struct journal_dir *jd, char *err, size_t errlen)
     }
     fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | JOURNAL_OPEN_FLAGS, 0600);
     if (fd < 0 || write(fd, text, JOURNAL_ID_LEN + 1) != JOURNAL_ID_LEN + 1 || fsync(fd) != 0
-        || close(fd) != 0 || rename(tmp, path) != 0 || journal_fsync_dir(jd->path) != 0) {
+        || close(fd) != 0 || rename(tmp, path) != 0 || cs_fsync_dir(jd->path) != CS_OK) {
         snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
         return CS_ERR;
     }

@@ -1,4 +1,4 @@
-/* keys.h - the one place that builds Redis key names (see DESIGN.md). */
+/* keys.h - the one place that builds Redis key names (doc/internals.md, "Redis keys"). */
 #ifndef CS_KEYS_H
 #define CS_KEYS_H
 
@@ -35,13 +35,13 @@ size_t keys_sync_lock(char *buf, int shard);                   /* LOCK:COUPON:SY
 /* A counter written only so that a following WAIT has a write to wait for. */
 size_t keys_fence(char *buf, int shard);                       /* COUPON:FENCE:{i} */
 /* COUPON:RESERVE:CLAIM:<incarnation>: "host boot-id pid" of the one live
- * instance of that node incarnation (DESIGN.md reserves, rule 15). */
+ * instance of that node incarnation (internals.md rule 15). */
 size_t keys_reserve_claim(char *buf, const char *incarnation);
 size_t keys_meta(char *buf, int shard);                        /* COUPON:ACTIVITY:META:{i} */
 size_t keys_window(char *buf, int shard);                      /* COUPON:ACTIVITY:WINDOW:{i} */
 size_t keys_version(char *buf, int shard);                     /* COUPON:ACTIVITY:VER:{i} */
 size_t keys_ends(char *buf, int shard);                        /* COUPON:ACTIVITY:ENDS:{i} */
-/* Reserves (DESIGN.md "Selling through a slow or missing Redis"):
+/* Reserves (doc/internals.md, "The reserves"):
  * COUPON:RESERVE:{i} holds, per activity, "<id>:<incarnation>" -> the open
  * reserve of that node instance (tokens set aside, less those replayed),
  * "<id>" -> how many epochs of it are open, "<id>:held" -> the sum of its

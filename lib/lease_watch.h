@@ -1,5 +1,5 @@
 /* lease_watch.h - how long this node has seen a lost node's lease stamp stay
- * the same, on this node's own CLOCK_BOOTTIME (DESIGN.md reserves, rule 16).
+ * the same, on this node's own CLOCK_BOOTTIME (internals.md rule 16).
  *
  * A node renews its lease per shard by writing Redis' time into
  * "lease:<incarnation>" of COUPON:RESERVE:{i}, and spends from its reserve

@@ -49,7 +49,7 @@ void mconn_drop(struct mconn *mc)
     }
 }
 
-static void mconn_set_err(struct mconn *mc, unsigned err, const char *what, const char *why)
+void mconn_set_err(struct mconn *mc, unsigned err, const char *what, const char *why)
 {
     mc->err = err;
     /* A refusal by privilege is no outage: say so in every log line that

@@ -53,6 +53,10 @@ void mconn_free(struct mconn *mc);
 /* Connects when not connected. CS_OK or CS_ERR with errstr set. */
 int mconn_ensure(struct mconn *mc);
 
+/* Sets the sticky error: err (a mysql error number, 0 for one of ours) and
+ * "what failed: why". The one writer of mc->err and mc->errstr. */
+void mconn_set_err(struct mconn *mc, unsigned err, const char *what, const char *why);
+
 /* Closes the connection and forgets its statements; the next call reconnects. */
 void mconn_drop(struct mconn *mc);
 

@@ -375,6 +375,150 @@ static int act_read_publish(struct rconn *rc, struct preheat_vec *vec, const siz
     return ret;
 }
 
+/* What act_publish_shard() learns of the activities idx[0..cnt) of one
+ * shard, k for the k-th of idx, and what it publishes (pub[0..npub), j for
+ * the j-th). */
+struct act_shard {
+    size_t cnt, npub;
+    unsigned char *differs, *wdiffers, *vdiffers; /* META, WINDOW, VER differ */
+    unsigned char *absent;     /* no stock field */
+    int64_t *queued;           /* entries queued, the q-th absent one */
+    size_t *pub;               /* index in vec of the j-th to publish */
+    int64_t *pstock;           /* the stock field to write, -1 none */
+    unsigned char *restore;    /* restore_stock() after the script */
+    unsigned char *stale;      /* the script refused it: a newer one is there */
+};
+
+static void act_shard_init(struct act_shard *sh, size_t cnt)
+{
+    sh->cnt = cnt;
+    sh->npub = 0;
+    sh->differs = xmalloc(cnt + 1);
+    sh->wdiffers = xmalloc(cnt + 1);
+    sh->vdiffers = xmalloc(cnt + 1);
+    sh->absent = xmalloc(cnt + 1);
+    sh->queued = xmalloc((cnt + 1) * sizeof(*sh->queued));
+    sh->pub = xmalloc((cnt + 1) * sizeof(*sh->pub));
+    sh->pstock = xmalloc((cnt + 1) * sizeof(*sh->pstock));
+    sh->restore = xcalloc(cnt + 1, 1);
+    sh->stale = xcalloc(cnt + 1, 1);
+}
+
+static void act_shard_free(struct act_shard *sh)
+{
+    free(sh->stale);
+    free(sh->restore);
+    free(sh->pstock);
+    free(sh->pub);
+    free(sh->queued);
+    free(sh->absent);
+    free(sh->vdiffers);
+    free(sh->wdiffers);
+    free(sh->differs);
+}
+
+/* The first round trip: reads META, WINDOW, VER and stock of each activity
+ * and marks what differs from what preheat would write, and which stock
+ * fields are absent. CS_ERR with err. */
+static int act_shard_read(struct rconn *rc, int shard, const struct preheat_vec *vec,
+                          const size_t *idx, struct act_shard *sh, char *err, size_t errlen)
+{
+    char mkey[KEYS_MAX], wkey[KEYS_MAX], vkey[KEYS_MAX], skey[KEYS_MAX];
+    struct act_cmp cm = {vec, idx, sh->differs, act_meta_value};
+    struct act_cmp cw = {vec, idx, sh->wdiffers, act_window_value};
+    struct act_cmp cv = {vec, idx, sh->vdiffers, NULL};
+    struct act_cmp cs = {vec, idx, sh->absent, NULL};
+    size_t cmds = 0, cnt = sh->cnt;
+
+    keys_meta(mkey, shard);
+    keys_window(wkey, shard);
+    keys_version(vkey, shard);
+    keys_stock(skey, shard);
+    if (act_append_hmget(rc, mkey, vec, idx, cnt, &cmds) != CS_OK
+        || act_append_hmget(rc, wkey, vec, idx, cnt, &cmds) != CS_OK
+        || act_append_hmget(rc, vkey, vec, idx, cnt, &cmds) != CS_OK
+        || act_append_hmget(rc, skey, vec, idx, cnt, &cmds) != CS_OK) {
+        snprintf(err, errlen, "pipeline to shard %d: %s", shard, rc->errstr);
+        return CS_ERR;
+    }
+    if (act_read_hmget(rc, cnt, "HMGET META", act_field_differs, &cm, err, errlen) != CS_OK
+        || act_read_hmget(rc, cnt, "HMGET WINDOW", act_field_differs, &cw, err, errlen) != CS_OK
+        || act_read_hmget(rc, cnt, "HMGET VER", act_version_differs, &cv, err, errlen) != CS_OK
+        || act_read_hmget(rc, cnt, "HMGET STOCK", act_stock_absent, &cs, err, errlen) != CS_OK)
+        return CS_ERR;
+    return CS_OK;
+}
+
+/* Counts in sh->queued what the queue holds of each activity whose stock
+ * field is absent, in the order of idx. CS_ERR with err. */
+static int act_shard_queued(struct rconn *rc, int shard, const struct preheat_vec *vec,
+                            const size_t *idx, struct act_shard *sh, char *err, size_t errlen)
+{
+    size_t nmissing = 0;
+    int64_t *mids = xmalloc((sh->cnt + 1) * sizeof(*mids));
+    for (size_t k = 0; k < sh->cnt; k++)
+        if (sh->absent[k])
+            mids[nmissing++] = vec->v[idx[k]].id;
+    if (nmissing == 0) {
+        free(mids);
+        return CS_OK;
+    }
+    /* The queue is matched against the absent ids by binary search. */
+    int64_t *sorted = xmalloc(nmissing * sizeof(*sorted));
+    int64_t *qsorted = xmalloc(nmissing * sizeof(*qsorted));
+    memcpy(sorted, mids, nmissing * sizeof(*sorted));
+    qsort(sorted, nmissing, sizeof(*sorted), cs_cmp_int64);
+    int qrc = activity_count_queued(rc, shard, sorted, nmissing, qsorted, err, errlen);
+    for (size_t k = 0; qrc == CS_OK && k < nmissing; k++) {
+        const int64_t *hit = bsearch(&mids[k], sorted, nmissing, sizeof(int64_t), cs_cmp_int64);
+        sh->queued[k] = qsorted[hit - sorted];
+    }
+    free(qsorted);
+    free(sorted);
+    free(mids);
+    return qrc;
+}
+
+/* Picks what to publish: every activity where a field differs or the stock
+ * field is absent. A new activity (no coupon in MySQL, nothing queued)
+ * gets total_num; any other absent stock field is restored afterwards. */
+static void act_shard_plan(const struct preheat_vec *vec, const size_t *idx, struct act_shard *sh)
+{
+    for (size_t k = 0, q = 0; k < sh->cnt; k++) {
+        if (!sh->differs[k] && !sh->wdiffers[k] && !sh->vdiffers[k] && !sh->absent[k])
+            continue;
+        size_t i = idx[k];
+        sh->pstock[sh->npub] = -1;
+        if (sh->absent[k]) {
+            if (!vec->has_coupons[i] && sh->queued[q] == 0)
+                sh->pstock[sh->npub] = vec->v[i].total_num;
+            else
+                sh->restore[sh->npub] = 1;
+            q++;
+        }
+        sh->pub[sh->npub++] = i;
+    }
+}
+
+/* Restores the stock fields the plan left to restore_stock(), but for
+ * those the script refused. CS_ERR with err. */
+static int act_shard_restore(struct mconn *mc, struct rconn *rc, struct preheat_vec *vec,
+                             const struct act_shard *sh, struct preheat_result *res, char *err,
+                             size_t errlen)
+{
+    for (size_t k = 0; k < sh->npub; k++) {
+        int created, restored;
+        if (!sh->restore[k] || sh->stale[k])
+            continue;
+        if (restore_stock(mc, rc, &vec->v[sh->pub[k]], &created, &restored, err, errlen)
+            != CS_OK)
+            return CS_ERR;
+        res->created += created;
+        res->restored += restored;
+    }
+    return CS_OK;
+}
+
 /*
  * Publishes the activities idx[0..cnt) of vec, all of shard SHARD, in two
  * pipelined round trips: the first reads their META, WINDOW, VER and stock
@@ -391,102 +535,28 @@ static int act_publish_shard(struct mconn *mc, struct rconn *rc, int shard,
                              struct preheat_vec *vec, const size_t *idx, size_t cnt,
                              struct preheat_result *res, char *err, size_t errlen)
 {
-    char mkey[KEYS_MAX], wkey[KEYS_MAX], vkey[KEYS_MAX], skey[KEYS_MAX];
-    size_t cmds = 0, npub = 0, nmissing = 0;
-    unsigned char *differs = xmalloc(cnt + 1), *absent = xmalloc(cnt + 1);
-    unsigned char *wdiffers = xmalloc(cnt + 1), *vdiffers = xmalloc(cnt + 1);
-    unsigned char *stale = xcalloc(cnt + 1, 1);
-    size_t *pub = xmalloc((cnt + 1) * sizeof(*pub));
-    int64_t *pstock = xmalloc((cnt + 1) * sizeof(*pstock));
-    unsigned char *restore = xcalloc(cnt + 1, 1);
-    int64_t *mids = xmalloc((cnt + 1) * sizeof(*mids));
-    int64_t *queued = xmalloc((cnt + 1) * sizeof(*queued));
-    struct act_cmp cm = {vec, idx, differs, act_meta_value};
-    struct act_cmp cw = {vec, idx, wdiffers, act_window_value};
-    struct act_cmp cv = {vec, idx, vdiffers, NULL};
-    struct act_cmp cs = {vec, idx, absent, NULL};
+    struct act_shard sh;
+    size_t cmds = 0;
     int ret = CS_ERR;
 
-    keys_meta(mkey, shard);
-    keys_window(wkey, shard);
-    keys_version(vkey, shard);
-    keys_stock(skey, shard);
-    if (act_append_hmget(rc, mkey, vec, idx, cnt, &cmds) != CS_OK
-        || act_append_hmget(rc, wkey, vec, idx, cnt, &cmds) != CS_OK
-        || act_append_hmget(rc, vkey, vec, idx, cnt, &cmds) != CS_OK
-        || act_append_hmget(rc, skey, vec, idx, cnt, &cmds) != CS_OK)
-        goto io;
-    if (act_read_hmget(rc, cnt, "HMGET META", act_field_differs, &cm, err, errlen) != CS_OK
-        || act_read_hmget(rc, cnt, "HMGET WINDOW", act_field_differs, &cw, err, errlen) != CS_OK
-        || act_read_hmget(rc, cnt, "HMGET VER", act_version_differs, &cv, err, errlen) != CS_OK
-        || act_read_hmget(rc, cnt, "HMGET STOCK", act_stock_absent, &cs, err, errlen) != CS_OK)
+    act_shard_init(&sh, cnt);
+    if (act_shard_read(rc, shard, vec, idx, &sh, err, errlen) != CS_OK
+        || act_shard_queued(rc, shard, vec, idx, &sh, err, errlen) != CS_OK)
         goto out;
-    for (size_t k = 0; k < cnt; k++)
-        if (absent[k])
-            mids[nmissing++] = vec->v[idx[k]].id;
-    if (nmissing > 0) {
-        /* The queue is matched against the absent ids by binary search. */
-        int64_t *sorted = xmalloc(nmissing * sizeof(*sorted));
-        int64_t *qsorted = xmalloc(nmissing * sizeof(*qsorted));
-        memcpy(sorted, mids, nmissing * sizeof(*sorted));
-        qsort(sorted, nmissing, sizeof(*sorted), cs_cmp_int64);
-        int qrc = activity_count_queued(rc, shard, sorted, nmissing, qsorted, err, errlen);
-        for (size_t k = 0; qrc == CS_OK && k < nmissing; k++) {
-            const int64_t *hit = bsearch(&mids[k], sorted, nmissing, sizeof(int64_t), cs_cmp_int64);
-            queued[k] = qsorted[hit - sorted];
-        }
-        free(qsorted);
-        free(sorted);
-        if (qrc != CS_OK)
-            goto out;
-    }
-    for (size_t k = 0, q = 0; k < cnt; k++) {
-        if (!differs[k] && !wdiffers[k] && !vdiffers[k] && !absent[k])
-            continue;
-        size_t i = idx[k];
-        pstock[npub] = -1;
-        if (absent[k]) {
-            if (!vec->has_coupons[i] && queued[q] == 0)
-                pstock[npub] = vec->v[i].total_num;
-            else
-                restore[npub] = 1;
-            q++;
-        }
-        pub[npub++] = i;
-    }
-
-    cmds = 0;
-    if (act_append_publish(rc, shard, vec, pub, pstock, npub, &cmds) != CS_OK)
-        goto io;
-    if (act_read_publish(rc, vec, pub, npub, stale, res, err, errlen) != CS_OK)
+    act_shard_plan(vec, idx, &sh);
+    if (act_append_publish(rc, shard, vec, sh.pub, sh.pstock, sh.npub, &cmds) != CS_OK) {
+        snprintf(err, errlen, "pipeline to shard %d: %s", shard, rc->errstr);
         goto out;
-    for (size_t k = 0; k < npub; k++) {
-        int created, restored;
-        if (!restore[k] || stale[k])
-            continue;
-        if (restore_stock(mc, rc, &vec->v[pub[k]], &created, &restored, err, errlen) != CS_OK)
-            goto out;
-        res->created += created;
-        res->restored += restored;
     }
+    if (act_read_publish(rc, vec, sh.pub, sh.npub, sh.stale, res, err, errlen) != CS_OK
+        || act_shard_restore(mc, rc, vec, &sh, res, err, errlen) != CS_OK)
+        goto out;
     ret = CS_OK;
-    goto out;
-io:
-    snprintf(err, errlen, "pipeline to shard %d: %s", shard, rc->errstr);
 out:
     /* A failure may leave replies of the pipeline unread: start afresh. */
     if (ret != CS_OK)
         rconn_drop(rc);
-    free(queued);
-    free(mids);
-    free(restore);
-    free(pstock);
-    free(pub);
-    free(stale);
-    free(vdiffers);
-    free(wdiffers);
-    free(absent);
-    free(differs);
+    act_shard_free(&sh);
     return ret;
 }
 

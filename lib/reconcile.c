@@ -5,6 +5,7 @@
 #include "keys.h"
 #include "log.h"
 #include "mconn.h"
+#include "rargs.h"
 #include "rconn.h"
 #include "scripts.h"
 
@@ -41,18 +42,19 @@ static int lock_row_cb(void *arg, int ncols, char **c)
 static int reconcile_script(struct rconn *rc, int64_t id, int64_t total, long long out[3],
                             char *err, size_t errlen)
 {
-    char stock[KEYS_MAX], list[KEYS_MAX], rsv[KEYS_MAX], field[24], tot[24];
-    const char *argv[8] = {"EVAL", script_reconcile, "3", stock, list, rsv, field, tot};
-    size_t argl[8];
-    argl[0] = 4;
-    argl[1] = strlen(script_reconcile);
-    argl[2] = 1;
-    argl[3] = keys_stock(stock, keys_shard(id));
-    argl[4] = keys_seize_list(list, id);
-    argl[5] = keys_reserve(rsv, keys_shard(id));
-    argl[6] = (size_t)snprintf(field, sizeof(field), "%" PRId64, id);
-    argl[7] = (size_t)snprintf(tot, sizeof(tot), "%" PRId64, total);
-    redisReply *rep = rconn_commandv(rc, stock, 8, argv, argl);
+    struct rargs a = RARGS_INIT;
+    char stock[KEYS_MAX];
+    keys_stock(stock, keys_shard(id));
+    rargs_str(&a, "EVAL");
+    rargs_str(&a, script_reconcile);
+    rargs_str(&a, "3");
+    rargs_key(&a, keys_stock, keys_shard(id));
+    rargs_akey(&a, keys_seize_list, id);
+    rargs_key(&a, keys_reserve, keys_shard(id));
+    rargs_int(&a, id);
+    rargs_int(&a, total);
+    redisReply *rep = rargs_command(rc, stock, &a, NULL);
+    rargs_free(&a);
     if (rep == NULL) {
         snprintf(err, errlen, "EVAL reconcile %s: %s", stock, rc->errstr);
         return CS_ERR;

@@ -28,6 +28,17 @@ void reserve_init_faults(void)
     reserve_crash_after_append = f != NULL && strcmp(f, "crash-after-journal") == 0;
 }
 
+void reserve_script_epoch(struct rargs *a, int64_t aid, const char *inc, int64_t epoch)
+{
+    int shard = keys_shard(aid);
+    rargs_key(a, keys_stock, shard);
+    rargs_key(a, keys_reserve, shard);
+    rargs_akey(a, keys_reserve_epochs, aid);
+    rargs_int(a, aid);
+    rargs_str(a, inc);
+    rargs_int(a, epoch);
+}
+
 int reserve_slot_of(const struct shm_reserves *rv, int64_t id)
 {
     for (int i = 0; i < SHM_RESERVES; i++)
@@ -148,16 +159,6 @@ static int reserve_journal_linked(const struct journal *j, const char *path)
            && fs.st_dev == ps.st_dev && fs.st_ino == ps.st_ino;
 }
 
-static int reserve_fsync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return CS_ERR;
-    int rc = fsync(fd);
-    close(fd);
-    return rc == 0 ? CS_OK : CS_ERR;
-}
-
 static int reserve_journal_ready(struct reserve_journal *rj, const char *jdir, int wslot,
                                  uint64_t seg)
 {
@@ -194,7 +195,7 @@ static int reserve_journal_ready(struct reserve_journal *rj, const char *jdir, i
      * the file as opened, not by a look before the open: an empty one may
      * be another's creation whose directory was never synced (a worker of
      * this slot killed between its create and its fsync). */
-    if ((fstat(rj->j.fd, &st) != 0 || st.st_size == 0) && reserve_fsync_dir(jdir) != CS_OK) {
+    if ((fstat(rj->j.fd, &st) != 0 || st.st_size == 0) && cs_fsync_dir(jdir) != CS_OK) {
         log_error("reserve journal: fsync(%s) failed: %s; no more grants from the reserve", jdir,
                   strerror(errno));
         rj->j.failed = 1; /* kept, so that no later grant uses it unsynced */
@@ -297,7 +298,7 @@ enum reserve_outcome reserve_grant(struct shm_node *shm, int wslot, const char *
         goto done;
     }
     /* A fault for the tests: the worker dies with the grant on disk and
-     * the answer not sent (DESIGN.md rule 6). */
+     * the answer not sent (internals.md rule 6). */
     if (reserve_crash_after_append)
         raise(SIGKILL);
     /* Unless the keeper already replayed it. */

@@ -1,5 +1,5 @@
 /* reserve.h - node reserves: what a worker may grant while Redis cannot be
- * reached (DESIGN.md "Selling through a slow or missing Redis").
+ * reached (doc/internals.md, "The reserves").
  *
  * The reserve keeper (fcgi/keeper.c) sets aside epochs of numbered tokens
  * in Redis, renews the node's lease on each shard, replays the journal and
@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "journal.h"
+#include "rargs.h"
 #include "scripts.h"
 #include "shm.h"
 
@@ -35,6 +36,11 @@ struct reserve_journal {
  * journal record is on disk, before the answer. Read once at start-up. */
 extern int reserve_crash_after_append;
 void reserve_init_faults(void);
+
+/* Adds to a what the give-back and release scripts (lua/reserve_give_back.lua,
+ * lua/reserve_release.lua) take first: KEYS stock, reserve and epochs of
+ * activity aid, then ARGV aid, incarnation inc, epoch. */
+void reserve_script_epoch(struct rargs *a, int64_t aid, const char *inc, int64_t epoch);
 
 /* The slot holding activity id's reserve (any state), or -1. */
 int reserve_slot_of(const struct shm_reserves *rv, int64_t id);

@@ -4,6 +4,7 @@
 #include "keys.h"
 #include "log.h"
 #include "mconn.h"
+#include "rargs.h"
 #include "rconn.h"
 #include "reserve.h"
 #include "scripts.h"
@@ -380,13 +381,7 @@ static int ra_release_lost(struct mconn *mc, struct rconn *rc, const struct rese
         return CS_ERR;
     }
     int shard = keys_shard(id);
-    char skey[KEYS_MAX], rkey[KEYS_MAX], ekey[KEYS_MAX], abuf[24], ebuf[24];
-    keys_stock(skey, shard);
-    keys_reserve(rkey, shard);
-    keys_reserve_epochs(ekey, id);
-    snprintf(abuf, sizeof(abuf), "%" PRId64, id);
     for (size_t i = 0; i < e.n; i++) {
-        snprintf(ebuf, sizeof(ebuf), "%" PRId64, e.v[i]);
         /* MySQL first: once the journal is declared lost nothing waits for
          * those tokens, and a restore between the two steps must not keep
          * them out again. */
@@ -396,13 +391,11 @@ static int ra_release_lost(struct mconn *mc, struct rconn *rc, const struct rese
                      mc->errstr);
             return CS_ERR;
         }
-        const char *argv[] = {skey, rkey, ekey, abuf, inc, ebuf};
-        size_t argl[CS_ARRAY_LEN(argv)];
-        for (size_t j = 0; j < CS_ARRAY_LEN(argv); j++)
-            argl[j] = strlen(argv[j]);
+        struct rargs a = RARGS_INIT;
+        reserve_script_epoch(&a, id, inc, e.v[i]);
         struct rconn_site at = {0, -1};
-        redisReply *r = rconn_evalsha_at(rc, ra_release_script(), 3, (int)CS_ARRAY_LEN(argv),
-                                         argv, argl, &at);
+        redisReply *r = rargs_evalsha(rc, ra_release_script(), 3, &a, &at);
+        rargs_free(&a);
         if (r == NULL || r->type != REDIS_REPLY_INTEGER || r->integer == SCRIPT_RELEASE_NO_STOCK) {
             snprintf(err, errlen, "releasing epoch %" PRId64 " in Redis: %s", e.v[i],
                      r == NULL ? rc->errstr
@@ -426,13 +419,135 @@ static int ra_release_lost(struct mconn *mc, struct rconn *rc, const struct rese
     return CS_OK;
 }
 
+/* What the lease of v says when it has not run out: how old it is, how
+ * long it lasts and how long to wait (at least min_wait_ms when that is
+ * not 0), unless an earlier epoch was returned already. */
+static void ra_not_expired(struct reserve_return *res, const struct reserve_view *v,
+                           int64_t min_wait_ms)
+{
+    res->lease_age_ms = v->lease_age_ms;
+    res->lease_ms = v->lease_ms;
+    res->wait_ms = min_wait_ms > 0 && v->wait_ms <= 0 ? min_wait_ms : v->wait_ms;
+    if (res->outcome != RRET_RETURNED)
+        res->outcome = RRET_LEASE_NOT_EXPIRED;
+}
+
+/* Runs the give-back script for epoch v of (id, inc) as an operator's
+ * return: CS_OK with what went back in *back (or a SCRIPT_GIVE_* below 0)
+ * and what was kept out of stock in *parked, and the node that ran it in
+ * *at; CS_ERR with err when Redis did not answer so. */
+static int ra_give_back(struct rconn *rc, const struct reserve_admin_opts *o, int64_t id,
+                        const char *inc, const struct reserve_view *v, long long *back,
+                        long long *parked, struct rconn_site *at, char *err, size_t errlen)
+{
+    struct rargs a = RARGS_INIT;
+
+    /* KEYS stock, reserve, epochs; ARGV activity, incarnation, epoch, the
+     * lease that must have passed (the one judged by: the script takes the
+     * longer of it and the field, which may have been lost with the stamp),
+     * not at the low-water mark, whether the journal is declared lost, the
+     * stamp read before. */
+    reserve_script_epoch(&a, id, inc, v->epoch);
+    rargs_int(&a, v->lease_ms > 0 ? v->lease_ms : 1);
+    rargs_str(&a, "0");
+    rargs_str(&a, o->journal_lost ? "1" : "0");
+    rargs_int(&a, v->stamp);
+    redisReply *r = rargs_evalsha(rc, ra_give_script(), 3, &a, at);
+    rargs_free(&a);
+    *parked = 0;
+    if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 2
+        && r->element[0]->type == REDIS_REPLY_INTEGER
+        && r->element[1]->type == REDIS_REPLY_INTEGER) {
+        /* {0, parked}: closed, what the node may have granted kept out. */
+        *back = r->element[0]->integer;
+        *parked = r->element[1]->integer;
+        freeReplyObject(r);
+        return CS_OK;
+    }
+    if (r == NULL || r->type != REDIS_REPLY_INTEGER) {
+        snprintf(err, errlen, "giving back epoch %" PRId64 " in Redis: %s", v->epoch,
+                 r != NULL && r->type == REDIS_REPLY_ERROR ? r->str : rc->errstr);
+        if (r != NULL)
+            freeReplyObject(r);
+        return CS_ERR;
+    }
+    *back = r->integer;
+    freeReplyObject(r);
+    return CS_OK;
+}
+
+/* One epoch's step of reserve_admin_return(): go on with the next epoch,
+ * stop there (res says why), or stop on an error (in err). */
+enum ra_step { RA_NEXT, RA_DONE, RA_FAILED };
+
+static enum ra_step ra_return_epoch(struct mconn *mc, struct rconn *rc,
+                                    const struct reserve_admin_opts *o, int64_t id,
+                                    const char *inc, struct reserve_view *v,
+                                    struct reserve_return *res, char *err, size_t errlen)
+{
+    struct rconn_site at = {0, -1};
+    long long back, parked;
+
+    /* The lease by Redis' clock and by this node's, first: the stamp read
+     * here is the one the script must still find. */
+    if (ra_append_view(rc, v) != CS_OK || ra_read_view(rc, v, o->lease_ms, o->watch) != CS_OK) {
+        snprintf(err, errlen, "reading the lease of epoch %" PRId64 " from Redis: %s",
+                 v->epoch, rc->errstr);
+        return RA_FAILED;
+    }
+    if (!v->lease_expired) {
+        ra_not_expired(res, v, 0);
+        return RA_DONE;
+    }
+    if (ra_give_back(rc, o, id, inc, v, &back, &parked, &at, err, errlen) != CS_OK)
+        return RA_FAILED;
+    if (back == SCRIPT_GIVE_TOO_SOON) {
+        /* The node renewed within the lease: it may still be spending. */
+        struct reserve_view lv = *v;
+        if (ra_append_view(rc, &lv) == CS_OK
+            && ra_read_view(rc, &lv, o->lease_ms, o->watch) == CS_OK)
+            ra_not_expired(res, &lv, 1000);
+        else if (res->outcome != RRET_RETURNED)
+            res->outcome = RRET_LEASE_NOT_EXPIRED;
+        return RA_DONE;
+    }
+    if (back == SCRIPT_GIVE_NO_STOCK) {
+        /* The sale's stock field is missing (Redis lost it, a restore is
+         * under way): what went back would be lost. Nothing written. */
+        if (res->outcome != RRET_RETURNED)
+            res->outcome = RRET_NOT_IN_REDIS;
+        return RA_DONE;
+    }
+    if (back == SCRIPT_GIVE_NOT_OPEN)
+        return ra_not_open(mc, rc, o, v, res, err, errlen) == CS_OK ? RA_NEXT : RA_FAILED;
+    if (ra_durable(rc, o, keys_shard(id), &at, 0) != CS_OK) {
+        snprintf(err, errlen, "epoch %" PRId64 " was given back in Redis (%lld coupons) but "
+                 "not confirmed by replicas: %s; a repeat closes it", v->epoch, back,
+                 rc->errstr);
+        return RA_FAILED;
+    }
+    if (ra_close_mysql(mc, id, inc, v->epoch, back, parked, err, errlen) != CS_OK) {
+        log_error("reserve return: activity %" PRId64 " incarnation %s epoch %" PRId64
+                  ": %lld coupons went back to stock in Redis, but MySQL still has the "
+                  "epoch open: %s", id, inc, v->epoch, back, err);
+        return RA_FAILED;
+    }
+    res->outcome = RRET_RETURNED;
+    res->epochs++;
+    res->returned += back;
+    res->parked += parked;
+    if (o->journal_lost)
+        res->lost += back;
+    res->amount += v->amount;
+    return RA_NEXT;
+}
+
 int reserve_admin_return(struct mconn *mc, struct rconn *rc, const struct reserve_admin_opts *o,
                          int64_t id, const char *inc, struct reserve_return *res, char *err,
                          size_t errlen)
 {
     struct reserve_list l;
     struct ra_rows rr = {.l = &l, .cap = 0, .max = RESERVE_ADMIN_LIST_MAX};
-    int shard = keys_shard(id), ret = CS_OK;
 
     memset(res, 0, sizeof(*res));
     memset(&l, 0, sizeof(l));
@@ -444,116 +559,14 @@ int reserve_admin_return(struct mconn *mc, struct rconn *rc, const struct reserv
         snprintf(err, errlen, "reading open reserve epochs from MySQL: %s", mc->errstr);
         return CS_ERR;
     }
-    for (size_t i = 0; i < l.n && ret == CS_OK; i++) {
-        struct reserve_view *v = &l.v[i];
-        char ebuf[48], lbuf[24], sbuf[24];
-        char skey[KEYS_MAX], rkey[KEYS_MAX], ekey[KEYS_MAX], abuf[24];
-        /* The lease by Redis' clock and by this node's, first: the stamp
-         * read here is the one the script must still find. */
-        if (ra_append_view(rc, v) != CS_OK || ra_read_view(rc, v, o->lease_ms, o->watch) != CS_OK) {
-            snprintf(err, errlen, "reading the lease of epoch %" PRId64 " from Redis: %s",
-                     v->epoch, rc->errstr);
-            ret = CS_ERR;
-            break;
-        }
-        if (!v->lease_expired) {
-            res->lease_age_ms = v->lease_age_ms;
-            res->lease_ms = v->lease_ms;
-            res->wait_ms = v->wait_ms;
-            if (res->outcome != RRET_RETURNED)
-                res->outcome = RRET_LEASE_NOT_EXPIRED;
-            break;
-        }
-        keys_stock(skey, shard);
-        keys_reserve(rkey, shard);
-        keys_reserve_epochs(ekey, id);
-        snprintf(abuf, sizeof(abuf), "%" PRId64, id);
-        snprintf(ebuf, sizeof(ebuf), "%" PRId64, v->epoch);
-        /* The lease judged by above: the script takes the longer of it and
-         * the field, which may have been lost with the stamp. */
-        snprintf(lbuf, sizeof(lbuf), "%" PRId64, v->lease_ms > 0 ? v->lease_ms : 1);
-        snprintf(sbuf, sizeof(sbuf), "%" PRId64, v->stamp);
-        /* KEYS stock, reserve, epochs; ARGV activity, incarnation, epoch,
-         * the lease that must have passed, not at the low-water mark,
-         * whether the journal is declared lost, the stamp read above. */
-        const char *argv[] = {skey, rkey, ekey, abuf, inc, ebuf, lbuf, "0",
-                              o->journal_lost ? "1" : "0", sbuf};
-        size_t argl[CS_ARRAY_LEN(argv)];
-        for (size_t j = 0; j < CS_ARRAY_LEN(argv); j++)
-            argl[j] = strlen(argv[j]);
-        struct rconn_site at = {0, -1};
-        redisReply *r = rconn_evalsha_at(rc, ra_give_script(), 3, (int)CS_ARRAY_LEN(argv), argv, argl,
-                                         &at);
-        long long parked = 0;
-        if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 2
-            && r->element[0]->type == REDIS_REPLY_INTEGER
-            && r->element[1]->type == REDIS_REPLY_INTEGER) {
-            /* {0, parked}: closed, what the node may have granted kept out. */
-            parked = r->element[1]->integer;
-            redisReply *z = r->element[0];
-            r->element[0] = NULL;
-            freeReplyObject(r);
-            r = z;
-        }
-        if (r == NULL || r->type != REDIS_REPLY_INTEGER) {
-            snprintf(err, errlen, "giving back epoch %" PRId64 " in Redis: %s", v->epoch,
-                     r != NULL && r->type == REDIS_REPLY_ERROR ? r->str : rc->errstr);
-            if (r != NULL)
-                freeReplyObject(r);
-            ret = CS_ERR;
-            break;
-        }
-        long long back = r->integer;
-        freeReplyObject(r);
-        if (back == SCRIPT_GIVE_TOO_SOON) {
-            /* The node renewed within the lease: it may still be spending. */
-            struct reserve_view lv = *v;
-            if (ra_append_view(rc, &lv) == CS_OK
-                && ra_read_view(rc, &lv, o->lease_ms, o->watch) == CS_OK) {
-                res->lease_age_ms = lv.lease_age_ms;
-                res->lease_ms = lv.lease_ms;
-                res->wait_ms = lv.wait_ms > 0 ? lv.wait_ms : 1000;
-            }
-            if (res->outcome != RRET_RETURNED)
-                res->outcome = RRET_LEASE_NOT_EXPIRED;
-            break;
-        }
-        if (back == SCRIPT_GIVE_NO_STOCK) {
-            /* The sale's stock field is missing (Redis lost it, a restore is
-             * under way): what went back would be lost. Nothing written. */
-            if (res->outcome != RRET_RETURNED)
-                res->outcome = RRET_NOT_IN_REDIS;
-            break;
-        }
-        if (back == SCRIPT_GIVE_NOT_OPEN) {
-            ret = ra_not_open(mc, rc, o, v, res, err, errlen);
-            continue;
-        }
-        if (ra_durable(rc, o, shard, &at, 0) != CS_OK) {
-            snprintf(err, errlen, "epoch %" PRId64 " was given back in Redis (%lld coupons) but "
-                     "not confirmed by replicas: %s; a repeat closes it", v->epoch, back,
-                     rc->errstr);
-            ret = CS_ERR;
-            break;
-        }
-        if (ra_close_mysql(mc, id, inc, v->epoch, back, parked, err, errlen) != CS_OK) {
-            log_error("reserve return: activity %" PRId64 " incarnation %s epoch %" PRId64
-                      ": %lld coupons went back to stock in Redis, but MySQL still has the "
-                      "epoch open: %s", id, inc, v->epoch, back, err);
-            ret = CS_ERR;
-            break;
-        }
-        res->outcome = RRET_RETURNED;
-        res->epochs++;
-        res->returned += back;
-        res->parked += parked;
-        if (o->journal_lost)
-            res->lost += back;
-        res->amount += v->amount;
-    }
+    enum ra_step step = RA_NEXT;
+    for (size_t i = 0; i < l.n && step == RA_NEXT; i++)
+        step = ra_return_epoch(mc, rc, o, id, inc, &l.v[i], res, err, errlen);
     reserve_admin_list_free(&l);
-    if (ret == CS_OK && o->journal_lost && res->outcome != RRET_LEASE_NOT_EXPIRED
+    if (step == RA_FAILED)
+        return CS_ERR;
+    if (o->journal_lost && res->outcome != RRET_LEASE_NOT_EXPIRED
         && res->outcome != RRET_NOT_IN_REDIS)
-        ret = ra_release_lost(mc, rc, o, id, inc, res, err, errlen);
-    return ret;
+        return ra_release_lost(mc, rc, o, id, inc, res, err, errlen);
+    return CS_OK;
 }

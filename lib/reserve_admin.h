@@ -1,5 +1,5 @@
 /* reserve_admin.h - what an operator sees and does with node reserves
- * (DESIGN.md "Selling through a slow or missing Redis", rule 8): the open
+ * (internals.md rules 8 and 16): the open
  * epochs per node incarnation with what Redis says of them, and returning
  * the reserve of a node that was lost, once its lease is over.
  *

@@ -6,6 +6,7 @@
 #include "keys.h"
 #include "log.h"
 #include "mconn.h"
+#include "rargs.h"
 #include "rconn.h"
 #include "scripts.h"
 
@@ -24,7 +25,7 @@ static const char SQL_COUPON_USERS[] =
     "SELECT user_id, CAST(UNIX_TIMESTAMP(seized_at)*1000 AS SIGNED) FROM coupon "
     "WHERE activity_id = ? AND returned = 0";
 
-/* Reserve epochs still open: coupons that nodes hold (DESIGN.md rule 10). */
+/* Reserve epochs still open: coupons that nodes hold (internals.md rule 10). */
 static const char SQL_OPEN_EPOCHS[] =
     "SELECT incarnation, epoch, amount FROM reserve_epoch WHERE activity_id = ? AND state = 1";
 /* Epochs an admin returned whose node has not replayed yet: what the return
@@ -64,65 +65,45 @@ static int restore_write(struct rconn *rc, const struct activity *a, int64_t sto
                          int64_t debt, int with_reserves, const struct open_epochs *e,
                          const struct open_epochs *parked, int *created, char *err, size_t errlen)
 {
-    char skey[KEYS_MAX], rkey[KEYS_MAX], ekey[KEYS_MAX], id[24], st[24], gen[24], nopen[24];
-    char dbuf[24];
+    struct rargs args = RARGS_INIT;
     int shard = keys_shard(a->id);
-    size_t n = 12 + 3 * (e->n + parked->n);
-    const char **argv = xmalloc(n * sizeof(*argv));
-    size_t *argl = xmalloc(n * sizeof(*argl));
-    char (*num)[2][24] = xmalloc((e->n + parked->n + 1) * sizeof(*num));
     int ret = CS_ERR;
 
-    keys_stock(skey, shard);
-    keys_reserve(rkey, shard);
-    keys_reserve_epochs(ekey, a->id);
-    snprintf(id, sizeof(id), "%" PRId64, a->id);
-    snprintf(st, sizeof(st), "%" PRId64, stock);
     /* Not a counter: its field goes with the data, so a count would start
      * at 1 again after a second loss, and a node away for both the loss and
      * the restore would see the number it knew. */
     uint64_t g;
     if (getrandom(&g, sizeof(g), 0) != (ssize_t)sizeof(g))
         g = (uint64_t)cs_now_ms();
-    snprintf(gen, sizeof(gen), "%" PRId64, (int64_t)(g >> 1) + 1);
-    size_t c = 0;
-    argv[c++] = "EVAL";
-    argv[c++] = script_restore;
-    argv[c++] = "3";
-    argv[c++] = skey;
-    argv[c++] = rkey;
-    argv[c++] = ekey;
-    argv[c++] = id;
-    argv[c++] = st;
-    argv[c++] = gen;
-    argv[c++] = with_reserves ? "1" : "0";
-    snprintf(nopen, sizeof(nopen), "%zu", with_reserves ? e->n : 0);
-    argv[c++] = nopen;
-    snprintf(dbuf, sizeof(dbuf), "%" PRId64, with_reserves ? debt : 0);
-    argv[c++] = dbuf;
-    size_t k = 0;
+    rargs_str(&args, "EVAL");
+    rargs_str(&args, script_restore);
+    rargs_str(&args, "3");
+    rargs_key(&args, keys_stock, shard);
+    rargs_key(&args, keys_reserve, shard);
+    rargs_akey(&args, keys_reserve_epochs, a->id);
+    rargs_int(&args, a->id);
+    rargs_int(&args, stock);
+    rargs_int(&args, (int64_t)(g >> 1) + 1);
+    rargs_str(&args, with_reserves ? "1" : "0");
+    rargs_int(&args, with_reserves ? (int64_t)e->n : 0);
+    rargs_int(&args, with_reserves ? debt : 0);
     for (int pass = 0; with_reserves && pass < 2; pass++) {
         const struct open_epochs *l = pass == 0 ? e : parked;
-        for (size_t i = 0; i < l->n; i++, k++) {
-            snprintf(num[k][0], sizeof(num[k][0]), "%" PRId64, l->v[i].epoch);
-            snprintf(num[k][1], sizeof(num[k][1]), "%" PRId64, l->v[i].amount);
-            argv[c++] = l->v[i].inc;
-            argv[c++] = num[k][0];
-            argv[c++] = num[k][1];
+        for (size_t i = 0; i < l->n; i++) {
+            rargs_str(&args, l->v[i].inc);
+            rargs_int(&args, l->v[i].epoch);
+            rargs_int(&args, l->v[i].amount);
         }
     }
-    for (size_t i = 0; i < c; i++)
-        argl[i] = strlen(argv[i]);
-    struct rconn_site at;
-    redisReply *r = rconn_commandv_at(rc, skey, (int)c, argv, argl, &at);
+    char skey[KEYS_MAX];
+    keys_stock(skey, shard);
+    redisReply *r = rargs_command(rc, skey, &args, NULL);
     if (rconn_expect(rc, r, REDIS_REPLY_INTEGER, "EVAL", skey, err, errlen) == CS_OK) {
         *created = r->integer == 1;
         freeReplyObject(r);
         ret = CS_OK;
     }
-    free(num);
-    free(argl);
-    free(argv);
+    rargs_free(&args);
     return ret;
 }
 
@@ -235,35 +216,42 @@ static int act_scan_queue(struct rconn *rc, const struct activity *a, struct act
     return h->failed ? CS_ERR : CS_OK;
 }
 
-int restore_stock(struct mconn *mc, struct rconn *rc, const struct activity *a, int *created,
-                  int *restored, char *err, size_t errlen)
+/* Whether activity a's stock field is in Redis: CS_OK with *exists, or
+ * CS_ERR with err. */
+static int restore_stock_exists(struct rconn *rc, const struct activity *a, int *exists,
+                                char *err, size_t errlen)
 {
     char skey[KEYS_MAX], field[24];
-    int ret = CS_ERR;
-    struct act_hset h;
 
-    *created = *restored = 0;
     keys_stock(skey, keys_shard(a->id));
     snprintf(field, sizeof(field), "%" PRId64, a->id);
-
     redisReply *r = rconn_command(rc, skey, "HEXISTS %s %s", skey, field);
     if (rconn_expect(rc, r, REDIS_REPLY_INTEGER, "HEXISTS", skey, err, errlen) != CS_OK)
         return CS_ERR;
-    int exists = r->integer == 1;
+    *exists = r->integer == 1;
     freeReplyObject(r);
-    if (exists)
-        return CS_OK; /* a live sale is never reset */
+    return CS_OK;
+}
 
-    /*
-     * Read the queue BEFORE MySQL. With the stock field absent no seize can
-     * add entries, but coupon-sync may move one from the queue into MySQL
-     * between the two reads. In this order such an entry is counted twice
-     * (the stock comes out one low: undersell); the other order would miss it
-     * (one coupon too many: oversell). Undersell is the safe side.
-     */
-    int64_t queued = 0;
+/*
+ * Rebuilds activity a's seize list from its queue and MySQL, complete
+ * before the stock field lets anyone seize: CS_OK with the coupons MySQL
+ * holds in *in_mysql and the entries still queued in *queued.
+ *
+ * The queue is read BEFORE MySQL. With the stock field absent no seize can
+ * add entries, but coupon-sync may move one from the queue into MySQL
+ * between the two reads. In this order such an entry is counted twice (the
+ * stock comes out one low: undersell); the other order would miss it (one
+ * coupon too many: oversell). Undersell is the safe side.
+ */
+static int restore_seize_list(struct mconn *mc, struct rconn *rc, const struct activity *a,
+                              int64_t *in_mysql, int64_t *queued, char *err, size_t errlen)
+{
+    struct act_hset h;
+    int ret = CS_ERR;
+
     act_hset_init(&h, rc, a->id, err, errlen);
-    if (act_scan_queue(rc, a, &h, &queued, err, errlen) != CS_OK)
+    if (act_scan_queue(rc, a, &h, queued, err, errlen) != CS_OK)
         goto out;
     struct mval p[] = {MV_INT(a->id)};
     if (mconn_query(mc, SQL_COUPON_USERS, p, 1, act_coupon_row, &h) != CS_OK) {
@@ -271,62 +259,89 @@ int restore_stock(struct mconn *mc, struct rconn *rc, const struct activity *a, 
                  mc->errstr);
         goto out;
     }
-    int64_t in_mysql = h.total - queued;
-    /* The seize list is complete before the stock field lets anyone seize. */
+    *in_mysql = h.total - *queued;
     act_hset_flush(&h);
-    if (h.failed)
-        goto out;
-    /* So are the reserves nodes hold: their coupons are not in the stock. */
-    struct open_epochs eps = {0};
-    if (mconn_query(mc, SQL_OPEN_EPOCHS, p, 1, open_epoch_row, &eps) != CS_OK) {
-        snprintf(err, errlen, "selecting reserve epochs of activity %" PRId64 ": %s", a->id,
-                 mc->errstr);
-        free(eps.v);
-        goto out;
-    }
-    struct open_epochs parked = {0};
-    if (mconn_query(mc, SQL_PARKED_EPOCHS, p, 1, open_epoch_row, &parked) != CS_OK) {
-        snprintf(err, errlen, "selecting returned reserve epochs of activity %" PRId64 ": %s",
-                 a->id, mc->errstr);
-        free(eps.v);
-        free(parked.v);
-        goto out;
-    }
-    int64_t reserved = eps.sum;
-    size_t nepochs = eps.n;
-    /* Below 0 when tokens replayed before the loss are counted twice (as
-     * coupons and in their epoch): the stock is 0 and the rest a debt that
-     * what the reserves give back pays first (lua/restore.lua). */
-    int64_t stock = a->total_num - in_mysql - queued - reserved - parked.sum, debt = 0;
-    if (stock < 0) {
-        debt = -stock;
-        stock = 0;
-    }
-    int rc2 = restore_write(rc, a, stock, debt,
-                            in_mysql + queued > 0 || eps.n > 0 || parked.n > 0, &eps, &parked,
-                            created, err, errlen);
-    free(eps.v);
-    free(parked.v);
-    if (rc2 != CS_OK)
-        goto out;
-    if (*created && in_mysql + queued + reserved + parked.sum > 0) {
-        char extra[192] = "";
-        int off = 0;
-        if (parked.n > 0)
-            off = snprintf(extra, sizeof(extra), ", %" PRId64 " kept out by %zu returns "
-                           "awaiting their node's replay", parked.sum, parked.n);
-        if (debt > 0 && off >= 0 && (size_t)off < sizeof(extra))
-            snprintf(extra + off, sizeof(extra) - (size_t)off, "; %" PRId64 " counted twice, "
-                     "paid from what the reserves give back", debt);
-        *restored = 1;
-        log_notice("activity %" PRId64 ": stock restored to %" PRId64 " (total %" PRId64
-                   ", %" PRId64 " coupons in MySQL, %" PRId64 " queued, %" PRId64
-                   " in %zu open node reserves%s)",
-                   a->id, stock, a->total_num, in_mysql, queued, reserved, nepochs, extra);
-    }
-    ret = CS_OK;
+    if (!h.failed)
+        ret = CS_OK;
 out:
     act_hset_done(&h);
     return ret;
 }
 
+/* The reserves nodes hold of activity a, from MySQL: the open epochs in *eps
+ * and those an operator's return kept out of stock in *parked (the caller
+ * frees both .v, also on CS_ERR). */
+static int restore_epochs(struct mconn *mc, const struct activity *a, struct open_epochs *eps,
+                          struct open_epochs *parked, char *err, size_t errlen)
+{
+    struct mval p[] = {MV_INT(a->id)};
+    if (mconn_query(mc, SQL_OPEN_EPOCHS, p, 1, open_epoch_row, eps) != CS_OK) {
+        snprintf(err, errlen, "selecting reserve epochs of activity %" PRId64 ": %s", a->id,
+                 mc->errstr);
+        return CS_ERR;
+    }
+    if (mconn_query(mc, SQL_PARKED_EPOCHS, p, 1, open_epoch_row, parked) != CS_OK) {
+        snprintf(err, errlen, "selecting returned reserve epochs of activity %" PRId64 ": %s",
+                 a->id, mc->errstr);
+        return CS_ERR;
+    }
+    return CS_OK;
+}
+
+/* Logs what a restore of activity a counted. */
+static void restore_log(const struct activity *a, int64_t stock, int64_t debt, int64_t in_mysql,
+                        int64_t queued, const struct open_epochs *eps,
+                        const struct open_epochs *parked)
+{
+    char extra[192] = "";
+    int off = 0;
+    if (parked->n > 0)
+        off = snprintf(extra, sizeof(extra), ", %" PRId64 " kept out by %zu returns "
+                       "awaiting their node's replay", parked->sum, parked->n);
+    if (debt > 0 && off >= 0 && (size_t)off < sizeof(extra))
+        snprintf(extra + off, sizeof(extra) - (size_t)off, "; %" PRId64 " counted twice, "
+                 "paid from what the reserves give back", debt);
+    log_notice("activity %" PRId64 ": stock restored to %" PRId64 " (total %" PRId64
+               ", %" PRId64 " coupons in MySQL, %" PRId64 " queued, %" PRId64
+               " in %zu open node reserves%s)",
+               a->id, stock, a->total_num, in_mysql, queued, eps->sum, eps->n, extra);
+}
+
+int restore_stock(struct mconn *mc, struct rconn *rc, const struct activity *a, int *created,
+                  int *restored, char *err, size_t errlen)
+{
+    struct open_epochs eps = {0}, parked = {0};
+    int64_t in_mysql = 0, queued = 0;
+    int exists, ret = CS_ERR;
+
+    *created = *restored = 0;
+    if (restore_stock_exists(rc, a, &exists, err, errlen) != CS_OK)
+        return CS_ERR;
+    if (exists)
+        return CS_OK; /* a live sale is never reset */
+    if (restore_seize_list(mc, rc, a, &in_mysql, &queued, err, errlen) != CS_OK)
+        return CS_ERR;
+    /* So are the reserves nodes hold: their coupons are not in the stock. */
+    if (restore_epochs(mc, a, &eps, &parked, err, errlen) != CS_OK)
+        goto out;
+    /* Below 0 when tokens replayed before the loss are counted twice (as
+     * coupons and in their epoch): the stock is 0 and the rest a debt that
+     * what the reserves give back pays first (lua/restore.lua). */
+    int64_t stock = a->total_num - in_mysql - queued - eps.sum - parked.sum, debt = 0;
+    if (stock < 0) {
+        debt = -stock;
+        stock = 0;
+    }
+    if (restore_write(rc, a, stock, debt, in_mysql + queued > 0 || eps.n > 0 || parked.n > 0,
+                      &eps, &parked, created, err, errlen) != CS_OK)
+        goto out;
+    if (*created && in_mysql + queued + eps.sum + parked.sum > 0) {
+        *restored = 1;
+        restore_log(a, stock, debt, in_mysql, queued, &eps, &parked);
+    }
+    ret = CS_OK;
+out:
+    free(eps.v);
+    free(parked.v);
+    return ret;
+}

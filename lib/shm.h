@@ -26,7 +26,7 @@
 #define SHM_QUEUE_SHARDS 10      /* KEYS_SHARDS */
 #define SHM_MAX_WORKERS 1024     /* fcgi.workers (up to 512) and those a reload replaces */
 
-/* Reserves (see DESIGN.md "Selling through a slow or missing Redis"): the
+/* Reserves (doc/internals.md, "The reserves"): the
  * epochs this node incarnation may spend from, one slot each, and the users
  * it granted to, written by the reserve keeper (fcgi/keeper.c) and spent by
  * the workers (lib/reserve.c). */

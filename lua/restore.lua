@@ -1,6 +1,6 @@
 -- restore.lua - used by lib/restore.c (lib/scripts.h: script_restore).
 -- The stock field and the reserve fields of one activity, written in one
--- step (DESIGN.md rule 18): a keeper renewing in between must never see a
+-- step (internals.md rule 18): a keeper renewing in between must never see a
 -- reserve without its sale's stock, nor the stock without the reserves it
 -- leaves out. KEYS: stock, reserve, epochs. ARGV: activityId, stock, the
 -- restore generation, 1 to recreate the reserves (0: the stock only), the

@@ -341,8 +341,9 @@ static int drain_txn(struct drain_worker *w, size_t n, uint64_t *inserted)
         if (mconn_query(mc, SQL_ACTIVITY_LOCK, lp, 1, drain_act_status_row, &status) != CS_OK)
             goto fail;
         if (status == 0) {
-            snprintf(mc->errstr, sizeof(mc->errstr), "activity %" PRId64 " vanished", aid);
-            mc->err = 0;
+            char why[64];
+            snprintf(why, sizeof(why), "activity %" PRId64 " vanished", aid);
+            mconn_set_err(mc, 0, "locking the activity row", why);
             goto fail;
         }
         int64_t cstatus = status == 4 ? 4 : 1;
@@ -392,6 +393,16 @@ fail:
     return CS_ERR;
 }
 
+/* Puts "CMD KEY: why" in rc's sticky error for an answer r that was not the
+ * one wanted (why: Redis' error, or "unexpected reply"); rc->err stays. */
+static void drain_reply_err(struct rconn *rc, const char *cmd, const char *key,
+                            const redisReply *r)
+{
+    char what[KEYS_MAX + 16];
+    snprintf(what, sizeof(what), "%s %s", cmd, key);
+    rconn_set_err(rc, rc->err, what, r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+}
+
 /* Logs a failed call to DEP once per outage; see smetrics_dep_fail(). */
 static int drain_fail(struct drain_worker *w, enum smetrics_dep dep)
 {
@@ -411,7 +422,7 @@ static int drain_redis_argv(struct drain_worker *w, const char *key, int argc)
     if (r == NULL)
         return drain_fail(w, SM_DEP_REDIS);
     if (r->type == REDIS_REPLY_ERROR) {
-        snprintf(w->rc->errstr, sizeof(w->rc->errstr), "%s %s: %s", w->argv[0], key, r->str);
+        drain_reply_err(w->rc, w->argv[0], key, r);
         freeReplyObject(r);
         return drain_fail(w, SM_DEP_REDIS);
     }
@@ -609,8 +620,7 @@ int drain_lock_take(struct rconn *rc, int shard, int ttl_ms, char *token, size_t
         return -1;
     int ret = r->type == REDIS_REPLY_STATUS ? 1 : r->type == REDIS_REPLY_NIL ? 0 : -1;
     if (ret < 0)
-        snprintf(rc->errstr, sizeof(rc->errstr), "SET %s: %s", lkey,
-                 r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+        drain_reply_err(rc, "SET", lkey, r);
     freeReplyObject(r);
     return ret;
 }
@@ -630,8 +640,7 @@ static int drain_lock_eval(struct rconn *rc, int shard, const char *script, cons
         return -1;
     int ret = r->type == REDIS_REPLY_INTEGER ? r->integer == 1 : -1;
     if (ret < 0)
-        snprintf(rc->errstr, sizeof(rc->errstr), "EVAL on %s: %s", lkey,
-                 r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+        drain_reply_err(rc, "EVAL on", lkey, r);
     freeReplyObject(r);
     return ret;
 }
@@ -658,8 +667,7 @@ static long long drain_depth(struct drain_worker *w)
     }
     long long n = r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
     if (n < 0)
-        snprintf(w->rc->errstr, sizeof(w->rc->errstr), "HLEN %s: %s", w->qkey,
-                 r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+        drain_reply_err(w->rc, "HLEN", w->qkey, r);
     freeReplyObject(r);
     if (n < 0)
         drain_fail(w, SM_DEP_REDIS);
@@ -682,8 +690,7 @@ static enum drain_result drain_loop(struct drain_worker *w, const struct drain_o
         if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
             r->element[1]->type != REDIS_REPLY_ARRAY) {
             if (r != NULL) {
-                snprintf(w->rc->errstr, sizeof(w->rc->errstr), "HSCAN %s: %s", w->qkey,
-                         r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+                drain_reply_err(w->rc, "HSCAN", w->qkey, r);
                 freeReplyObject(r);
             }
             drain_fail(w, SM_DEP_REDIS);

@@ -371,40 +371,28 @@ static void syncd_signals(void)
     sigaction(SIGPIPE, &sa, NULL);
 }
 
-int main(int argc, char **argv)
+/* The command line: -1 to go on, or the exit status to leave with now. */
+static int syncd_args(int argc, char **argv, const char **path, int *test, int *once)
 {
     static const struct option longopts[] = {
         {"config", required_argument, NULL, 'c'}, {"test", no_argument, NULL, 't'},
         {"foreground", no_argument, NULL, 'f'},   {"once", no_argument, NULL, 'O'},
         {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
     };
-    static struct syncd d; /* static: zeroed, and too big for nobody's stack */
-    const char *path = CS_DEFAULT_CONF;
-    int test = 0, once = 0, opt, status = EXIT_FAILURE;
-    char err[512];
-
-    cs_init();
-    /* glibc gives each thread that allocates its own arena (up to 8 per
-     * core), and an arena keeps what its thread freed: with ten pool
-     * threads taking shards in turn, RSS crept up tick after tick (see
-     * make soak). Two arenas shared by all threads keep it flat; the pool
-     * threads hardly contend for them (a batch waits on MySQL and Redis,
-     * not on malloc). MALLOC_ARENA_MAX in the environment still wins. */
-    if (getenv("MALLOC_ARENA_MAX") == NULL)
-        mallopt(M_ARENA_MAX, 2);
+    int opt;
 
     while ((opt = getopt_long(argc, argv, "c:tfh", longopts, NULL)) != -1) {
         switch (opt) {
         case 'c':
-            path = optarg;
+            *path = optarg;
             break;
         case 't':
-            test = 1;
+            *test = 1;
             break;
         case 'f':
             break;
         case 'O':
-            once = 1;
+            *once = 1;
             break;
         case 'h':
             usage(stdout);
@@ -419,6 +407,49 @@ int main(int argc, char **argv)
         usage(stderr);
         return EXIT_FAILURE;
     }
+    return -1;
+}
+
+/* Serves until SIGTERM (or one tick with --once); the exit status. */
+static int syncd_serve(struct syncd *d, int once)
+{
+    int status;
+
+    if (once)
+        return syncd_once(d) == CS_OK ? EXIT_SUCCESS : EXIT_FAILURE;
+    /* A full preheat at start, before the first drain. */
+    syncd_preheat(d);
+    d->next_preheat_ms = cs_mono_ms() + (int64_t)d->conf.preheat_interval_s * 1000;
+    d->next_full_ms = cs_mono_ms() + (int64_t)d->conf.preheat_full_interval_s * 1000;
+    /* The first status pass scans every META field for expiry (fields
+     * written before COUPON:ACTIVITY:ENDS existed). */
+    d->expire_full = 1;
+    sdnotify_ready();
+    status = syncd_run(d) == CS_OK ? EXIT_SUCCESS : EXIT_FAILURE;
+    sdnotify_stopping();
+    log_notice("stopping: finishing the batches in flight");
+    return status;
+}
+
+int main(int argc, char **argv)
+{
+    static struct syncd d; /* static: zeroed, and too big for nobody's stack */
+    const char *path = CS_DEFAULT_CONF;
+    int test = 0, once = 0, status = EXIT_FAILURE;
+    char err[512];
+
+    cs_init();
+    /* glibc gives each thread that allocates its own arena (up to 8 per
+     * core), and an arena keeps what its thread freed: with ten pool
+     * threads taking shards in turn, RSS crept up tick after tick (see
+     * make soak). Two arenas shared by all threads keep it flat; the pool
+     * threads hardly contend for them (a batch waits on MySQL and Redis,
+     * not on malloc). MALLOC_ARENA_MAX in the environment still wins. */
+    if (getenv("MALLOC_ARENA_MAX") == NULL)
+        mallopt(M_ARENA_MAX, 2);
+    int leave = syncd_args(argc, argv, &path, &test, &once);
+    if (leave >= 0)
+        return leave;
 
     if (!test && !once)
         syncd_tcache_off(argv);
@@ -447,22 +478,7 @@ int main(int argc, char **argv)
         goto out_lib;
     log_notice("coupon-sync started: %d threads, batch %d, every %d s, config %s",
                d.conf.sync_threads, d.conf.sync_batch, d.conf.sync_interval_s, path);
-
-    if (once) {
-        status = syncd_once(&d) == CS_OK ? EXIT_SUCCESS : EXIT_FAILURE;
-    } else {
-        /* A full preheat at start, before the first drain. */
-        syncd_preheat(&d);
-        d.next_preheat_ms = cs_mono_ms() + (int64_t)d.conf.preheat_interval_s * 1000;
-        d.next_full_ms = cs_mono_ms() + (int64_t)d.conf.preheat_full_interval_s * 1000;
-        /* The first status pass scans every META field for expiry (fields
-         * written before COUPON:ACTIVITY:ENDS existed). */
-        d.expire_full = 1;
-        sdnotify_ready();
-        status = syncd_run(&d) == CS_OK ? EXIT_SUCCESS : EXIT_FAILURE;
-        sdnotify_stopping();
-        log_notice("stopping: finishing the batches in flight");
-    }
+    status = syncd_serve(&d, once);
     if (d.pool != NULL)
         syncd_stop(&d);
     if (d.conf.sync_metrics_file[0] != '\0')

@@ -28,12 +28,14 @@ CS_CLEANUP=()
 # --- results ------------------------------------------------------------------
 
 ok() {
+    cs_not_run && return 0
     CS_N=$((CS_N + 1)) CS_PASS=$((CS_PASS + 1))
     printf 'ok %d - %s\n' "$CS_N" "$1"
 }
 
 # not_ok NAME [DIAGNOSTIC...]
 not_ok() {
+    cs_not_run && return 0
     local name=$1 line
     shift
     CS_N=$((CS_N + 1)) CS_FAIL=$((CS_FAIL + 1))
@@ -63,6 +65,7 @@ check_match() {
 
 # check NAME CMD...: passes when CMD succeeds.
 check() {
+    cs_not_run && return 0
     local name=$1
     shift
     if "$@"; then
@@ -82,10 +85,90 @@ lua_text() {
         while ((getline l < p) > 0) print l; close(p); next } { print }' "$top_srcdir/lua/$1.lua"
 }
 
+# --- preconditions and sections ----------------------------------------------
+#
+# A check that later checks depend on is a precondition: when it fails, the
+# checks after it would fail too, each for the same cause, and a log of ten
+# failures names none. require stops there, with one message:
+#
+#   section "(d) a worker killed mid-grant"
+#   require "(d) node 2 sells from its reserve" wait_for 5 node_health_says n2 reserve
+#   check_eq ...            # not run (and counted as such) once the require failed
+#   section -i "(f) ..."    # -i: does not depend on (d); a plain section does
+#
+# Within a stopped section the script's actions still run (stopping nodes,
+# restarting Redis: the state the next section starts from), its checks do
+# not: check, check_eq, check_match, ok and not_ok are counted as not run,
+# and check's command (a wait) is not run at all. A section that follows a
+# stopped one ends the script unless it was declared independent (-i);
+# outside any section a failed require ends the script at once.
+CS_SECTION=""
+CS_STOPPED=""
+CS_NOT_RUN=0
+CS_STOPS=()
+
+# cs_not_run: true while a failed precondition stops the section (and then
+# counts one check not run).
+cs_not_run() {
+    [[ -n $CS_STOPPED ]] || return 1
+    CS_NOT_RUN=$((CS_NOT_RUN + 1))
+    return 0
+}
+
+# cs_section_end: closes the section; says what a failed precondition left
+# unchecked.
+cs_section_end() {
+    if [[ -n $CS_STOPPED ]]; then
+        diag "section ${CS_SECTION:-(the script)}: $CS_NOT_RUN checks not run after the failed" \
+            "precondition \"$CS_STOPPED\""
+        CS_STOPS+=("$CS_STOPPED ($CS_NOT_RUN checks after it not run)")
+    fi
+    CS_STOPPED="" CS_NOT_RUN=0
+}
+
+# section [-i] NAME: the checks from here to the next section are NAME's.
+# Without -i, NAME depends on the sections before it: when one of them was
+# stopped by a failed precondition, the script ends here.
+section() {
+    local indep=0
+    [[ $1 == -i ]] && { indep=1; shift; }
+    cs_section_end
+    if ((indep == 0 && ${#CS_STOPS[@]} > 0)); then
+        diag "section $1 depends on one stopped before it: the script ends here"
+        finish
+    fi
+    CS_SECTION=$1
+}
+
+# require NAME CMD...: check NAME CMD...; when it fails, the rest of the
+# section (outside any section: the script) is not checked: the checks
+# after it depend on it. Returns CMD's status (0 when not run).
+require() {
+    cs_not_run && return 0
+    local name=$1
+    shift
+    if "$@"; then
+        ok "$name"
+        return 0
+    fi
+    not_ok "$name" "failed: $*" "a precondition: what depends on it is not checked"
+    CS_STOPPED=$name
+    if [[ -z $CS_SECTION ]]; then
+        cs_section_end
+        finish
+    fi
+    diag "section $CS_SECTION stops checking here: its checks after this depend on it"
+    return 1
+}
+
 # finish: prints the plan and the totals; exits 1 when anything failed.
 finish() {
+    cs_section_end
+    local s
+    for s in "${CS_STOPS[@]}"; do diag "stopped at a failed precondition: $s"; done
     printf '1..%d\n' "$CS_N"
-    printf '# took %d s (CS_TIME_SCALE %s)\n' "$SECONDS" "${CS_TIME_SCALE:-1}"
+    printf '# took %d s (CS_TIME_SCALE %s at the start, up to %s during waits)\n' "$SECONDS" \
+        "${CS_TIME_SCALE:-1}" "$CS_SLOW_MAX"
     echo "$CS_PASS passed, $CS_FAIL failed"
     if ((CS_FAIL > 0)); then exit 1; fi
     exit 0
@@ -337,6 +420,8 @@ node_down() {
     local name=$1 sig=${2:-TERM} pidvar="NODE_PID_$1" pid
     pid=${!pidvar:-}
     [[ -n $pid ]] || return 0
+    # A node that ended by itself: its number may be someone else's now.
+    own_child "$pid" || { printf -v "$pidvar" '%s' ""; return 0; }
     if [[ $sig == KILL ]]; then
         # Frozen first: a supervisor left running between its children's
         # death and its own would restart the keeper, which then gives the
@@ -358,7 +443,7 @@ node_down() {
 # workers and keeper (STOP freezes the whole node, CONT thaws it).
 node_signal() {
     local pidvar="NODE_PID_$1"
-    [[ -n ${!pidvar:-} ]] || return 0
+    own_child "${!pidvar:-}" || return 0
     kill -"$2" "${!pidvar}" 2>/dev/null
     pkill -"$2" -P "${!pidvar}" 2>/dev/null
     return 0
@@ -440,6 +525,20 @@ proc_state() {
     PSTATE=${s:0:1}
 }
 
+# own_child PID: PID is still a child of this test's shell. Signal a pid
+# the test started only when it is: once that process has ended and been
+# reaped, the kernel gives its number to someone else (pids here wrap
+# around 32768 within minutes while two test stacks run), and a TERM at exit
+# to a load that ended long ago once stopped a neighbour's "make check".
+own_child() {
+    local s
+    [[ $1 =~ ^[0-9]+$ ]] || return 1
+    { read -r s <"/proc/$1/stat"; } 2>/dev/null || return 1
+    s=${s##*) }
+    s=${s#* }
+    [[ ${s%% *} == "$$" || ${s%% *} == "$BASHPID" ]]
+}
+
 # pid_alive PID: the process exists and is not a zombie.
 pid_alive() {
     proc_state "$1" && [[ $PSTATE != Z && $PSTATE != X ]]
@@ -448,13 +547,65 @@ pid_alive() {
 # CS_TIME_SCALE: how many times slower than idle this machine runs now, from
 # the load average per core when the test starts (1 .. 4; set it to choose).
 # Deadlines of things that arrive "eventually" scale with it; what a check
-# asserts never does.
+# asserts never does. A load that starts later is not in it: wait_for and
+# cs_slowness measure the machine again while the test runs.
+CS_NCPU=$(nproc 2>/dev/null || echo 1)
 if [[ -z ${CS_TIME_SCALE:-} ]]; then
-    CS_TIME_SCALE=$(awk -v n="$(nproc 2>/dev/null || echo 1)" '{
+    CS_TIME_SCALE=$(awk -v n="$CS_NCPU" '{
         s = int($1 / n + 0.999); if (s < 1) s = 1; if (s > 4) s = 4; print s }' /proc/loadavg \
         2>/dev/null || echo 1)
 fi
 export CS_TIME_SCALE
+# The most a deadline is stretched by a slowness measured during the test.
+CS_SLOW_CAP=${CS_SLOW_CAP:-6}
+CS_SLOW_MAX=$CS_TIME_SCALE
+
+# cs_runnable: the tasks runnable on this machine now, not counting the
+# shell asking (the fourth field of /proc/loadavg), in CS_RUNNABLE; read
+# without a fork, for polls.
+cs_runnable() {
+    local _l1 _l5 _l15 rq
+    { read -r _l1 _l5 _l15 rq _ </proc/loadavg; } 2>/dev/null || { CS_RUNNABLE=0; return 0; }
+    CS_LOAD1=$_l1
+    CS_RUNNABLE=$((${rq%/*} - 1))
+    ((CS_RUNNABLE >= 0)) || CS_RUNNABLE=0
+}
+
+# cs_slow_of RUNNABLE_X100: CS_SLOW, the slowness (1 .. CS_SLOW_CAP) of a machine
+# with that many runnable tasks (x 100) for CS_NCPU cores: a task gets a core
+# a 1 / (runnable / cores) share of the time once they are more than the
+# cores. The load average of the last minute (CS_LOAD1) counts too: it
+# remembers a load that a few samples may miss.
+cs_slow_of() {
+    local r=$1 l s
+    l=${CS_LOAD1:-0}
+    l=$((10#${l%.*} * 100 + 10#${l#*.}))
+    ((l > r)) || l=$r
+    s=$(((l + 100 * CS_NCPU - 1) / (100 * CS_NCPU)))
+    ((s >= 1)) || s=1
+    ((s <= CS_SLOW_CAP)) || s=$CS_SLOW_CAP
+    CS_SLOW=$s
+}
+
+# cs_slowness [SECONDS]: prints how many times slower than idle the machine
+# runs now (1 .. CS_SLOW_CAP), from the runnable tasks sampled for SECONDS
+# (default 1) and the last minute's load average, and never less than
+# CS_TIME_SCALE. For a deadline or a lease chosen mid-test (a node started
+# late, a load about to run), where the start's measure may be stale.
+cs_slowness() {
+    local i n=$((${1:-1} * 10)) sum=0 s
+    ((n >= 1)) || n=1
+    for ((i = 0; i < n; i++)); do
+        cs_runnable
+        sum=$((sum + CS_RUNNABLE))
+        ((i + 1 < n)) && nap 0.1
+    done
+    cs_slow_of $((sum * 100 / n))
+    s=$CS_SLOW
+    ((s >= CS_TIME_SCALE)) || s=$CS_TIME_SCALE
+    ((s <= CS_SLOW_MAX)) || CS_SLOW_MAX=$s
+    echo "$s"
+}
 
 # nap SECONDS: sleeps without a fork: a read with a timeout on a FIFO that
 # this shell holds open at both ends, so nothing ever arrives. On these VMs
@@ -472,19 +623,33 @@ nap() {
     read -r -t "$1" -u "$CS_NAP_FD" _ || true
 }
 
-# wait_for TIMEOUT_S CMD...: polls CMD every 0.1 s until it succeeds, for at
-# most TIMEOUT_S x CS_TIME_SCALE seconds. A wait that runs out says so on
-# stderr (in the test's log), with what it waited for.
+# wait_for TIMEOUT_S CMD...: polls CMD every 0.1 s (CS_POLL) until it
+# succeeds, for at most TIMEOUT_S x the machine's slowness: CS_TIME_SCALE
+# (measured at the start), or more when the machine is slower while it
+# waits: each poll samples the runnable tasks, and the deadline follows
+# their mean over the wait (and the last minute's load average), up to
+# CS_SLOW_CAP. A wait that runs out says so on stderr (in the test's log),
+# with what it waited for and the slowness it allowed for.
 wait_for() {
-    local deadline=$((SECONDS + $1 * ${CS_TIME_SCALE:-1}))
+    local t0 now limit=$1 scale=${CS_TIME_SCALE:-1} sum=0 n=0
+    t0=${EPOCHREALTIME/./}
     shift
     until "$@"; do
-        if ((SECONDS >= deadline)); then
-            printf '# wait_for: gave up: %s\n' "$*" >&2
+        cs_runnable
+        sum=$((sum + CS_RUNNABLE)) n=$((n + 1))
+        cs_slow_of $((sum * 100 / n))
+        ((CS_SLOW <= scale)) || scale=$CS_SLOW
+        now=${EPOCHREALTIME/./}
+        if (((now - t0) / 1000 >= limit * 1000 * scale)); then
+            ((scale <= CS_SLOW_MAX)) || CS_SLOW_MAX=$scale
+            printf '# wait_for: gave up after %d.%01d s (%s s x slowness %s): %s\n' \
+                $(((now - t0) / 1000000)) $(((now - t0) / 100000 % 10)) "$limit" "$scale" "$*" >&2
             return 1
         fi
-        nap 0.1
+        nap "${CS_POLL:-0.1}"
     done
+    ((scale <= CS_SLOW_MAX)) || CS_SLOW_MAX=$scale
+    return 0
 }
 
 # server_max_ms FROM_MS TO_MS [URI]: the longest time nginx held a request
@@ -605,7 +770,7 @@ seize_load_bg() {
 
 # stop_bg PID: stops a background process of this test (a no-op once it has
 # ended); for cs_defer, so a load left running by an early exit stops too.
-stop_bg() { kill "$1" 2>/dev/null && wait "$1" 2>/dev/null; return 0; }
+stop_bg() { own_child "$1" && kill "$1" 2>/dev/null && wait "$1" 2>/dev/null; return 0; }
 
 # load_argv ID CONC TOTAL USERBASE [loadgen flags...]: seize_load's loadgen
 # command line, into LOAD_ARGV.
@@ -717,6 +882,18 @@ metric() {
     if [[ -n ${2:-} ]]; then node_http "$2" GET /market/admin/metrics; else
         http GET /market/admin/metrics '' "$(mint_jwt 1 admin)"; fi
     sed -n "s/^$1 \([0-9.e+-]*\)\$/\1/p" <<<"$HTTP_BODY"
+}
+# seizes_over S [NODE]: how many seizes node 1 (or node NODE) answered in
+# more than S seconds (a bound of its histogram; 1 is fallback.budget_ms'
+# default), by its own clock from when the request reached it: the budget
+# is the server's promise, and a client's process starts on a loaded
+# machine are not in it. Counts since the node started.
+seizes_over() {
+    if [[ -n ${2:-} ]]; then node_http "$2" GET /market/admin/metrics; else
+        http GET /market/admin/metrics '' "$(mint_jwt 1 admin)"; fi
+    awk -v b="couponseize_seize_duration_seconds_bucket{le=\"$1\"}" '
+        $1 == b { le = $2; got++ } $1 == "couponseize_seize_duration_seconds_count" { n = $2; got++ }
+        END { if (got == 2) print n - le; else print "no histogram" }' <<<"$HTTP_BODY"
 }
 # metric_is NAME VALUE [NODE]: for wait_for.
 metric_is() { [[ $(metric "$1" "${3:-}") == "$2" ]]; }
@@ -869,7 +1046,8 @@ PY
     wait_for 10 proxy_open
 }
 proxy_kill() {
-    [[ -z $PROXY_PID ]] || { kill -KILL "$PROXY_PID" 2>/dev/null; wait "$PROXY_PID" 2>/dev/null; PROXY_PID=""; }
+    [[ -z $PROXY_PID ]] || { own_child "$PROXY_PID" && kill -KILL "$PROXY_PID" 2>/dev/null
+        wait "$PROXY_PID" 2>/dev/null; PROXY_PID=""; }
 }
 
 # reserves_open_on [NODE]: every reserve that node NODE (none: the stack's

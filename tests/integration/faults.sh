@@ -164,7 +164,7 @@ sed -e "s|listen = .*|listen = \"$FAST_SOCK\";|" -e "s|shm_name = .*|shm_name = 
     -e 's|workers = .*|workers = 1;|' "$COUPON_CONF" >"$COUPON_DIR/fast.conf"
 faketime -f '+2h' "$top_builddir/coupon-fcgi" -c "$COUPON_DIR/fast.conf" 2>"$COUPON_DIR/fast.log" &
 fast_pid=$!
-cs_defer kill -TERM "$fast_pid"
+cs_defer stop_bg "$fast_pid"
 wait_for 10 test -S "$FAST_SOCK"
 # fcgi_seize SOCK ID TOKEN: a seize straight over FastCGI; prints the body.
 fcgi_seize() {

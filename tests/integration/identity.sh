@@ -97,6 +97,7 @@ cs_defer release_ports
 
 stop_server() {
     local pid=$1 i
+    own_child "$pid" || return 0
     kill -TERM "$pid" 2>/dev/null || return 0
     for ((i = 0; i < 100; i++)); do
         pid_alive "$pid" || return 0

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # pause_cluster.sh - a slow master on a Redis Cluster is waited out, not
-# fled (DESIGN.md "Selling through a slow or missing Redis", the budget;
+# fled (internals.md S3, the budget;
 # doc/failures.md, the silence rule): with reserves on (fallback.reserve =
 # 200, budget_ms = 1000) and 32 connections on one sale, the master of its
 # shard takes a write pause of 1.5 budgets (CLIENT PAUSE 1500 WRITE). Seizes

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# reserve.sh - node reserves (DESIGN.md "Selling through a slow or missing
-# Redis"), with real servers and every answer checked per user:
+# reserve.sh - node reserves (doc/internals.md, "The reserves"), with real
+# servers and every answer checked per user:
 #  (a) three 700 ms write pauses under load: waited for within the budget,
 #      no UNAVAILABLE while the reserve lasts, nothing granted from it but
 #      seizes never sent;

@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# reserve_claim.sh - one live instance per incarnation, anywhere (DESIGN.md
-# "Selling through a slow or missing Redis", rule 15), with real servers and
-# every answer judged per user afterwards:
+# reserve_claim.sh - one live instance per incarnation, anywhere (internals.md
+# rule 15), with real servers and every answer judged per user afterwards:
 #  (a) node 2's journal directory is copied (a copied image, a restored
 #      backup) and node 3 runs on the copy, with the same incarnation while
 #      node 2 lives. Node 3 finds the incarnation claimed in Redis by node 2
@@ -129,15 +128,23 @@ check "(c) ... and seizes from it while Redis is down" wait_for 5 node_health_sa
 stack start-redis
 
 # --- (d) a claim taken over meanwhile: resumed from Redis' field -------------------------
+# Node 5 spends by a lease that follows the machine's slowness now: a lease
+# of 3 s lapsed between the opening and Redis' kill beside a hog (a campaign
+# run: health "none", truthfully, and a chain of failures after it).
+section -i "(d)"
 D=4703
-node_up n5 lease_ms=3000
+LEASE_D=$((3000 * $(cs_slowness 1)))
+diag "(d) nodes 5 and 6 spend by a lease of $LEASE_D ms"
+# in_lease NODE: NODE's reserves are open and have half a lease left.
+in_lease() { reserves_open_on "$1" && lease_left_ms "$1" $((LEASE_D / 2)); }
+node_up n5 lease_ms=$LEASE_D
 sale_reserved "(d)" n5 $D $K
 INC5=$(cat "$COUPON_DIR/n5/journal/incarnation")
 CKEY5="COUPON:RESERVE:CLAIM:$INC5"
 CLAIM5=$(rcli GET "$CKEY5")
 mkdir -p "$COUPON_DIR/n6"
 cp -a "$COUPON_DIR/n5/journal" "$COUPON_DIR/n6/journal"
-node_up n6 lease_ms=3000
+node_up n6 lease_ms=$LEASE_D
 check "(d) node 6, on a copy, is refused while node 5 lives" \
     wait_for 10 metric_is couponseize_reserve_claim_refused 1 n6
 # Two grants node 5 holds on its disk only: frozen, supervisor first (see
@@ -145,8 +152,10 @@ check "(d) node 6, on a copy, is refused while node 5 lives" \
 # (lease + 5 s).
 LD=$COUPON_DIR/d.log
 : >"$LD"
+require "(d) node 5 holds its reserve open within its lease" wait_for 20 in_lease n5
 stack stop-redis --kill
-check "(d) node 5 seizes from the reserve while Redis is down" wait_for 5 node_health_says n5 reserve
+require "(d) node 5 seizes from the reserve while Redis is down" \
+    wait_for 5 node_health_says n5 reserve
 for u in 21 22; do seize_on n5 $D $((D * 1000 + u)) "$LD"; done
 check_eq "(d) node 5 told two users SEIZED" 2 "$(grep -c ' SEIZED$' "$LD")"
 cs_defer node_signal n5 CONT
@@ -160,19 +169,21 @@ node_down n6 KILL
 # Node 6's claim runs out too: nothing in Redis says that anyone else held
 # the incarnation while node 5 was frozen.
 claim_gone() { [[ -z $(rcli GET "$CKEY5") ]]; }
-check "(d) node 6's claim expired" wait_for 20 claim_gone
+check "(d) node 6's claim expired" wait_for $((LEASE_D / 1000 + 17)) claim_gone
 # Node 5's first claim after the thaw ran but its answer ("2": anew) was
 # lost: the key names node 5 again, and its next claim reads 1. The keeper
 # must still see that its last confirmed claim may have expired since.
-rcli SET "$CKEY5" "$CLAIM5" PX 8000 >/dev/null
+rcli SET "$CKEY5" "$CLAIM5" PX $((LEASE_D + 5000)) >/dev/null
 node_signal n5 CONT
 held_by5() { [[ $(rcli GET "$CKEY5") == "$CLAIM5" ]]; }
 check "(d) node 5, thawed, holds its incarnation again" wait_for 20 held_by5
 check "(d) ... and resumes at what Redis holds ($((K - 3)) of $K)" wait_for 20 reserves_open_on n5
 check "(d) ... after saying it was not its own all along" \
     grep -q "incarnation $INC5 was not this instance's all along" "$COUPON_DIR/n5/fcgi.log"
+require "(d) node 5 renews its lease again" wait_for 20 in_lease n5
 stack stop-redis --kill
-check "(d) node 5 seizes from the reserve again while Redis is down" wait_for 5 node_health_says n5 reserve
+require "(d) node 5 seizes from the reserve again while Redis is down" \
+    wait_for 5 node_health_says n5 reserve
 for u in 11 12 13 14 15; do seize_on n5 $D $((D * 1000 + u)) "$LD"; done
 check_eq "(d) node 5 told five users SEIZED" 5 "$(awk '$1 > '$((D * 1000 + 10))' && $1 <= '$((D * 1000 + 15))' && $2 == "SEIZED"' "$LD" | wc -l)"
 stack start-redis

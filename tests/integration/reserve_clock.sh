@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # reserve_clock.sh - an admin's return of a lost node's reserve waits for the
-# node's lease by a clock that only counts real time (DESIGN.md "Selling
-# through a slow or missing Redis", rule 16), not by Redis' TIME alone, a
-# wall clock that may jump (NTP) or belong to another host after a failover.
+# node's lease by a clock that only counts real time (internals.md rule 16),
+# not by Redis' TIME alone, a wall clock that may jump (NTP) or belong to
+# another host after a failover.
 #
 # Node 2 spends by a lease of 6 s (x CS_TIME_SCALE) and is killed (kill -9).
 # Its last lease stamp then reads an hour older than Redis' clock, as after a

@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# reserve_crash.sh - node reserves through crashes (DESIGN.md "Selling through
-# a slow or missing Redis", rules 6, 7 and 13), with real servers and every
-# answer recorded per user:
+# reserve_crash.sh - node reserves through crashes (internals.md rules 6, 7
+# and 13), with real servers and every answer recorded per user:
 #  (d) during a Redis outage a worker dies (SIGKILL) between the journal
 #      append and its answer (COUPONSEIZE_FAULT=crash-after-journal): its user
 #      gets no answer; the node is then restarted with that record unreplayed.
@@ -104,11 +103,21 @@ judge() {
 }
 codes() { awk 'NR > 1 { n[$3]++ } END { for (c in n) printf "%s=%d ", c, n[c] }' "$1"; }
 
+# keeper_log NODE: the last lines node NODE's reserve keeper logged (when a
+# precondition on its reserve failed).
+keeper_log() {
+    grep -h 'reserve keeper' "$COUPON_DIR/$1/fcgi.log" 2>/dev/null | tail -n 8 | sed 's/^/#   /'
+}
+# in_lease NODE: node NODE's keeper opened its reserves and renews its lease
+# (more than half of it left), so an outage from now finds them spendable.
+in_lease() { reserves_open_on "$1" && lease_left_ms "$1" $((LEASE / 2)); }
+
 # --- (d) a worker killed between the journal append and its answer -------------------
+section "(d)"
 NODE_ENV=COUPONSEIZE_FAULT=crash-after-journal node_up n2
 mk_activity 4101 1000 -60 3600
 http POST /market/admin/coupon/preheat '' "$ADMIN"
-check "(d) both nodes set a reserve of $K aside" wait_for 15 reserved 4101 $((2 * K))
+require "(d) both nodes set a reserve of $K aside" wait_for 15 reserved 4101 $((2 * K))
 check_eq "(d) node 2's reserve is in Redis" "$K" "$(field_of 4101 n2)"
 LOG_D=$COUPON_DIR/d.log
 # Both nodes' workers cache the sale, through Redis (users 1-8).
@@ -117,9 +126,17 @@ for u in 1 2 3 4; do
     ask n2 4101 $((4101000 + u + 4)) "$LOG_D"
 done
 check_eq "(d) the warm-up was granted by Redis" "SEIZED=8 " "$(codes "$LOG_D")"
+# Redis in the set-aside is not yet a reserve the node may spend: its keeper
+# opens it a pass later, once the set-aside is durable and its epoch read
+# back from MySQL (slow beside a disk hog). Killed before that, Redis leaves
+# a node that rightly sells nothing: health "none", its user told
+# UNAVAILABLE, as in a fresh-clone run where nine checks then failed after
+# this one (the likeliest cause: the test did not wait for the opening).
+require "(d) both nodes opened their reserves, within their leases" \
+    wait_for 20 eval 'in_lease n2 && in_lease ""' || keeper_log n2
 stack stop-redis --kill
-check "(d) node 2: seizes from the reserve while Redis is down" \
-    wait_for 5 node_health_says n2 reserve
+require "(d) node 2: seizes from the reserve while Redis is down" \
+    wait_for 5 node_health_says n2 reserve || keeper_log n2
 # Node 1 grants a few from its reserve meanwhile.
 for u in 11 12 13 14 15; do ask_settled web 4101 $((4101000 + u)) "$LOG_D"; done
 VICTIM=4101100
@@ -141,6 +158,7 @@ check_eq "(d) still one record in the journal" 1 "$(jrecs_of n2 | wc -l)"
 
 # The node restarted with the record unreplayed (Redis still down), this time
 # without the fault.
+OVER_D=$(seizes_over 1 n2)
 node_down n2
 check_eq "(d) the stop left the record in the journal" "4101 1 0 $VICTIM" \
     "$(jrecs_of n2)"
@@ -166,8 +184,11 @@ check_eq "(d) a repeated seize on node 1: ALREADY_SEIZED" ALREADY_SEIZED "$ANSWE
 check_eq "(d) node 2's reserve in Redis is down by its one token" $((K - 1)) "$(field_of 4101 n2)"
 check "(d) node 2 spends again: $((K - 1)) left" wait_for 10 metric_is couponseize_reserve_held $((K - 1)) n2
 judge "(d) outage" 4101 "$LOG_D" 4101000
-check "(d) every answer within fallback.budget_ms (1000 ms, cgi-fcgi and curl included)" \
-    test "$MAX_MS" -lt 1000
+# The budget by the nodes' own clocks; the clients' (cgi-fcgi and curl
+# started per seize) is shown: beside a hog it passed 1 s by itself.
+diag "(d) the slowest answer as its client saw it: $MAX_MS ms"
+check_eq "(d) every seize answered within fallback.budget_ms (1 s), by node 1 and both lives of node 2" \
+    "0 0 0" "$(seizes_over 1) $OVER_D $(seizes_over 1 n2)"
 diag "(d) answers: $(codes "$LOG_D"); repeated seizes of the user whose worker died: $(codes "$LOG_D.again")"
 check_eq "(d) nothing went to the dead letters" "0 0" \
     "$(metric couponseize_reserve_dead_letters_total) $(metric couponseize_reserve_dead_letters_total n2)"
@@ -175,25 +196,30 @@ check "(d) stock + reserves + coupons = total" balanced 4101 1000
 node_down n2
 
 # --- (f) the whole node killed mid-outage, a torn journal tail --------------------------
+# (d)'s steps all ran, whatever its checks said: Redis is up, node 2 stopped.
+section -i "(f)"
 node_up n3
 mk_activity 4102 1000 -60 3600
 http POST /market/admin/coupon/preheat '' "$ADMIN"
-check "(f) both nodes set a reserve of $K aside" wait_for 15 reserved 4102 $((2 * K))
+require "(f) both nodes set a reserve of $K aside" wait_for 15 reserved 4102 $((2 * K))
 # Node 3 holds a reserve of each open sale (4101 too): its gauge counts both.
-check "(f) node 3 holds $((2 * K)) in all" wait_for 15 metric_is couponseize_reserve_held $((2 * K)) n3
+require "(f) node 3 holds $((2 * K)) in all" \
+    wait_for 15 metric_is couponseize_reserve_held $((2 * K)) n3
 INC3=$(cat "$COUPON_DIR/n3/journal/incarnation")
 LOG_F=$COUPON_DIR/f.log
 for u in 1 2 3 4; do ask n3 4102 $((4102000 + u)) "$LOG_F"; done
 check_eq "(f) the warm-up was granted by Redis" "SEIZED=4 " "$(codes "$LOG_F")"
+require "(f) node 3 renews its lease" wait_for 20 in_lease n3 || keeper_log n3
 stack stop-redis --kill
-check "(f) node 3: seizes from the reserve while Redis is down" \
-    wait_for 5 node_health_says n3 reserve
+require "(f) node 3: seizes from the reserve while Redis is down" \
+    wait_for 5 node_health_says n3 reserve || keeper_log n3
 G=8
 for u in $(seq 101 $((100 + G))); do ask_settled n3 4102 $((4102000 + u)) "$LOG_F"; done
 told=$(awk 'NR > 1 && $3 == "SEIZED" && $4 > 4102100 { print $4 }' "$LOG_F" | sort -n)
 S=$(wc -w <<<"$told")
 check_eq "(f) node 3 told all $G users SEIZED from its reserve" "$G" "$S"
 check_eq "(f) ... and holds $((K - S)) more of it" $((2 * K - S)) "$(metric couponseize_reserve_held n3)"
+OVER_F=$(seizes_over 1 n3)
 node_down n3 KILL
 check_eq "(f) the journal holds exactly the users told SEIZED" "$told" \
     "$(jrecs_of n3 | awk '{ print $4 }' | sort -n)"
@@ -232,16 +258,19 @@ check_eq "(f) the same epoch, still open, never a fresh one" "1 1 $K" \
                 AND incarnation = '$INC3'" | tr '\t' ' ')"
 check "(f) coupon-sync drained the queue" wait_for 60 drained 2
 judge "(f) outage before the kill" 4102 "$LOG_F" 4102000
-check "(f) every answer within fallback.budget_ms" test "$MAX_MS" -lt 1000
+diag "(f) the slowest answer as its client saw it: $MAX_MS ms"
+check_eq "(f) every seize answered within fallback.budget_ms (1 s), by node 3's clock" 0 "$OVER_F"
 bad=0
 for u in $told; do [[ $(coupons_of 4102 "$u") == 1 ]] || ((bad++)); done
 check_eq "(f) every user told SEIZED holds exactly one coupon" 0 "$bad"
 check "(f) stock + reserves + coupons = total" balanced 4102 1000
 
 # What is left of the epoch is what a second outage can grant, and no more.
+require "(f) node 3 reopened its reserves, within its lease" wait_for 20 in_lease n3 ||
+    keeper_log n3
 stack stop-redis --kill
-check "(f) node 3: seizes from the reserve while Redis is down again" \
-    wait_for 5 node_health_says n3 reserve
+require "(f) node 3: seizes from the reserve while Redis is down again" \
+    wait_for 5 node_health_says n3 reserve || keeper_log n3
 for u in $(seq 201 $((200 + K - S + 4))); do ask_settled n3 4102 $((4102000 + u)) "$LOG_F.2"; done
 check_eq "(f) a second outage grants exactly amount - granted, then UNAVAILABLE" \
     "SEIZED=$((K - S)) UNAVAILABLE=4" \
@@ -250,7 +279,9 @@ stack start-redis
 check "(f) node 3 replayed its journal again" wait_for 20 metric_is couponseize_journal_depth 0 n3
 check "(f) coupon-sync drained the queue again" wait_for 60 drained 2
 judge "(f) second outage" 4102 "$LOG_F.2" 4102201
-check "(f) second outage: every answer within fallback.budget_ms" test "$MAX_MS" -lt 1000
+diag "(f) second outage: the slowest answer as its client saw it: $MAX_MS ms"
+check_eq "(f) since the kill, every seize answered within fallback.budget_ms, by node 3's clock" 0 \
+    "$(seizes_over 1 n3)"
 check_eq "(f) no user holds two coupons" "" \
     "$(mysql_q "SELECT user_id FROM coupon WHERE activity_id = 4102
                 GROUP BY user_id HAVING COUNT(*) > 1")"

@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# reserve_fence.sh - what fences a node reserve (DESIGN.md "Selling through a
-# slow or missing Redis", rules 5, 7, 9, 10), with real servers and every
-# answer checked per user:
+# reserve_fence.sh - what fences a node reserve (internals.md rules 5, 7, 9,
+# 10), with real servers and every answer checked per user:
 #  (g1) a revoke lands while node 2 is cut off from Redis: node 2 grants only
 #       within fallback.lease_ms and only from its reserve, then answers
 #       UNAVAILABLE; once back, its replayed grants are written voided, the

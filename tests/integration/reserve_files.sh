@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# reserve_files.sh - the journal's files (DESIGN.md "Selling through a slow
-# or missing Redis", rule 19), with real servers and the kernel's own
-# answers bent by strace's fault injection:
+# reserve_files.sh - the journal's files (internals.md rule 19), with real
+# servers and the kernel's own answers bent by strace's fault injection:
 #  (a) a segment deleted between a worker's open and its lock (the worker's
 #      flock delayed 1.5 s, the file removed meanwhile, as the keeper removes
 #      a replayed one): the grant is not written into the unlinked file; its

@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# reserve_gone.sh - one token never stops a shard (DESIGN.md "Selling
-# through a slow or missing Redis", rule 17), with real servers, kill -9 and
-# every answer judged per user afterwards:
+# reserve_gone.sh - one token never stops a shard (internals.md rule 17), with
+# real servers, kill -9 and every answer judged per user afterwards:
 #  (a) node 2 (one worker, so one segment in grant order) grants, during a
 #      Redis outage, first a coupon of sale X (ending soon), then three of
 #      sale Y on the same shard; it is killed (kill -9) with those records

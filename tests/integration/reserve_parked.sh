@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # reserve_parked.sh - a restore keeps out what an operator's return kept out
-# (DESIGN.md "Selling through a slow or missing Redis", rules 10 and 16),
+# (internals.md rules 10 and 16),
 # with real servers and every answer judged per user afterwards:
 #  node 3, cut off from Redis, grants three users from its reserve; an admin
 #  returns its reserve after its lease, keeping its tokens out of stock until

@@ -1,19 +1,17 @@
 #!/usr/bin/env bash
-# reserve_pause.sh - a slow Redis is waited out with reserves on (DESIGN.md
-# "Selling through a slow or missing Redis", rule 4, and the budget): under
-# a load of 32 connections (fallback.reserve = 200, budget_ms = 1000),
-# Redis write pauses of 300, 700 and 900 ms (CLIENT PAUSE ... WRITE), ten
-# of each, all shorter than the budget: no seize is answered UNAVAILABLE or
-# granted from the reserve but those whose budget went while they waited
-# for a worker (never sent to Redis, counted in
-# couponseize_seize_budget_gone_total), 99 % of the answers come within
-# the budget, and every user told SEIZED holds a coupon
-# in MySQL. The breaker never opens on failures while Redis answers; a
-# stretch of a budget with no seize answered (a machine stalled past a
-# 900 ms pause's end) opens it only when Redis does not answer a PING on a
-# new connection either, shown with what it answered. Then a write pause of
-# 1.5 budgets, with the same load: the breaker asks, stays closed, and turns
-# nobody away.
+# reserve_pause.sh - a slow Redis is waited out with reserves on (internals.md
+# rule 4, and S3, the budget): under a load of 32 connections
+# (fallback.reserve = 200, budget_ms = 1000), Redis write pauses of 300, 700
+# and 900 ms (CLIENT PAUSE ... WRITE), ten of each, all shorter than the
+# budget: no seize is answered UNAVAILABLE or granted from the reserve but
+# those whose budget went while they waited for a worker (never sent to Redis,
+# counted in couponseize_seize_budget_gone_total), 99 % of the answers come
+# within the budget, and every user told SEIZED holds a coupon in MySQL. The
+# breaker never opens on failures while Redis answers; a stretch of a budget
+# with no seize answered (a machine stalled past a 900 ms pause's end) opens
+# it only when Redis does not answer a PING on a new connection either, shown
+# with what it answered. Then a write pause of 1.5 budgets, with the same
+# load: the breaker asks, stays closed, and turns nobody away.
 # shellcheck source=tests/lib.sh
 . "${top_srcdir:-$(dirname "$0")/../..}/tests/lib.sh"
 

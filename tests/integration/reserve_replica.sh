@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # reserve_replica.sh - with redis.wait_replicas set, a lease renewal makes a
 # node's reserve spendable only once the durability rule holds for it
-# (DESIGN.md "Selling through a slow or missing Redis", rules 15 and 16).
+# (internals.md rules 15 and 16).
 #
 # An admin's return of a lost node's reserve judges the node's lease by the
 # stamp the node's renewals write. A renewal that only the master holds is

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# reserve_restore.sh - restore and give-back do not interleave (DESIGN.md
-# "Selling through a slow or missing Redis", rule 18), with real servers:
+# reserve_restore.sh - restore and give-back do not interleave (internals.md
+# rule 18), with real servers:
 #  (a) the moment inside a restore after the reserve fields are back and
 #      before the stock field is: node 2's reserve field is in Redis, its
 #      sale's stock field is not. The keeper renews through it and gives

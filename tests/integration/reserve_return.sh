@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# reserve_return.sh - an operator's return never unmakes a grant (DESIGN.md
-# "Selling through a slow or missing Redis", rule 16), with real servers,
-# kill -9 and every answer judged per user afterwards:
+# reserve_return.sh - an operator's return never unmakes a grant (internals.md
+# rule 16), with real servers, kill -9 and every answer judged per user
+# afterwards:
 #  (a) node 2 spends by a 10 s lease (x CS_TIME_SCALE), the node answering
 #      the admin by 2 s.
 #      Redis is killed, node 2 grants three coupons and is killed (kill -9)

@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# reserve_tokens.sh - a token is spent once, for ever (DESIGN.md "Selling
-# through a slow or missing Redis", rule 14), with real servers, kill -9 and
-# every answer judged per user afterwards:
+# reserve_tokens.sh - a token is spent once, for ever (internals.md rule 14),
+# with real servers, kill -9 and every answer judged per user afterwards:
 #  (a) Redis killed, three users told SEIZED from node 2's reserve; Redis
 #      back, the grants replayed and their segments deleted; node 2 killed
 #      (kill -9 of supervisor, workers and keeper) and started again: it

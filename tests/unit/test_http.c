@@ -313,7 +313,7 @@ static enum auth_result check_cfg(const char *audience, const char *issuer, int 
     return r;
 }
 
-/* RFC 7519 / 7515 claims and headers, DESIGN "Identity". */
+/* RFC 7519 / 7515 claims and headers, doc/api.md, "Identity". */
 START_TEST(jwt_claims_by_the_rfcs)
 {
     char claims[256], *t;

@@ -20,7 +20,7 @@ START_TEST(outcome_mapping)
     /* No stock now, but node reserves are open (not final). */
     ck_assert_int_eq(seize_rules_outcome(SCRIPT_SEIZE_FOR_NOW), CODE_SOLD_OUT);
     ck_assert_int_eq(seize_rules_outcome(-7), CODE_INTERNAL_ERROR);
-    /* The values are the script's contract (DESIGN.md "lua/seize.lua"). */
+    /* The values are the script's contract (internals.md S1). */
     ck_assert_int_eq(SCRIPT_SEIZE_ALREADY, -1);
     ck_assert_int_eq(SCRIPT_SEIZE_SOLD_OUT, -2);
     ck_assert_int_eq(SCRIPT_SEIZE_UNKNOWN, -3);
