@@ -906,7 +906,7 @@ if ((WALK_ON)); then
     walk_systemctl restart coupon-fcgi coupon-sync >>"$WALK/steps.log" 2>&1
     check "upgrade: the documented node starts again on the new conffile and its own settings" \
         wait_for 30 walk_health
-    check_match "... and still shows the sale" "\"id\":$id[,}]" \
+    check_match "... and still shows the sale" "\"id\":${id}[,}]" \
         "$(couponseize-admin --json status "$id" 2>&1)"
     code=$("$LOADGEN" -h "$A1" -p "$P1" -s "$SECRET" -a "$id" -c 1 -n 1 -b 3000000 -j 2>&1 9>&-)
     check_match "... and a new user seizes there, with the admin's key" '"SEIZED": *1' "$code"
