@@ -170,6 +170,18 @@ class TestChecker(unittest.TestCase):
         self.assertEqual(kinds(h, stores(s101=sale(role="sellout", total=1, rows=[]),
                                          s102=sale(rows=[(2, 1, 1005)]))), ["lost"])
 
+    def test_answers_while_a_worker_is_stopped(self):
+        def fault(phase, t):
+            return {"type": "nemesis", "f": "stop-worker", "target": "node2", "idx": 7,
+                    "phase": phase, "t0": t, "t1": t}
+        h = [fault("start", 1000), seize(1, "SEIZED", node=2, t0=1100, t1=1900),
+             seize(2, "UNAVAILABLE", node=2, t0=1500, t1=1600), seize(3, "SEIZED", node=1, t0=1200),
+             seize(4, "SEIZED", node=2, t0=2500, t1=2510), fault("stop", 2000)]
+        self.assertEqual(checker.stats(h)["stopped_worker"],
+                         {"faults": 1, "seizes": 2, "codes": {"SEIZED": 1, "UNAVAILABLE": 1},
+                          "slowest_ms": 800})
+        self.assertNotIn("stopped_worker", checker.stats([seize(1, "SEIZED")]))
+
     def test_not_drained(self):
         st = stores(s102=sale())
         st["drained"] = False
