@@ -257,38 +257,12 @@ static enum cs_code seize_eval(struct worker *w, struct seize_call *sc, long lon
     return CODE_OK;
 }
 
-/*
- * With redis.wait_replicas, a grant is SEIZED only once it is held by as
- * many copies as the durability rule asks (rconn_copies(): the replicas of
- * the granting master that could take over, at most wait_replicas; none
- * left: its own AOF): a failover right after cannot lose a coupon someone
- * was told of; an "already seized" is held to the same rule. The WAIT runs
- * on the connection that granted; with fence set (the answer found the
- * grant already made, so that connection wrote nothing) a fence write goes
- * first.
- */
-static int seize_replicated(struct worker *w, struct seize_call *sc, int fence)
-{
-    const struct cs_conf *c = w->conf;
-    if (c->redis_wait_replicas <= 0)
-        return CS_OK;
-    int copies = rconn_copies(w->rc, &sc->site, c->redis_wait_replicas);
-    if (c->redis_cluster)
-        durability_note(w->shm, sc->shard, copies);
-    /* The fence key is needed only on this rare path: built here, not per seize. */
-    if (fence)
-        keys_fence(sc->k_fence, sc->shard);
-    return rconn_wait_at(w->rc, &sc->site, fence ? sc->k_fence : NULL, copies,
-                         c->redis_wait_timeout_ms);
-}
-
 /* The Redis part of a seize: the script, its settling and its WAIT; answers r. */
 static void seize_grant(struct worker *w, struct req *r, struct seize_call *sc,
                         struct activity *a, int64_t uid)
 {
-    const struct cs_conf *c = w->conf;
-    int64_t id = a->id, sent_at = cs_mono_ms();
-    int resent = 0, stale;
+    int64_t sent_at = cs_mono_ms();
+    int resent = 0;
     long long res;
 
     enum cs_code code = seize_eval(w, sc, &res, &resent);
@@ -304,27 +278,18 @@ static void seize_grant(struct worker *w, struct req *r, struct seize_call *sc,
     }
 
     if (res == SCRIPT_SEIZE_FOR_NOW) {
-        /* No stock in Redis, but reserves are open: they may come back, so
-         * this is not final, and no sold-out hint is kept. */
         seize_breaker_done(w, sc->shard, RCONN_FAULT_NONE);
-        req_reply(r, CODE_SOLD_OUT, "sold out for now; coupons held in node reserves may return",
-                  "\"final\":false", 1);
+        seize_answer(w, r, a, CODE_SOLD_OUT, res);
         return;
     }
     code = seize_rules_outcome(res);
     int settled = resent && res == SCRIPT_SEIZE_ALREADY;
     if (settled)
         code = seize_settle_resent(w, sc, cs_mono_ms() - sent_at, &res);
-    int64_t recheck = cs_mono_ms() + c->limits_soldout_recheck_ms;
-    /* With reserves on, the last coupon of the stock is not the last of
-     * the sale (nodes may give theirs back): only the script's -2 is. */
-    if ((code == CODE_SOLD_OUT || (code == CODE_SEIZED && res == 0 && c->fallback_reserve == 0))
-        && c->limits_soldout_recheck_ms > 0)
-        shm_flag_set(w->shm->soldout, id, recheck);
     if (code == CODE_SEIZED)
         atomic_fetch_add_explicit(&w->shm->m.seized_shard[sc->shard], 1, memory_order_relaxed);
     if ((code == CODE_SEIZED || code == CODE_ALREADY_SEIZED) &&
-        seize_replicated(w, sc, settled) != CS_OK) {
+        seize_durable(w, sc->shard, &sc->site, sc->k_fence, settled) != CS_OK) {
         /* Granted, not confirmed: the shard cannot keep what it sells now,
          * so its breaker hears of it like of any failure. A grant read back
          * (already seized) may be one whose own answer was lost
@@ -334,31 +299,14 @@ static void seize_grant(struct worker *w, struct req *r, struct seize_call *sc,
          * replication offset after every command it runs, a read-only
          * script too (processCommand(), Redis 7.0), so this WAIT already
          * covers the grant the script read. */
-        log_warn("seize %" PRId64 " for %s: %s, not confirmed: %s", id, sc->s_uid,
+        log_warn("seize %" PRId64 " for %s: %s, not confirmed: %s", a->id, sc->s_uid,
                  code == CODE_SEIZED ? "granted" : "already seized", w->rc->errstr);
         seize_unconfirmed(w, sc->shard);
         req_reply(r, CODE_UNKNOWN_OUTCOME, NULL, NULL, breaker_retry_after(w->conf));
         return;
     }
     seize_breaker_done(w, sc->shard, RCONN_FAULT_NONE);
-    if (code == CODE_SEIZED) {
-        char extra[96];
-        if (res >= 0)
-            snprintf(extra, sizeof(extra), "\"activityId\":%" PRId64 ",\"remaining\":%lld", id,
-                     res);
-        else /* granted before a lost reply; the stock now could not be read */
-            snprintf(extra, sizeof(extra), "\"activityId\":%" PRId64 ",\"remaining\":null", id);
-        req_reply(r, CODE_SEIZED, NULL, extra, 0);
-        return;
-    }
-    if (code == CODE_NO_SUCH_ACTIVITY) {
-        /* The stock field is gone: Redis lost its data, or the activity was
-         * revoked elsewhere before the tombstone landed. */
-        meta_forget(w->meta, id);
-        if (meta_lookup(w->meta, w->rc, id, a, &stale) == META_VOIDED)
-            code = CODE_VOIDED;
-    }
-    req_reply(r, code, NULL, NULL, 0);
+    seize_answer(w, r, a, code, res);
 }
 
 /* The two ways a batched seize may be answered by this file (seize_batch.h). */

@@ -60,20 +60,16 @@ int main(int argc, char **argv)
         return 1;
     }
     if (test) {
-        /* The script is part of a working configuration too. */
-        struct rscript s;
-        if (rscript_load_file(&s, conf.fcgi_script, err, sizeof(err)) != CS_OK) {
-            fprintf(stderr, "coupon-fcgi: fcgi.script: %s\n", err);
-            fprintf(stderr, "coupon-fcgi: configuration file %s test failed\n", path);
-            conf_free(&conf);
-            return 1;
-        }
-        rscript_free(&s);
+        if (conf.fcgi_script[0] != '\0')
+            fprintf(stderr, "coupon-fcgi: fcgi.script is obsolete and ignored: the seize "
+                            "script is built in\n");
         printf("coupon-fcgi: configuration file %s test is successful\n", path);
         conf_free(&conf);
         return 0;
     }
     log_init("coupon-fcgi", log_level_parse(conf.log_level), conf.log_target);
+    if (conf.fcgi_script[0] != '\0')
+        log_warn("fcgi.script is obsolete and ignored: the seize script is built in");
 
     int rc;
     if (is_listening_socket(0)) {

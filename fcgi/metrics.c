@@ -87,6 +87,10 @@ static const struct counter_def batch_counters[] = {
      "Seizes taken into a call whose answer never reached them (leader dead or late)."},
     {"couponseize_batch_leader_deaths_total", offsetof(struct batch_metrics, leader_deaths),
      "Leaders of a call found dead by the seizes waiting on them."},
+    {"couponseize_batch_leader_stalls_total", offsetof(struct batch_metrics, leader_stalls),
+     "Leads taken from a leader found stopped or past its call's deadline."},
+    {"couponseize_batch_lock_busy_total", offsetof(struct batch_metrics, lock_busy),
+     "Seizes sent alone (or answers lost) because a queue's lock was held past its wait."},
 };
 
 static const struct counter_def reserve_counters[] = {

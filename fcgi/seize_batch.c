@@ -167,20 +167,19 @@ static redisReply *sb_eval(struct worker *w, struct batch_take *t, int64_t deadl
     return rep;
 }
 
-/* The durability rule once for the whole batch (seize_replicated() for
- * one): CS_OK when the grants are held by enough copies. */
-static int sb_replicated(struct worker *w, struct batch_take *t, int fence)
+int seize_durable(struct worker *w, int shard, struct rconn_site *site, char *k_fence,
+                  int fence)
 {
     const struct cs_conf *c = w->conf;
     if (c->redis_wait_replicas <= 0)
         return CS_OK;
-    int copies = rconn_copies(w->rc, &call.site, c->redis_wait_replicas);
+    int copies = rconn_copies(w->rc, site, c->redis_wait_replicas);
     if (c->redis_cluster)
-        durability_note(w->shm, t->shard, copies);
+        durability_note(w->shm, shard, copies);
+    /* The fence key is needed only on this rare path: built here, not per seize. */
     if (fence)
-        keys_fence(call.k_fence, t->shard);
-    return rconn_wait_at(w->rc, &call.site, fence ? call.k_fence : NULL, copies,
-                         c->redis_wait_timeout_ms);
+        keys_fence(k_fence, shard);
+    return rconn_wait_at(w->rc, site, fence ? k_fence : NULL, copies, c->redis_wait_timeout_ms);
 }
 
 /* The leader's call: answers every entry of t (outcome, code, res). */
@@ -213,7 +212,6 @@ static void sb_lead(struct worker *w, struct batch_take *t, int64_t deadline_ms)
         long long seized_ms = rep->element[2 + 2 * i]->integer;
         it->outcome = BATCH_OUT_ANSWERED;
         it->res = res;
-        it->remaining = res >= 0 ? res : -1;
         it->code = seize_rules_outcome(res);
         /* After a resend, -1 may be this very call's grant whose answer
          * was lost: a grant no older than the first send is (50 ms of
@@ -237,7 +235,7 @@ static void sb_lead(struct worker *w, struct batch_take *t, int64_t deadline_ms)
         batch_handoff(&w->shm->batch, t);
     /* "Already seized" is held to the rule too, without a fence write
      * (seize_grant()). */
-    if (sb_replicated(w, t, resent) != CS_OK) {
+    if (seize_durable(w, t->shard, &call.site, call.k_fence, resent) != CS_OK) {
         log_warn("seize batch of %d on shard %d: %d granted, %d already seized, not confirmed: "
                  "%s", t->n, t->shard, grants, already, w->rc->errstr);
         seize_unconfirmed(w, t->shard);
@@ -249,15 +247,49 @@ static void sb_lead(struct worker *w, struct batch_take *t, int64_t deadline_ms)
     seize_breaker_done(w, t->shard, RCONN_FAULT_NONE);
 }
 
-/* Answers r from what the leader wrote, as seize_grant() answers its own
- * script's reply (the breaker and the WAIT were the leader's). */
-static void sb_answer(struct worker *w, struct req *r, struct activity *a, int64_t uid,
-                      const struct batch_item *it, const struct seize_batch_ops *ops, void *arg)
+void seize_answer(struct worker *w, struct req *r, struct activity *a, enum cs_code code,
+                  long long res)
 {
     const struct cs_conf *c = w->conf;
     char extra[96];
     int stale;
 
+    if (res == SCRIPT_SEIZE_FOR_NOW) {
+        /* No stock in Redis, but reserves are open: they may come back, so
+         * this is not final, and no sold-out hint is kept. */
+        req_reply(r, CODE_SOLD_OUT, "sold out for now; coupons held in node reserves may return",
+                  "\"final\":false", 1);
+        return;
+    }
+    /* With reserves on, the last coupon of the stock is not the last of
+     * the sale (nodes may give theirs back): only the script's -2 is. */
+    if ((code == CODE_SOLD_OUT || (code == CODE_SEIZED && res == 0 && c->fallback_reserve == 0))
+        && c->limits_soldout_recheck_ms > 0)
+        shm_flag_set(w->shm->soldout, a->id, cs_mono_ms() + c->limits_soldout_recheck_ms);
+    if (code == CODE_SEIZED) {
+        if (res >= 0)
+            snprintf(extra, sizeof(extra), "\"activityId\":%" PRId64 ",\"remaining\":%lld", a->id,
+                     res);
+        else /* granted before a lost reply; the stock now could not be read */
+            snprintf(extra, sizeof(extra), "\"activityId\":%" PRId64 ",\"remaining\":null", a->id);
+        req_reply(r, CODE_SEIZED, NULL, extra, 0);
+        return;
+    }
+    if (code == CODE_NO_SUCH_ACTIVITY) {
+        /* The stock field is gone: Redis lost its data, or the activity was
+         * revoked elsewhere before the tombstone landed. */
+        meta_forget(w->meta, a->id);
+        if (meta_lookup(w->meta, w->rc, a->id, a, &stale) == META_VOIDED)
+            code = CODE_VOIDED;
+    }
+    req_reply(r, code, NULL, NULL, 0);
+}
+
+/* Answers r from what the leader wrote, as seize_grant() answers its own
+ * script's reply (the breaker and the WAIT were the leader's). */
+static void sb_answer(struct worker *w, struct req *r, struct activity *a, int64_t uid,
+                      const struct batch_item *it, const struct seize_batch_ops *ops, void *arg)
+{
     if (it->outcome == BATCH_OUT_NOT_SENT) {
         ops->unreached(w, r, a, uid, arg);
         return;
@@ -272,30 +304,7 @@ static void sb_answer(struct worker *w, struct req *r, struct activity *a, int64
         ops->alone(w, r, a, uid, arg);
         return;
     }
-    if (it->res == SCRIPT_SEIZE_FOR_NOW) {
-        req_reply(r, CODE_SOLD_OUT, "sold out for now; coupons held in node reserves may return",
-                  "\"final\":false", 1);
-        return;
-    }
-    enum cs_code code = (enum cs_code)it->code;
-    if ((code == CODE_SOLD_OUT || (code == CODE_SEIZED && it->res == 0 && c->fallback_reserve == 0))
-        && c->limits_soldout_recheck_ms > 0)
-        shm_flag_set(w->shm->soldout, a->id, cs_mono_ms() + c->limits_soldout_recheck_ms);
-    if (code == CODE_SEIZED) {
-        if (it->remaining >= 0)
-            snprintf(extra, sizeof(extra), "\"activityId\":%" PRId64 ",\"remaining\":%" PRId64,
-                     a->id, it->remaining);
-        else
-            snprintf(extra, sizeof(extra), "\"activityId\":%" PRId64 ",\"remaining\":null", a->id);
-        req_reply(r, CODE_SEIZED, NULL, extra, 0);
-        return;
-    }
-    if (code == CODE_NO_SUCH_ACTIVITY) {
-        meta_forget(w->meta, a->id);
-        if (meta_lookup(w->meta, w->rc, a->id, a, &stale) == META_VOIDED)
-            code = CODE_VOIDED;
-    }
-    req_reply(r, code, NULL, NULL, 0);
+    seize_answer(w, r, a, (enum cs_code)it->code, it->res);
 }
 
 /* A seize that waited for the call ahead of it (or for its own call) its
@@ -357,6 +366,11 @@ void seize_batched(struct worker *w, struct req *r, struct activity *a, int64_t 
     case BATCH_UNKNOWN:
         sb_unanswered(w, keys_shard(a->id), deadline_ms);
         req_reply(r, CODE_UNKNOWN_OUTCOME, NULL, NULL, breaker_retry_after(w->conf));
+        return;
+    case BATCH_BUSY:
+        /* A shard's lock held past BATCH_LOCK_WAIT_MS (its holder stopped
+         * or starved): queued nowhere, so it goes alone, at once. */
+        ops->alone(w, r, a, uid, arg);
         return;
     }
 }

@@ -29,6 +29,31 @@ struct seize_batch_ops {
 void seize_batched(struct worker *w, struct req *r, struct activity *a, int64_t uid,
                    int64_t deadline_ms, const struct seize_batch_ops *ops, void *arg);
 
+/*
+ * Answers r from a judgement the script settled, for a seize alone and for
+ * one of a batch alike: code (seize_rules_outcome(), settled) and res, the
+ * script's answer (the stock left after a grant, < 0 when not known). The
+ * durability rule and the breaker are the caller's; this keeps the sold-out
+ * hint, says what remains after a grant, and tells a sale that vanished
+ * from Redis from one voided meanwhile.
+ */
+void seize_answer(struct worker *w, struct req *r, struct activity *a, enum cs_code code,
+                  long long res);
+
+/*
+ * The durability rule, for a seize alone and for a batch alike: with
+ * redis.wait_replicas, a grant is SEIZED only once it is held by as many
+ * copies as the rule asks (rconn_copies(): the replicas of the granting
+ * master that could take over, at most wait_replicas; none left: its own
+ * AOF), so a failover right after cannot lose a coupon someone was told of;
+ * an "already seized" is held to the same rule. The WAIT runs at site, the
+ * connection that granted; with fence set (the answer found the grant
+ * already made, so that connection wrote nothing) a write of shard's fence
+ * key (built into k_fence, KEYS_MAX) goes first. CS_OK when confirmed.
+ */
+int seize_durable(struct worker *w, int shard, struct rconn_site *site, char *k_fence,
+                  int fence);
+
 /* The breaker of shard hears how a seize call on w->rc went (breaker.h). */
 static inline void seize_breaker_done(struct worker *w, int shard, enum rconn_fault fault)
 {

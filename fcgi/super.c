@@ -29,6 +29,9 @@
 /* Reaped workers whose group-commit entries are still to be dropped (a
  * shard's lock was held when they were reaped). */
 #define SUPER_MAX_UNBURIED 64
+/* The longest an exited worker is kept unreaped (a zombie) while a
+ * group-commit lock it must be buried under is busy. */
+#define SUPER_BURY_MAX_MS 1000
 
 struct slot {
     pid_t pid;
@@ -173,7 +176,10 @@ struct super {
     struct slot *slots;
     struct retiree retiring[SUPER_MAX_RETIRING];
     int nretiring;
-    int32_t unburied[SUPER_MAX_UNBURIED];
+    struct {
+        int32_t pid;
+        int64_t since_ms;
+    } unburied[SUPER_MAX_UNBURIED];  /* exited, kept unreaped: a lock was busy */
     int nunburied;
     pid_t keeper;
     int64_t keeper_at, keeper_backoff, keeper_started;
@@ -210,20 +216,12 @@ static void super_on_reload(struct super *s, int64_t now)
 {
     struct cs_conf *conf = s->conf;
     struct cs_conf fresh;
-    struct rscript script;
     char err[256];
 
     if (conf_load(&fresh, s->conf_path, err, sizeof(err)) != CS_OK) {
         log_error("reload refused, keeping the running configuration: %s", err);
         return;
     }
-    if (rscript_load_file(&script, fresh.fcgi_script, err, sizeof(err)) != CS_OK) {
-        /* Workers that cannot load the script would all die. */
-        log_error("reload refused, keeping the running configuration: %s", err);
-        conf_free(&fresh);
-        return;
-    }
-    rscript_free(&script);
     sdnotify_reloading();
     if (strcmp(fresh.fcgi_listen, conf->fcgi_listen) != 0
         || fresh.fcgi_workers != conf->fcgi_workers
@@ -283,36 +281,38 @@ static void super_keeper_exited(struct super *s, pid_t pid, int status, int64_t 
     s->keeper_at = now + s->keeper_backoff;
 }
 
-/* Drops a reaped worker's group-commit entries and lead (batch_reaped()),
- * then its registry slot; a shard whose lock another worker holds is tried
- * again on the next tick, the slot kept till then: a worker given it must
- * not write an entry still queued on another shard. */
-static void super_bury(struct super *s, int32_t pid)
+/*
+ * Drops an exited worker's group-commit entries and lead (batch_reaped()),
+ * then its registry slot, BEFORE it is reaped: a zombie's pid cannot be
+ * given to a new process, so the bury never touches another worker's entry.
+ * A shard whose lock another process holds leaves it unreaped till the next
+ * tick, at most SUPER_BURY_MAX_MS (a worker stopped holding the lock must
+ * not keep the dead one from being replaced); past that it is reaped
+ * unburied: its followers find it dead by its pid, and the worker given its
+ * slot clears the entry under its shard's lock (batch_join()). 1 when it
+ * may be reaped now.
+ */
+static int super_bury(struct super *s, int32_t pid, int64_t now)
 {
-    if (batch_reaped(&s->shm->batch, pid) == 0) {
-        shm_worker_unregister(s->shm, pid);
-        return;
-    }
-    if (s->nunburied == SUPER_MAX_UNBURIED) {
-        /* Its followers still find it dead by its pid. */
-        log_warn("worker %d: group-commit queue busy; its entries left to its followers",
-                 (int)s->unburied[0]);
-        shm_worker_unregister(s->shm, s->unburied[0]);
-        memmove(s->unburied, s->unburied + 1, sizeof(s->unburied[0]) * (SUPER_MAX_UNBURIED - 1));
-        s->nunburied--;
-    }
-    s->unburied[s->nunburied++] = pid;
-}
+    int i = 0;
 
-static void super_bury_again(struct super *s)
-{
-    for (int i = 0; i < s->nunburied;)
-        if (batch_reaped(&s->shm->batch, s->unburied[i]) == 0) {
-            shm_worker_unregister(s->shm, s->unburied[i]);
-            s->unburied[i] = s->unburied[--s->nunburied];
-        } else {
-            i++;
-        }
+    while (i < s->nunburied && s->unburied[i].pid != pid)
+        i++;
+    int busy = batch_reaped(&s->shm->batch, pid);
+    if (busy && i == s->nunburied && s->nunburied < SUPER_MAX_UNBURIED) {
+        s->unburied[s->nunburied].pid = pid;
+        s->unburied[s->nunburied++].since_ms = now;
+        return 0;
+    }
+    if (busy && i < s->nunburied && now - s->unburied[i].since_ms < SUPER_BURY_MAX_MS)
+        return 0;
+    if (busy)
+        log_warn("worker %d: group-commit queue locked by another process for %d ms; "
+                 "its entries left to its followers", (int)pid, SUPER_BURY_MAX_MS);
+    if (i < s->nunburied)
+        s->unburied[i] = s->unburied[--s->nunburied];
+    shm_worker_unregister(s->shm, pid);
+    return 1;
 }
 
 /* A child ended: the keeper, a replaced worker, or a worker to start again. */
@@ -322,8 +322,6 @@ static void super_on_exit(struct super *s, pid_t pid, int status, int64_t now)
         super_keeper_exited(s, pid, status, now);
         return;
     }
-    /* A worker that crashed left its entries, its lead and its slot. */
-    super_bury(s, (int32_t)pid);
     for (int i = 0; i < s->nretiring; i++)
         if (s->retiring[i].pid == pid) {
             s->retiring[i] = s->retiring[--s->nretiring];
@@ -343,6 +341,40 @@ static void super_on_exit(struct super *s, pid_t pid, int status, int64_t now)
         sl->backoff_ms = (int)super_backoff(sl->backoff_ms, lived);
         sl->restart_at_ms = now + sl->backoff_ms;
         return;
+    }
+}
+
+/* 1 when child pid has exited and may be reaped now: a worker once
+ * buried (super_bury()), the keeper at once. Reaps nothing. */
+static int super_exited(struct super *s, pid_t pid, int64_t now)
+{
+    siginfo_t ci;
+
+    memset(&ci, 0, sizeof(ci));
+    if (pid <= 0 || waitid(P_PID, (id_t)pid, &ci, WEXITED | WNOHANG | WNOWAIT) != 0
+        || ci.si_pid != pid)
+        return 0;
+    return pid == s->keeper || super_bury(s, (int32_t)pid, now);
+}
+
+/* Reaps every child that exited and may be: the workers, those retiring
+ * and the keeper, each by its own pid (a zombie kept for its bury must not
+ * be taken by a wait for any child). */
+static void super_reap(struct super *s, int64_t now)
+{
+    pid_t pids[SUPER_MAX_RETIRING + 1];
+    int n = 0, status;
+
+    for (int i = 0; i < s->nretiring; i++)
+        pids[n++] = s->retiring[i].pid;
+    pids[n++] = s->keeper;
+    for (int i = 0; i < n; i++)
+        if (super_exited(s, pids[i], now) && waitpid(pids[i], &status, WNOHANG) == pids[i])
+            super_on_exit(s, pids[i], status, now);
+    for (int i = 0; i < s->n; i++) {
+        pid_t pid = s->slots[i].pid;
+        if (super_exited(s, pid, now) && waitpid(pid, &status, WNOHANG) == pid)
+            super_on_exit(s, pid, status, now);
     }
 }
 
@@ -443,17 +475,12 @@ int super_run(struct cs_conf *conf, const char *conf_path, int listen_fd, int ow
         siginfo_t si;
         int sig = sigtimedwait(&super_sigs, &si, &ts);
         int64_t now = cs_mono_ms();
-        int status;
-        pid_t pid;
 
         if (sig == SIGTERM || sig == SIGINT)
             super_on_stop(s, now);
         else if (sig == SIGHUP && !s->stopping)
             super_on_reload(s, now);
-        /* Reap everything that exited. */
-        while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
-            super_on_exit(s, pid, status, now);
-        super_bury_again(s);
+        super_reap(s, now);
         if (s->stopping) {
             if (super_stop_tick(s, now))
                 break;

@@ -9,6 +9,7 @@
 #include "rcluster.h"
 #include "req.h"
 #include "route.h"
+#include "scripts.h"
 #include "seize_rules.h"
 #include "shm.h"
 
@@ -75,7 +76,6 @@ static void worker_account(struct worker *w, struct req *r)
 static int worker_init(struct worker *w, const struct cs_conf *conf, struct shm_node *shm,
                        int index)
 {
-    char err[256];
     struct rconn_opts ro;
 
     rconn_opts_from_conf(&ro, conf, conf->redis_command_timeout_ms);
@@ -85,10 +85,7 @@ static int worker_init(struct worker *w, const struct cs_conf *conf, struct shm_
     w->conf = conf;
     w->shm = shm;
     w->index = index;
-    if (rscript_load_file(&w->script, conf->fcgi_script, err, sizeof(err)) != CS_OK) {
-        log_error("%s", err);
-        return CS_ERR;
-    }
+    rscript_from_text(&w->script, script_seize);
     w->rc = rconn_new(&ro);
     w->mc = mconn_new(conf);
     w->meta = meta_new(conf, shm);

@@ -43,28 +43,48 @@ static void futex_wake(_Atomic uint32_t *word)
     syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 }
 
-/* pid is dead: gone, or killed and not yet reaped by its parent (a zombie
- * answers kill(pid, 0), but never its followers; a supervisor slow to reap
- * on a loaded machine would keep them waiting out their whole budget). */
-static int pid_gone(int32_t pid)
+enum pid_state { PID_RUNS, PID_GONE, PID_STOPPED };
+
+/* What became of pid: gone (no such process, or killed and not yet reaped
+ * by its parent: a zombie answers kill(pid, 0), but never its followers; a
+ * supervisor slow to reap on a loaded machine would keep them waiting out
+ * their whole budget), stopped (SIGSTOP, a debugger: it holds what it holds
+ * until someone continues it), or running. */
+static enum pid_state pid_state(int32_t pid)
 {
     if (pid <= 0)
-        return 0;
+        return PID_RUNS;
     if (kill(pid, 0) != 0)
-        return errno == ESRCH;
+        return errno == ESRCH ? PID_GONE : PID_RUNS;
     char path[32], buf[128];
     snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
-        return 0;
+        return PID_RUNS;
     ssize_t n = read(fd, buf, sizeof(buf) - 1);
     close(fd);
     if (n <= 0)
-        return 0;
+        return PID_RUNS;
     buf[n] = '\0';
     /* "pid (comm) S ...": the state follows the last ')'. */
     const char *p = strrchr(buf, ')');
-    return p != NULL && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+    if (p == NULL || p[1] != ' ')
+        return PID_RUNS;
+    switch (p[2]) {
+    case 'Z':
+    case 'X':
+        return PID_GONE;
+    case 'T':
+    case 't':
+        return PID_STOPPED;
+    default:
+        return PID_RUNS;
+    }
+}
+
+static int pid_gone(int32_t pid)
+{
+    return pid_state(pid) == PID_GONE;
 }
 
 static int sh_index(const struct batch_area *b, const struct batch_shard *sh)
@@ -72,31 +92,83 @@ static int sh_index(const struct batch_area *b, const struct batch_shard *sh)
     return (int)(sh - b->shard);
 }
 
+/* The lead of sh goes to pid, whose call must end by until_ms. */
+static void lead_set(struct batch_shard *sh, int32_t pid, int64_t until_ms)
+{
+    __atomic_store_n(&sh->lead_until, until_ms + BATCH_LEASE_GRACE_MS, __ATOMIC_RELAXED);
+    __atomic_store_n(&sh->leader, pid, __ATOMIC_RELEASE);
+}
+
+struct cand {
+    uint64_t ticket;
+    int32_t entry;
+};
+
+static int cand_cmp(const void *x, const void *y)
+{
+    const struct cand *a = x, *b = y;
+    return a->ticket < b->ticket ? -1 : a->ticket > b->ticket;
+}
+
+/* The QUEUED entries of sh (and `self`, when >= 0), oldest first, into c.
+ * Returns how many. MUST be called with sh->lock held. */
+static int queued_locked(struct batch_area *b, struct batch_shard *sh, int self,
+                         struct cand *c)
+{
+    int shard = sh_index(b, sh), hi = atomic_load(&b->hi), n = 0;
+
+    for (int i = 0; i < hi; i++) {
+        struct batch_entry *e = &b->entry[i];
+        if (i == self || (atomic_load_explicit(&e->state, memory_order_acquire) == BATCH_QUEUED
+                          && atomic_load(&e->shard) == shard))
+            c[n++] = (struct cand){atomic_load(&e->ticket), i};
+    }
+    qsort(c, (size_t)n, sizeof(c[0]), cand_cmp);
+    return n;
+}
+
 /*
- * Gives the lead of a shard nobody leads to its oldest QUEUED entry (state
- * LEAD, woken to take the next batch). Returns the entry to wake after the
+ * Gives the lead of a shard nobody leads to the QUEUED entry with the most
+ * time left among the oldest sh->max (those the next call carries): state
+ * LEAD, woken to take the next batch. Returns the entry to wake after the
  * lock is released, or NULL.
  * MUST be called with sh->lock held.
  */
 static struct batch_entry *elect_locked(struct batch_area *b, struct batch_shard *sh)
 {
-    struct batch_entry *best = NULL;
-    int shard = sh_index(b, sh), hi = atomic_load(&b->hi);
+    static _Thread_local struct cand c[BATCH_ENTRIES];
 
     if (sh->leader != 0)
         return NULL;
-    for (int i = 0; i < hi; i++) {
-        struct batch_entry *e = &b->entry[i];
-        if (atomic_load_explicit(&e->state, memory_order_acquire) == BATCH_QUEUED
-            && atomic_load(&e->shard) == shard
-            && (best == NULL || atomic_load(&e->ticket) < atomic_load(&best->ticket)))
-            best = e;
+    for (;;) {
+        int n = queued_locked(b, sh, -1, c), max = sh->max > 0 ? sh->max : 1;
+        struct batch_entry *best = NULL;
+        for (int i = 0; i < n && i < max; i++) {
+            struct batch_entry *e = &b->entry[c[i].entry];
+            if (best == NULL || e->item.deadline_ms > best->item.deadline_ms)
+                best = e;
+        }
+        if (best == NULL)
+            return NULL;
+        cs_pause_point("batch-elect");
+        uint32_t queued = BATCH_QUEUED;
+        /* Its worker may withdraw it meanwhile (give_up() without the
+         * lock): then the next best. */
+        if (atomic_compare_exchange_strong(&best->state, &queued, BATCH_LEAD)) {
+            lead_set(sh, atomic_load(&best->pid), best->item.deadline_ms);
+            return best;
+        }
     }
-    if (best == NULL)
-        return NULL;
-    sh->leader = atomic_load(&best->pid);
-    atomic_store_explicit(&best->state, BATCH_LEAD, memory_order_release);
-    return best;
+}
+
+/* Moves e from QUEUED or LEAD to IDLE unless its worker withdrew it first.
+ * MUST be called with the lock of e's shard held. */
+static void drop_locked(struct batch_entry *e)
+{
+    uint32_t s = atomic_load(&e->state);
+    while ((s == BATCH_QUEUED || s == BATCH_LEAD)
+           && !atomic_compare_exchange_weak(&e->state, &s, BATCH_IDLE))
+        ;
 }
 
 /*
@@ -116,10 +188,8 @@ static struct batch_entry *bury_locked(struct batch_area *b, struct batch_shard 
     atomic_fetch_add_explicit(&b->m.leader_deaths, 1, memory_order_relaxed);
     for (int i = 0; i < hi; i++) {
         struct batch_entry *e = &b->entry[i];
-        uint32_t s = atomic_load(&e->state);
-        if ((s == BATCH_QUEUED || s == BATCH_LEAD) && atomic_load(&e->shard) == shard
-            && atomic_load(&e->pid) == dead)
-            atomic_store(&e->state, BATCH_IDLE);
+        if (atomic_load(&e->shard) == shard && atomic_load(&e->pid) == dead)
+            drop_locked(e);
     }
     return elect_locked(b, sh);
 }
@@ -139,77 +209,137 @@ static struct batch_entry *sh_repair(struct batch_area *b, struct batch_shard *s
     return NULL;
 }
 
-/* Locks sh, repaired (sh_repair()) if its last owner died holding it.
- * *wake: an entry to wake once unlocked. */
-static void sh_lock(struct batch_area *b, struct batch_shard *sh, struct batch_entry **wake)
+/* Locks sh by until_ms (monotonic), repaired (sh_repair()) if its last
+ * owner died holding it; *wake: an entry to wake once unlocked. A holder
+ * found stopped after BATCH_LOCK_WAIT_MS ends the wait at once: it holds
+ * the lock until someone continues it. 0, or ETIMEDOUT. */
+static int sh_lock_by(struct batch_area *b, struct batch_shard *sh, int64_t until_ms,
+                      struct batch_entry **wake)
 {
-    if (pthread_mutex_lock(&sh->lock) == EOWNERDEAD) {
-        struct batch_entry *w = sh_repair(b, sh);
-        if (wake != NULL)
-            *wake = w;
+    int err;
+
+    for (;;) {
+        int64_t by = cs_mono_ms() + BATCH_LOCK_WAIT_MS;
+        if (by > until_ms)
+            by = until_ms;
+        struct timespec ts = {(time_t)(by / 1000), (long)(by % 1000) * 1000000L};
+        err = pthread_mutex_clocklock(&sh->lock, CLOCK_MONOTONIC, &ts);
+        if (err != ETIMEDOUT || by >= until_ms
+            || pid_state(atomic_load_explicit(&sh->owner, memory_order_relaxed)) == PID_STOPPED)
+            break;
     }
+    if (err == EOWNERDEAD) {
+        atomic_store_explicit(&sh->owner, (int32_t)getpid(), memory_order_relaxed);
+        struct batch_entry *w = sh_repair(b, sh);
+        if (*wake == NULL)
+            *wake = w;
+        return 0;
+    }
+    if (err == 0)
+        atomic_store_explicit(&sh->owner, (int32_t)getpid(), memory_order_relaxed);
+    return err;
+}
+
+/* The lock wait of a seize with deadline_ms: BATCH_LOCK_MAX_MS at most,
+ * and never past its deadline. */
+static int64_t lock_until(int64_t deadline_ms)
+{
+    int64_t by = cs_mono_ms() + BATCH_LOCK_MAX_MS;
+    return by < deadline_ms ? by : deadline_ms;
 }
 
 static void sh_unlock(struct batch_shard *sh, struct batch_entry *wake)
 {
+    atomic_store_explicit(&sh->owner, 0, memory_order_relaxed);
     pthread_mutex_unlock(&sh->lock);
     if (wake != NULL)
         futex_wake(&wake->state);
 }
 
-struct cand {
-    uint64_t ticket;
-    int32_t entry;
-};
-
-static int cand_cmp(const void *x, const void *y)
-{
-    const struct cand *a = x, *b = y;
-    return a->ticket < b->ticket ? -1 : a->ticket > b->ticket;
-}
-
 /*
  * Takes the leader's own entry `self` and the oldest other QUEUED entries of
- * sh, max in all, in ticket order, into take (state TAKEN, led by pid).
+ * sh, max in all, in ticket order, into take (state TAKEN, led by pid); the
+ * lead is pid's until the latest of their deadlines.
  * MUST be called with sh->lock held, by the worker sh->leader names.
  */
 static void take_locked(struct batch_area *b, struct batch_shard *sh, int self, int max,
                         int32_t pid, struct batch_take *take)
 {
     static _Thread_local struct cand c[BATCH_ENTRIES];
-    int shard = sh_index(b, sh), hi = atomic_load(&b->hi), n = 0, bucket = 0;
+    int n = queued_locked(b, sh, self, c), bucket = 0;
 
-    for (int i = 0; i < hi; i++) {
-        struct batch_entry *e = &b->entry[i];
-        if ((i == self || (atomic_load_explicit(&e->state, memory_order_acquire) == BATCH_QUEUED
-                           && atomic_load(&e->shard) == shard)))
-            c[n++] = (struct cand){atomic_load(&e->ticket), i};
-    }
-    qsort(c, (size_t)n, sizeof(c[0]), cand_cmp);
-    take->shard = shard;
+    cs_pause_point("batch-scan");
+    take->shard = sh_index(b, sh);
     take->n = 0;
     take->self = -1;
     take->handed = 0;
+    take->until = 0;
     for (int i = 0; i < n && take->n < max; i++) {
         /* Its own seize always rides: the others fill what is left. */
         int left = max - take->n - (take->self < 0 ? 1 : 0);
-        if (c[i].entry != self && left <= 0)
-            continue;
         struct batch_entry *e = &b->entry[c[i].entry];
+        if (c[i].entry != self) {
+            uint32_t queued = BATCH_QUEUED;
+            if (left <= 0)
+                continue;
+            /* Its leader named before it can be seen TAKEN: a worker that
+             * finds its leader dead must be able to tell. */
+            atomic_store(&e->leader, pid);
+            /* Withdrawn by its worker since the scan: not taken. */
+            if (!atomic_compare_exchange_strong(&e->state, &queued, BATCH_TAKEN))
+                continue;
+        }
         int k = take->n++;
         if (c[i].entry == self)
             take->self = k;
         take->entry[k] = c[i].entry;
         take->ticket[k] = c[i].ticket;
         take->item[k] = e->item;
+        if (e->item.deadline_ms > take->until)
+            take->until = e->item.deadline_ms;
         atomic_store(&e->leader, pid);
-        atomic_store_explicit(&e->state, BATCH_TAKEN, memory_order_release);
+        if (c[i].entry == self)
+            atomic_store_explicit(&e->state, BATCH_TAKEN, memory_order_release);
     }
+    lead_set(sh, pid, take->until);
     while (bucket < BATCH_SIZE_BUCKETS - 1 && take->n > (1 << bucket))
         bucket++;
     atomic_fetch_add_explicit(&b->m.size[bucket], 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&b->m.size_sum, (uint64_t)take->n, memory_order_relaxed);
     atomic_fetch_add_explicit(&b->m.calls, 1, memory_order_relaxed);
+}
+
+/* A waiting entry's deadline came, without the lock (another process holds
+ * it past the wait): withdraws it by compare-and-swap. An entry TAKEN stays
+ * so, answered UNKNOWN (its next seize clears it under the lock); a LEAD
+ * given back leaves its lead to lapse (lead_until). */
+static enum batch_result give_up_unlocked(struct batch_area *b, struct batch_entry *e,
+                                          struct batch_item *mine)
+{
+    uint32_t s = atomic_load_explicit(&e->state, memory_order_acquire);
+
+    for (;;) {
+        switch (s) {
+        case BATCH_DONE:
+            *mine = e->item;
+            atomic_store(&e->state, BATCH_IDLE);
+            return BATCH_ANSWERED;
+        case BATCH_TAKEN:
+            atomic_fetch_add_explicit(&b->m.unknown, 1, memory_order_relaxed);
+            return BATCH_UNKNOWN;
+        case BATCH_QUEUED:
+        case BATCH_LEAD:
+            /* WITHDRAWN, not IDLE: a leader of this shard may be between
+             * its scan and its compare-and-swap; the entry stays on the
+             * shard until cleared under its lock (batch_join()). */
+            if (!atomic_compare_exchange_weak(&e->state, &s, BATCH_WITHDRAWN))
+                continue; /* s reread: taken, answered or elected meanwhile */
+            /* fall through */
+        default:
+            atomic_fetch_add_explicit(&b->m.unsent, 1, memory_order_relaxed);
+            return BATCH_UNSENT;
+        }
+    }
 }
 
 /* A waiting entry's deadline came (or its leader died while it was TAKEN,
@@ -221,7 +351,8 @@ static enum batch_result give_up(struct batch_area *b, struct batch_shard *sh,
     struct batch_entry *wake = NULL;
     enum batch_result res;
 
-    sh_lock(b, sh, &wake);
+    if (sh_lock_by(b, sh, cs_mono_ms() + BATCH_LOCK_WAIT_MS, &wake) != 0)
+        return give_up_unlocked(b, e, mine);
     uint32_t s = atomic_load_explicit(&e->state, memory_order_acquire);
     if (gone_leader != 0 && wake == NULL)
         wake = bury_locked(b, sh, gone_leader);
@@ -237,9 +368,9 @@ static enum batch_result give_up(struct batch_area *b, struct batch_shard *sh,
         break;
     case BATCH_LEAD:
         /* Handed the lead with no time left to use it: the next one leads. */
+        atomic_store(&e->state, BATCH_IDLE);
         if (sh->leader == e->pid)
             sh->leader = 0;
-        atomic_store(&e->state, BATCH_IDLE);
         if (wake == NULL)
             wake = elect_locked(b, sh);
         /* fall through */
@@ -253,11 +384,64 @@ static enum batch_result give_up(struct batch_area *b, struct batch_shard *sh,
     return res;
 }
 
+/* give_up(), for an entry its worker once saw TAKEN (taken_seen): that
+ * seize may have been sent, so it is never answered "not sent", whatever
+ * cleared the entry since. */
+static enum batch_result give_up_seen(struct batch_area *b, struct batch_shard *sh,
+                                      struct batch_entry *e, struct batch_item *mine,
+                                      int32_t gone_leader, int taken_seen)
+{
+    enum batch_result res = give_up(b, sh, e, mine, gone_leader);
+    if (res == BATCH_UNSENT && taken_seen) {
+        atomic_fetch_sub_explicit(&b->m.unsent, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&b->m.unknown, 1, memory_order_relaxed);
+        return BATCH_UNKNOWN;
+    }
+    return res;
+}
+
 static void hi_at_least(struct batch_area *b, int n)
 {
     int32_t cur = atomic_load(&b->hi);
     while (cur < n && !atomic_compare_exchange_weak(&b->hi, &cur, n))
         ;
+}
+
+/*
+ * e is still QUEUED, LEAD or TAKEN on sh (its seize given up without the
+ * lock, or left by a dead worker whose registry slot this one was given):
+ * clears it to IDLE, so the leader that took it skips it, and gives on a
+ * lead it held. pid: the worker about to reuse it. Returns the entry to
+ * wake, as elect_locked().
+ * MUST be called with sh->lock held (the lock of e->shard).
+ */
+static struct batch_entry *reclaim_locked(struct batch_area *b, struct batch_shard *sh,
+                                          struct batch_entry *e, int32_t pid)
+{
+    int32_t owner = atomic_load(&e->pid);
+
+    atomic_store(&e->state, BATCH_IDLE);
+    if (owner != pid && sh->leader == owner && pid_gone(owner))
+        return bury_locked(b, sh, owner);
+    if (owner == pid && sh->leader == pid) {
+        sh->leader = 0;
+        return elect_locked(b, sh);
+    }
+    return NULL;
+}
+
+static int entry_live(uint32_t s)
+{
+    return s == BATCH_QUEUED || s == BATCH_LEAD || s == BATCH_TAKEN || s == BATCH_WITHDRAWN;
+}
+
+/* The batch-finish pause point (cs_pause_point()): a test stops a leader
+ * there, between its reads of its first follower's state and ticket and
+ * its answer, to change the entry meanwhile. Like batch-scan (take_locked())
+ * and batch-elect (elect_locked()), one getenv() per call, none per seize. */
+static void finish_pause(void)
+{
+    cs_pause_point("batch-finish");
 }
 
 enum batch_result batch_join(struct batch_area *b, int shard, int slot, int max,
@@ -271,11 +455,34 @@ enum batch_result batch_join(struct batch_area *b, int shard, int slot, int max,
     if (max > BATCH_MAX)
         max = BATCH_MAX;
     hi_at_least(b, slot + 1);
-    sh_lock(b, sh, &wake);
+    mine->deadline_ms = deadline_ms;
+    /* An entry still live on another shard is cleared under that shard's
+     * lock first (batch.h: an entry leaves its shard only so). */
+    int old = atomic_load(&e->shard);
+    if (entry_live(atomic_load(&e->state)) && old != shard && old >= 0 && old < BATCH_SHARDS) {
+        struct batch_shard *osh = &b->shard[old];
+        if (sh_lock_by(b, osh, lock_until(deadline_ms), &wake) != 0)
+            goto busy;
+        if (entry_live(atomic_load(&e->state)) && atomic_load(&e->shard) == old) {
+            struct batch_entry *w = reclaim_locked(b, osh, e, pid);
+            if (wake == NULL)
+                wake = w;
+        }
+        sh_unlock(osh, wake);
+        wake = NULL;
+    }
+    if (sh_lock_by(b, sh, lock_until(deadline_ms), &wake) != 0)
+        goto busy;
+    if (entry_live(atomic_load(&e->state))) {
+        struct batch_entry *w = reclaim_locked(b, sh, e, pid);
+        if (wake == NULL)
+            wake = w;
+    }
     /* A leader that is this very process is a lead left behind (its
      * request ended without batch_finish()); it is stale. */
     if (sh->leader == pid)
         sh->leader = 0;
+    sh->max = max;
     mine->outcome = BATCH_OUT_NONE;
     e->item = *mine;
     atomic_store(&e->pid, pid);
@@ -285,14 +492,16 @@ enum batch_result batch_join(struct batch_area *b, int shard, int slot, int max,
     atomic_store(&e->leader, 0);
     atomic_store_explicit(&e->state, BATCH_QUEUED, memory_order_release);
     if (sh->leader == 0) {
-        /* No call in flight: it goes out now, with whatever waits. */
+        /* No call in flight: it goes out now, with whatever waits. A wake
+         * pending from a repair is moot: this worker leads. */
         sh->leader = pid;
         take_locked(b, sh, slot, max, pid, take);
-        sh_unlock(sh, wake);
+        sh_unlock(sh, wake == e ? NULL : wake);
         return BATCH_LEADER;
     }
     sh_unlock(sh, wake);
 
+    int taken_seen = 0;
     for (;;) {
         uint32_t s = atomic_load_explicit(&e->state, memory_order_acquire);
         if (s == BATCH_DONE) {
@@ -306,14 +515,15 @@ enum batch_result batch_join(struct batch_area *b, int shard, int slot, int max,
             if (deadline_ms - cs_mono_ms() < BATCH_LEAD_MIN_MS)
                 return give_up(b, sh, e, mine, 0);
             wake = NULL;
-            sh_lock(b, sh, &wake);
+            if (sh_lock_by(b, sh, lock_until(deadline_ms), &wake) != 0)
+                continue; /* held past the wait: its deadline decides */
             /* Re-read under the lock: a repair may have changed the lead. */
             if (atomic_load(&e->state) == BATCH_LEAD) {
                 if (sh->leader == 0)
                     sh->leader = pid;
                 if (sh->leader == pid) {
                     take_locked(b, sh, slot, max, pid, take);
-                    sh_unlock(sh, wake);
+                    sh_unlock(sh, wake == e ? NULL : wake);
                     return BATCH_LEADER;
                 }
                 atomic_store(&e->state, BATCH_QUEUED); /* someone else leads */
@@ -322,31 +532,60 @@ enum batch_result batch_join(struct batch_area *b, int shard, int slot, int max,
             continue;
         }
         if (s != BATCH_QUEUED && s != BATCH_TAKEN) /* dropped by a repair */
-            return give_up(b, sh, e, mine, 0);
+            return give_up_seen(b, sh, e, mine, 0, taken_seen);
+        taken_seen |= s == BATCH_TAKEN;
         int64_t left = deadline_ms - cs_mono_ms();
         if (left <= 0)
-            return give_up(b, sh, e, mine, 0);
+            return give_up_seen(b, sh, e, mine, 0, taken_seen);
         futex_wait(&e->state, s, left < BATCH_CHECK_MS ? (int)left : BATCH_CHECK_MS);
         if (atomic_load(&e->state) != s)
             continue;
         /* Asleep a whole slice: does whoever this waits on still live? */
         if (s == BATCH_TAKEN) {
+            /* Its call may be in flight: only a dead leader ends the wait
+             * early; a stopped one may still answer. */
             int32_t l = atomic_load(&e->leader);
             if (pid_gone(l))
-                return give_up(b, sh, e, mine, l);
-        } else {
-            /* Or nobody leads while it waits (a worker died between giving
-             * the lead up and handing it on): the oldest waiting takes it. */
-            int32_t l = __atomic_load_n(&sh->leader, __ATOMIC_RELAXED);
-            if (l == 0 || pid_gone(l)) {
-                wake = NULL;
-                sh_lock(b, sh, &wake);
-                if (wake == NULL)
-                    wake = l != 0 ? bury_locked(b, sh, l) : elect_locked(b, sh);
-                sh_unlock(sh, wake);
+                return give_up_seen(b, sh, e, mine, l, 1);
+            continue;
+        }
+        /* Or nobody leads while it waits (a worker died between giving the
+         * lead up and handing it on), or the leader is dead, stopped, or
+         * past its lease: the lead is taken from it and handed on. */
+        int32_t l = __atomic_load_n(&sh->leader, __ATOMIC_ACQUIRE);
+        int64_t until = __atomic_load_n(&sh->lead_until, __ATOMIC_RELAXED);
+        enum pid_state ps = l != 0 ? pid_state(l) : PID_GONE;
+        if (l != 0 && ps == PID_RUNS && cs_mono_ms() <= until)
+            continue;
+        wake = NULL;
+        if (sh_lock_by(b, sh, lock_until(deadline_ms), &wake) != 0)
+            continue;
+        if (wake == NULL && sh->leader == l && l != 0) {
+            /* Judged again under the lock: the same pid may have taken
+             * the lead anew (a new lease) during the lock wait. */
+            ps = pid_state(l);
+            if (ps == PID_RUNS && cs_mono_ms() <= sh->lead_until)
+                l = -1;
+        }
+        if (wake == NULL && sh->leader == l) {
+            if (l == 0) {
+                wake = elect_locked(b, sh);
+            } else if (ps == PID_GONE) {
+                wake = bury_locked(b, sh, l);
+            } else {
+                atomic_fetch_add_explicit(&b->m.leader_stalls, 1, memory_order_relaxed);
+                sh->leader = 0;
+                wake = elect_locked(b, sh);
             }
         }
+        sh_unlock(sh, wake);
     }
+
+busy:
+    atomic_fetch_add_explicit(&b->m.lock_busy, 1, memory_order_relaxed);
+    if (wake != NULL)
+        futex_wake(&wake->state);
+    return BATCH_BUSY;
 }
 
 void batch_handoff(struct batch_area *b, struct batch_take *take)
@@ -357,7 +596,8 @@ void batch_handoff(struct batch_area *b, struct batch_take *take)
 
     if (take->handed)
         return;
-    sh_lock(b, sh, &wake);
+    if (sh_lock_by(b, sh, lock_until(take->until), &wake) != 0)
+        return; /* batch_finish() tries again */
     if (sh->leader == pid)
         sh->leader = 0;
     if (wake == NULL)
@@ -373,22 +613,37 @@ void batch_finish(struct batch_area *b, struct batch_take *take)
     int32_t pid = (int32_t)getpid();
     int nw = 0;
     static _Thread_local struct batch_entry *woken[BATCH_MAX];
+    int64_t by = cs_mono_ms() + BATCH_LOCK_WAIT_MS;
 
-    sh_lock(b, sh, &wake);
-    for (int i = 0; i < take->n; i++) {
+    if (by < take->until)
+        by = take->until;
+    if (sh_lock_by(b, sh, by, &wake) != 0) {
+        /* Held by a stopped process, or past every deadline of the call:
+         * the answers are lost, and each waiting worker says UNKNOWN_OUTCOME.
+         * Its own entry is this worker's to clear, taken by nobody else. */
+        atomic_fetch_add_explicit(&b->m.lock_busy, 1, memory_order_relaxed);
+        if (take->self >= 0)
+            atomic_store(&b->entry[take->entry[take->self]].state, BATCH_IDLE);
+        return;
+    }
+    for (int i = 0, paused = 0; i < take->n; i++) {
         struct batch_entry *e = &b->entry[take->entry[i]];
         uint32_t taken = BATCH_TAKEN;
         if (i == take->self) {
             atomic_store(&e->state, BATCH_IDLE);
             continue;
         }
-        if (atomic_load(&e->ticket) != take->ticket[i] || atomic_load(&e->state) != BATCH_TAKEN)
+        /* The state first (acquire), then the ticket: a TAKEN of a later
+         * seize in the entry brings that seize's ticket with it. */
+        uint32_t st = atomic_load_explicit(&e->state, memory_order_acquire);
+        if (!paused++)
+            finish_pause();
+        if (st != BATCH_TAKEN || atomic_load(&e->ticket) != take->ticket[i])
             continue; /* its worker gave up: it may be on another seize now */
         /* The answer only: what was asked is its worker's to write. */
         e->item.outcome = take->item[i].outcome;
         e->item.code = take->item[i].code;
         e->item.res = take->item[i].res;
-        e->item.remaining = take->item[i].remaining;
         if (atomic_compare_exchange_strong(&e->state, &taken, BATCH_DONE))
             woken[nw++] = e;
     }
@@ -405,11 +660,14 @@ void batch_finish(struct batch_area *b, struct batch_take *take)
         futex_wake(&woken[i]->state);
 }
 
-/* Locks sh as sh_lock(), without waiting: EBUSY when another process holds
- * it (a worker stopped with SIGSTOP mid-step must not hold the supervisor). */
+/* Locks sh as sh_lock_by(), without waiting: EBUSY when another process
+ * holds it (a worker stopped with SIGSTOP mid-step must not hold the
+ * supervisor). */
 static int sh_trylock(struct batch_area *b, struct batch_shard *sh, struct batch_entry **wake)
 {
     int err = pthread_mutex_trylock(&sh->lock);
+    if (err == EOWNERDEAD || err == 0)
+        atomic_store_explicit(&sh->owner, (int32_t)getpid(), memory_order_relaxed);
     if (err == EOWNERDEAD) {
         *wake = sh_repair(b, sh);
         err = 0;
@@ -418,9 +676,10 @@ static int sh_trylock(struct batch_area *b, struct batch_shard *sh, struct batch
 }
 
 /*
- * Process pid is gone: every entry of it still waiting on sh is dropped, and
- * its lead, if it held one, given on. A leader that others waited on counts
- * as a death found; one that led nothing but its own call does not. Returns
+ * Process pid is gone: every entry of it still waiting on sh, or taken into
+ * another's call, is cleared (the leader of that call skips it), and its
+ * lead, if it held one, given on. A leader that others waited on counts as
+ * a death found; one that led nothing but its own call does not. Returns
  * the entry to wake, as elect_locked().
  * MUST be called with sh->lock held.
  */
@@ -434,7 +693,7 @@ static struct batch_entry *reap_locked(struct batch_area *b, struct batch_shard 
         uint32_t s = atomic_load(&e->state);
         if (atomic_load(&e->shard) != shard)
             continue;
-        if ((s == BATCH_QUEUED || s == BATCH_LEAD) && atomic_load(&e->pid) == pid)
+        if (entry_live(s) && atomic_load(&e->pid) == pid)
             atomic_store(&e->state, BATCH_IDLE);
         else if (atomic_load(&e->pid) != pid
                  && (s == BATCH_QUEUED || (s == BATCH_TAKEN && atomic_load(&e->leader) == pid)))
@@ -454,6 +713,10 @@ int batch_reaped(struct batch_area *b, int32_t pid)
 
     if (pid <= 0 || !atomic_load(&b->ready))
         return 0;
+    /* A pid that runs is not the process that ended (its pid given anew):
+     * nothing of its is touched. */
+    if (pid_state(pid) != PID_GONE)
+        return 0;
     for (int i = 0; i < BATCH_SHARDS; i++) {
         struct batch_shard *sh = &b->shard[i];
         struct batch_entry *repaired = NULL;
@@ -465,6 +728,7 @@ int batch_reaped(struct batch_area *b, int32_t pid)
             continue;
         }
         struct batch_entry *wake = reap_locked(b, sh, pid);
+        atomic_store_explicit(&sh->owner, 0, memory_order_relaxed);
         pthread_mutex_unlock(&sh->lock);
         if (repaired != NULL)
             futex_wake(&repaired->state);

@@ -21,6 +21,7 @@ struct conf_key {
     long long idef;
     const char *sdef;
     const char *const *choices; /* CT_STR: allowed values, NULL-terminated */
+    int obsolete;       /* read so that an older file loads, then ignored */
 };
 
 static const char *const levels[] = {"debug", "info", "notice", "warning", "error", NULL};
@@ -28,10 +29,11 @@ static const char *const targets[] = {"stderr", "syslog", NULL};
 static const char *const modes[] = {"jwt", "trusted-header", NULL};
 static const char *const verifiers[] = {"openssl", "libjwt", NULL};
 
-#define I(n, f, lo, hi, d) {n, CT_INT, offsetof(struct cs_conf, f), lo, hi, d, NULL, NULL}
-#define S(n, f, req, d, ch) {n, CT_STR, offsetof(struct cs_conf, f), req, 0, 0, d, ch}
-#define B(n, f, d) {n, CT_BOOL, offsetof(struct cs_conf, f), 0, 1, d, NULL, NULL}
-#define L(n, f, d) {n, CT_LIST, offsetof(struct cs_conf, f), 0, 0, 0, d, NULL}
+#define I(n, f, lo, hi, d) {n, CT_INT, offsetof(struct cs_conf, f), lo, hi, d, NULL, NULL, 0}
+#define S(n, f, req, d, ch) {n, CT_STR, offsetof(struct cs_conf, f), req, 0, 0, d, ch, 0}
+#define B(n, f, d) {n, CT_BOOL, offsetof(struct cs_conf, f), 0, 1, d, NULL, NULL, 0}
+#define O(n, f) {n, CT_STR, offsetof(struct cs_conf, f), 0, 0, 0, "", NULL, 1}
+#define L(n, f, d) {n, CT_LIST, offsetof(struct cs_conf, f), 0, 0, 0, d, NULL, 0}
 
 static const struct conf_key conf_keys[] = {
     S("log.level", log_level, 1, "info", levels),
@@ -41,7 +43,8 @@ static const struct conf_key conf_keys[] = {
     I("fcgi.workers", fcgi_workers, 1, 512, 4),
     I("fcgi.backlog", fcgi_backlog, 1, 65535, 1024),
     S("fcgi.shm_name", fcgi_shm_name, 1, "/couponseize", NULL),
-    S("fcgi.script", fcgi_script, 1, CS_DEFAULT_SCRIPT, NULL),
+    /* The seize script is built in; a value is warned of, then ignored. */
+    O("fcgi.script", fcgi_script),
     I("fcgi.max_body", fcgi_max_body, 16, 1048576, 1024),
 
     S("redis.host", redis_host, 1, "127.0.0.1", NULL),
@@ -310,6 +313,8 @@ void conf_dump_keys(void)
 {
     for (size_t i = 0; i < CS_ARRAY_LEN(conf_keys); i++) {
         const struct conf_key *k = &conf_keys[i];
+        if (k->obsolete)
+            continue;
         if (k->type == CT_INT)
             printf("%s int %lld..%lld default %lld\n", k->name, k->min, k->max, k->idef);
         else if (k->type == CT_BOOL)

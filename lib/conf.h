@@ -11,9 +11,6 @@
 #ifndef CS_DEFAULT_JOURNAL
 #define CS_DEFAULT_JOURNAL "/var/lib/couponseize/journal"
 #endif
-#ifndef CS_DEFAULT_SCRIPT
-#define CS_DEFAULT_SCRIPT "/usr/share/couponseize/seize.lua"
-#endif
 
 struct cs_conf {
     /* log */
@@ -25,7 +22,7 @@ struct cs_conf {
     int fcgi_workers;
     int fcgi_backlog;
     char *fcgi_shm_name;
-    char *fcgi_script;
+    char *fcgi_script;          /* obsolete, ignored: the seize script is built in */
     int fcgi_max_body;
 
     /* redis */

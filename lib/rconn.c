@@ -550,35 +550,6 @@ void rscript_from_text(struct rscript *s, const char *text)
     s->len = strlen(text);
 }
 
-int rscript_load_file(struct rscript *s, const char *path, char *err, size_t errlen)
-{
-    FILE *f = fopen(path, "rb");
-    memset(s, 0, sizeof(*s));
-    if (f == NULL) {
-        snprintf(err, errlen, "cannot open Lua script %s: %s", path, strerror(errno));
-        return CS_ERR;
-    }
-    size_t cap = 4096, n = 0, got;
-    char *buf = xmalloc(cap);
-    while ((got = fread(buf + n, 1, cap - n - 1, f)) > 0) {
-        n += got;
-        if (n + 1 >= cap) {
-            cap *= 2;
-            buf = xrealloc(buf, cap);
-        }
-    }
-    fclose(f);
-    buf[n] = '\0';
-    if (n == 0) {
-        free(buf);
-        snprintf(err, errlen, "Lua script %s is empty", path);
-        return CS_ERR;
-    }
-    s->src = buf;
-    s->len = n;
-    return CS_OK;
-}
-
 void rscript_free(struct rscript *s)
 {
     free(s->src);

@@ -206,8 +206,6 @@ int64_t *rconn_reply_ids(const redisReply *r, size_t *n);
 int rconn_hget_int(struct rconn *rc, const char *key, const char *field, int64_t dflt,
                    int64_t *v);
 
-/* Loads a script file into *s. CS_ERR with a message in err when unreadable. */
-int rscript_load_file(struct rscript *s, const char *path, char *err, size_t errlen);
 /* Sets *s to a copy of the script text (rscript_free() frees it). */
 void rscript_from_text(struct rscript *s, const char *text);
 void rscript_free(struct rscript *s);

@@ -1,6 +1,6 @@
 -- seize_batch.lua - the seizes of one shard in one atomic step, each judged
--- as lua/seize.lua judges one, in the order given (DESIGN.md "Group commit of
--- seizes"): first come, first served holds inside a batch.
+-- as lua/seize.lua judges one, in the order given (doc/internals.md, "Group
+-- commit of seizes"): first come, first served holds inside a batch.
 -- KEYS[1] COUPON:RESOURCE:STOCK:{i}   hash activityId -> remaining stock
 -- KEYS[2] QUEUE:COUPON:SEIZE:SYNC:{i} hash "<activityId>:<userId>" -> seize time (ms)
 -- KEYS[3] COUPON:ACTIVITY:WINDOW:{i}  hash activityId -> "<startMs>,<endMs>"
@@ -13,28 +13,33 @@
 -- the time of the grant the user holds (Redis' clock), so that a resent
 -- batch can tell its own grant from an older one; else 0.
 --
--- Every read comes before any write: an error cannot leave a batch half
--- applied. The writes are one command per key, whatever the batch's size.
+-- Every read and every check comes before any write (lua/part/judge.lua:
+-- each key written is a hash or absent, each stock an integer, each seize
+-- list the one of its activity), so an error leaves nothing applied. The
+-- writes are one command per key, whatever the batch's size.
 if redis.replicate_commands then
   redis.replicate_commands()
 end
+--#include part/judge.lua
 -- A batch is whole triples, or it is refused before anything is read.
 if #ARGV == 0 or #ARGV % 3 ~= 0 then
   return redis.error_reply('ERR seize_batch.lua: ARGV is not whole triples')
 end
-local t = redis.call('TIME')
-local ms = math.floor(tonumber(t[2]) / 1000)
-local now = tonumber(t[1]) * 1000 + ms
--- The same instant as a string, made once: a Lua number given to redis.call
--- is formatted with "%.17g" for every argument it appears in.
-local nows = t[1] .. string.format('%03d', ms)
-local tag = string.match(KEYS[1], '{[^}]*}$')
+local now, nows = redis_now()
+local tag = string.match(KEYS[1], '{[^}]*}$') or ''
 local acts, order, out = {}, {}, { now }
 
 -- The activity's state as the batch began: its stock or why none is sold,
 -- and which of the batch's users already hold one (one HMGET for them all).
--- Read once per activity: the loop below keeps it in acts.
-local function activity(aid, list)
+-- Read once per activity: the loop below keeps it in acts. Its seize list
+-- must be the key of its own activity and slot, or a grant would be
+-- recorded under another sale.
+local function activity(aid, idx)
+  local list = KEYS[tonumber(idx)]
+  local suffix = ':' .. aid .. '_' .. tag
+  if list == nil or tonumber(idx) < 4 or string.sub(list, -#suffix) ~= suffix then
+    error('seize_batch.lua: KEYS[' .. idx .. '] is not the seize list of activity ' .. aid)
+  end
   local a = { list = list, seen = {}, granted = {}, queued = {}, n = 0, held = {} }
   acts[aid] = a
   order[#order + 1] = aid
@@ -50,45 +55,14 @@ local function activity(aid, list)
       a.held[users[k]] = held[k]
     end
   end
-  local stock = redis.call('HGET', KEYS[1], aid)
-  local window = redis.call('HGET', KEYS[3], aid)
-  local startms, endms
-  if window then
-    startms, endms = string.match(window, '^(%d+),(%d+)$')
-  end
-  if not stock or not startms then
-    a.err = -3
-  elseif now < tonumber(startms) then
-    a.err = -4
-  elseif now >= tonumber(endms) then
-    a.err = -5
-  else
-    a.stock = tonumber(stock)
-    if a.stock == nil then
-      a.err = -2
-    end
-  end
+  a.err, a.stock = judge(KEYS[1], aid, redis.call('HGET', KEYS[1], aid),
+                         redis.call('HGET', KEYS[3], aid), now)
   return a
-end
-
--- The answer of a seize that finds no stock left: as seize.lua's, read once
--- (the reserves' count does not change inside the script).
-local function sold_out(aid, a)
-  if a.out == nil then
-    a.out = -2
-    -- Open or parked (an admin's return, '<id>:held'): either may come back.
-    if a.stock == 0 and tag
-        and (tonumber(redis.call('HGET', 'COUPON:RESERVE:' .. tag, aid) or '0') > 0
-          or tonumber(redis.call('HGET', 'COUPON:RESERVE:' .. tag, aid .. ':held') or '0') > 0) then
-      a.out = -6
-    end
-  end
-  return a.out
 end
 
 for j = 1, #ARGV, 3 do
   local aid, uid = ARGV[j], ARGV[j + 1]
-  local a = acts[aid] or activity(aid, KEYS[tonumber(ARGV[j + 2])])
+  local a = acts[aid] or activity(aid, ARGV[j + 2])
   local code, seized = 0, 0
   local held = a.seen[uid] or a.held[uid]
   if held then
@@ -96,7 +70,9 @@ for j = 1, #ARGV, 3 do
   elseif a.err then
     code = a.err
   elseif a.stock <= 0 then
-    code = sold_out(aid, a)
+    -- Its last coupon went to a seize before this one in the batch.
+    a.err = sold_out(KEYS[1], aid, 0)
+    code = a.err
   else
     a.stock = a.stock - 1
     a.n = a.n + 1
@@ -111,6 +87,15 @@ for j = 1, #ARGV, 3 do
   out[#out + 1] = seized
 end
 
+local writes = false
+for _, aid in ipairs(order) do
+  if acts[aid].n > 0 then
+    writes = true
+  end
+end
+if writes then
+  check_hash(KEYS[2])
+end
 for _, aid in ipairs(order) do
   local a = acts[aid]
   if a.n > 0 then

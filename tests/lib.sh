@@ -74,6 +74,14 @@ check() {
 
 diag() { printf '# %s\n' "$*"; }
 
+# lua_text NAME: lua/NAME.lua as coupon-fcgi sends it, each
+# "--#include part/X.lua" line replaced by that part (Makefile.am joins them
+# so for lib/scripts.c).
+lua_text() {
+    awk -v dir="$top_srcdir/lua" '/^--#include /{ p = dir "/" $2; \
+        while ((getline l < p) > 0) print l; close(p); next } { print }' "$top_srcdir/lua/$1.lua"
+}
+
 # finish: prints the plan and the totals; exits 1 when anything failed.
 finish() {
     printf '1..%d\n' "$CS_N"

@@ -52,9 +52,10 @@ stack stop-sync
 rcli HSET 'COUPON:RESOURCE:STOCK:{1}' 901 2 >/dev/null
 rcli HSET 'COUPON:ACTIVITY:WINDOW:{1}' 901 "0,99999999999999" >/dev/null
 rcli HSET 'COUPON:SEIZE:LIST:901_{1}' 7 123 >/dev/null
-out=$(rcli EVAL "$(cat "$top_srcdir/lua/seize_batch.lua")" 4 'COUPON:RESOURCE:STOCK:{1}' \
+out=$(rcli EVAL "$(lua_text seize_batch)" 5 'COUPON:RESOURCE:STOCK:{1}' \
     'QUEUE:COUPON:SEIZE:SYNC:{1}' 'COUPON:ACTIVITY:WINDOW:{1}' 'COUPON:SEIZE:LIST:901_{1}' \
-    901 5 4 901 7 4 901 6 4 901 5 4 901 8 4 911 9 4 | tail -n +2 | tr '\n' ' ')
+    'COUPON:SEIZE:LIST:911_{1}' \
+    901 5 4 901 7 4 901 6 4 901 5 4 901 8 4 911 9 5 | tail -n +2 | tr '\n' ' ')
 # user 5: granted (1 left); 7: held one before (its grant time 123); 6: the
 # last; 5 again: already (this call); 8: sold out; 9 of an unknown activity: -3.
 check_match "script: first come, first served inside one call" \

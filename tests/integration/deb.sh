@@ -107,7 +107,7 @@ fi
 
 LIST=$(dpkg-deb -c "$DEB")
 has_path() { grep -q " \.$1\$" <<<"$LIST"; }
-for f in /usr/sbin/coupon-fcgi /usr/sbin/coupon-sync /usr/share/couponseize/seize.lua \
+for f in /usr/sbin/coupon-fcgi /usr/sbin/coupon-sync \
     /usr/share/couponseize/sql/001_schema.sql /usr/share/couponseize/sql/006_reserve.sql \
     "$CONF" "$UNITDIR/coupon-fcgi.socket" "$UNITDIR/coupon-fcgi.service" \
     "$UNITDIR/coupon-sync.service" /usr/lib/tmpfiles.d/couponseize.conf \

@@ -92,7 +92,7 @@ check_match "-t names the key and the line" "bad\.conf:1: unknown key 'sync\.bog
 
 mk_activity 3 100 -60 86400 && mk_activity 13 100 -60 86400
 once
-SHA=$(rcli script load "$(cat "$top_srcdir/lua/seize.lua")")
+SHA=$(rcli script load "$(lua_text seize)")
 r1=$(seize 3 4242)
 r2=$(seize 13 4242)
 check_eq "user 4242 seizes activities 3 and 13" "99 99" "$r1 $r2"

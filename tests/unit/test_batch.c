@@ -1,11 +1,14 @@
 /* test_batch.c - the group commit queue (lib/batch.c) on a segment of the
  * test's own, with real processes: election, arrival order, the cap, a
- * leader killed with kill -9 while queued or taken, deadlines, a dead lock owner. */
+ * leader killed with kill -9 while queued or taken, deadlines, a dead lock
+ * owner, a stopped lock holder or leader, and a dead follower's entry
+ * reused while a stale leader still holds it. */
 #include <check.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -26,6 +29,7 @@ struct shared {
     _Atomic int callsize[16];
     _Atomic int handoff;         /* leaders hand the lead on before they are held */
     _Atomic int allow;           /* calls 0..allow-1 may finish; the others are held */
+    _Atomic int pause_call;      /* that call's leader stops in batch_finish() (0: none) */
 };
 
 static struct shared *s;
@@ -61,19 +65,22 @@ static void lead(struct batch_take *t)
         batch_handoff(&s->b, t);
     while (k >= atomic_load(&s->allow))
         usleep(1000);
+    if (k == atomic_load(&s->pause_call))
+        setenv("COUPONSEIZE_PAUSE_AT", "batch-finish", 1);
     batch_finish(&s->b, t);
 }
 
-/* A worker of registry slot `slot` seizing as user `user`: records how it
- * ended in result[slot] (and res[slot]) and exits. */
-static pid_t worker(int slot, int user, int max, int budget_ms)
+/* A worker of registry slot `slot` seizing as user `user` on `shard`:
+ * records how it ended in result[slot] (and res[slot]) and exits. */
+static pid_t worker_on(int slot, int shard, int user, int max, int budget_ms)
 {
     pid_t pid = fork();
     if (pid != 0)
         return pid;
     static struct batch_take t;
     struct batch_item mine = {.activity_id = 11, .user_id = user};
-    enum batch_result r = batch_join(&s->b, 1, slot, max, &mine, cs_mono_ms() + budget_ms, &t);
+    enum batch_result r = batch_join(&s->b, shard, slot, max, &mine, cs_mono_ms() + budget_ms,
+                                     &t);
     if (r == BATCH_LEADER) {
         s->res[slot] = t.item[t.self].user_id * 10;
         s->result[slot] = r;
@@ -83,6 +90,11 @@ static pid_t worker(int slot, int user, int max, int budget_ms)
         s->result[slot] = r;
     }
     _exit(0);
+}
+
+static pid_t worker(int slot, int user, int max, int budget_ms)
+{
+    return worker_on(slot, 1, user, max, budget_ms);
 }
 
 static void wait_state(int slot, uint32_t state)
@@ -143,15 +155,19 @@ START_TEST(followers_ride_in_arrival_order_up_to_max)
         ck_assert_int_ne(s->result[i], -1);
         ck_assert_int_eq(s->res[i], (100 + i) * 10);
     }
-    ck_assert_int_eq(s->result[1], BATCH_LEADER);  /* the oldest waiting was handed the lead */
+    /* The lead goes to the seize with the most time of those the next call
+     * carries: the youngest of the oldest three, then of the two left. */
+    ck_assert_int_eq(s->result[3], BATCH_LEADER);
+    ck_assert_int_eq(s->result[1], BATCH_ANSWERED);
     ck_assert_int_eq(s->result[2], BATCH_ANSWERED);
-    ck_assert_int_eq(s->result[4], BATCH_LEADER);
+    ck_assert_int_eq(s->result[5], BATCH_LEADER);
+    ck_assert_int_eq(s->result[4], BATCH_ANSWERED);
     ck_assert_int_eq(s->b.shard[1].leader, 0);
 }
 END_TEST
 
-/* A leader killed while others only queue behind it: the oldest of them
- * takes over long before its deadline, and nothing is lost; reaped: the
+/* A leader killed while others only queue behind it: the one with the most
+ * time left takes over long before its deadline, and nothing is lost; reaped: the
  * dead leader is reaped at once, else only after its followers are done (a
  * zombie meanwhile, as under a supervisor slow to reap). */
 static void killed_leader_queued_followers(int reaped)
@@ -174,9 +190,9 @@ static void killed_leader_queued_followers(int reaped)
     if (!reaped)
         reap(a);
     ck_assert_int_lt(took, 1000);
-    ck_assert_int_eq(s->result[1], BATCH_LEADER);
-    ck_assert_int_eq(s->result[2], BATCH_ANSWERED);
-    ck_assert_int_eq(s->res[2], 1020);
+    ck_assert_int_eq(s->result[2], BATCH_LEADER); /* the most time left */
+    ck_assert_int_eq(s->result[1], BATCH_ANSWERED);
+    ck_assert_int_eq(s->res[1], 1010);
     ck_assert_uint_ge(atomic_load(&s->b.m.leader_deaths), 1);
 }
 
@@ -291,11 +307,11 @@ START_TEST(killed_leader_taken_followers_are_unknown)
     s->allow = 0;
     pid_t a = worker(0, 100, 32, 5000);
     wait_state(0, BATCH_TAKEN);
-    pid_t b = worker(1, 101, 32, 5000);
+    pid_t b = worker(1, 101, 32, 6000);
     wait_state(1, BATCH_QUEUED);
     pid_t c = worker(2, 102, 32, 5000);
     wait_state(2, BATCH_QUEUED);
-    kill(a, SIGKILL);                       /* b leads, takes c, is held */
+    kill(a, SIGKILL);                       /* b (more time) leads, takes c, is held */
     reap(a);
     wait_state(2, BATCH_TAKEN);
     pid_t d = worker(3, 103, 32, 5000);
@@ -352,14 +368,15 @@ START_TEST(lead_without_time_passes_on)
     wait_state(0, BATCH_TAKEN);
     pid_t b = worker(1, 101, 32, 300);
     wait_state(1, BATCH_QUEUED);
-    pid_t c = worker(2, 102, 32, 5000);
-    wait_state(2, BATCH_QUEUED);
     ck_assert_int_eq(kill(b, SIGSTOP), 0);
     ck_assert_int_eq(waitpid(b, &st, WUNTRACED), b);
     usleep(400 * 1000);                      /* b's budget runs out while stopped */
     s->allow = 1000;                         /* a finishes and hands the lead to b */
     reap(a);
     wait_state(1, BATCH_LEAD);
+    pid_t c = worker(2, 102, 32, 5000);      /* finds b stopped: takes the lead */
+    for (int i = 0; i < 5000 && s->result[2] == -1; i++)
+        usleep(1000);
     ck_assert_int_eq(kill(b, SIGCONT), 0);
     reap(b);
     reap(c);
@@ -392,6 +409,159 @@ START_TEST(handoff_lets_the_next_call_go)
     reap(a);
     reap(b);
     ck_assert_int_eq(s->ncalls, 2);
+    ck_assert_int_eq(s->b.shard[1].leader, 0);
+}
+END_TEST
+
+/* Waits (5 s at most) until process pid stops; 1 if it did. */
+static int wait_stopped(pid_t pid)
+{
+    int st;
+    return waitpid(pid, &st, WUNTRACED) == pid && WIFSTOPPED(st);
+}
+
+/* The lead goes to the seize with the most time left, and the seize that
+ * waited longest rides in its call, first: one short budget no longer
+ * bounds the call of many. */
+START_TEST(lead_goes_to_the_most_time_left)
+{
+    s->allow = 0;
+    pid_t a = worker(0, 100, 32, 5000);
+    wait_state(0, BATCH_TAKEN);
+    pid_t b = worker(1, 101, 32, 400);      /* the oldest, with little time */
+    wait_state(1, BATCH_QUEUED);
+    pid_t c = worker(2, 102, 32, 5000);
+    wait_state(2, BATCH_QUEUED);
+    s->allow = 1000;
+    reap(a);
+    reap(b);
+    reap(c);
+    ck_assert_int_eq(s->result[2], BATCH_LEADER);
+    ck_assert_int_eq(s->result[1], BATCH_ANSWERED);
+    ck_assert_int_eq(s->res[1], 1010);
+    ck_assert_int_eq(s->callsize[1], 2);
+    ck_assert_int_eq(s->calls[1][0], 101);  /* arrival order within the call */
+    ck_assert_int_eq(s->calls[1][1], 102);
+}
+END_TEST
+
+/*
+ * A follower f killed inside leader l's call on shard 1; l stopped in
+ * batch_finish() between its check of f's entry and its answer; a new worker
+ * n given f's registry slot seizes on shard 2, where g leads. l's answer for
+ * f must never reach n: n goes alone (the entry still belongs to shard 1's
+ * call) or gets its own answer, never f's.
+ */
+START_TEST(reused_entry_never_takes_a_stale_answer)
+{
+    s->allow = 0;
+    pid_t h = worker(0, 100, 32, 8000);       /* holds shard 1 with call 0 */
+    wait_state(0, BATCH_TAKEN);
+    pid_t x = worker(1, 101, 32, 8000);
+    wait_state(1, BATCH_QUEUED);
+    pid_t y = worker(2, 102, 32, 8000);
+    wait_state(2, BATCH_QUEUED);
+    s->pause_call = 1;                         /* call 1's leader stops in batch_finish */
+    s->allow = 1;                              /* call 0 ends; x or y leads call 1, held */
+    reap(h);
+    for (int i = 0; i < 5000 && s->result[1] != BATCH_LEADER && s->result[2] != BATCH_LEADER; i++)
+        usleep(1000);
+    int lslot = s->result[1] == BATCH_LEADER ? 1 : 2, fslot = 3 - lslot;
+    pid_t l = lslot == 1 ? x : y, f = lslot == 1 ? y : x;
+    ck_assert_int_eq(s->result[lslot], BATCH_LEADER);
+    wait_state(fslot, BATCH_TAKEN);
+    kill(f, SIGKILL);                          /* the follower dies inside the call */
+    reap(f);
+    s->allow = 2;                              /* l finishes: stops after its check */
+    ck_assert(wait_stopped(l));
+    /* Shard 2: g0 holds it (call 2), g queues, then n in f's slot. */
+    pid_t g0 = worker_on(4, 2, 300, 32, 8000);
+    wait_state(4, BATCH_TAKEN);
+    pid_t g = worker_on(5, 2, 301, 32, 9000);
+    wait_state(5, BATCH_QUEUED);
+    s->result[fslot] = -1;
+    pid_t n = worker_on(fslot, 2, 302, 32, 6000);
+    for (int i = 0; i < 3000 && s->result[fslot] == -1
+                    && atomic_load(&s->b.entry[fslot].state) != BATCH_QUEUED; i++)
+        usleep(1000);
+    s->allow = 3;                              /* g0 ends; g leads n's call 3, held */
+    reap(g0);
+    for (int i = 0; i < 3000 && s->result[fslot] == -1
+                    && atomic_load(&s->b.entry[fslot].state) != BATCH_TAKEN; i++)
+        usleep(1000);
+    kill(l, SIGCONT);                          /* the stale leader writes its answer */
+    usleep(50 * 1000);
+    s->allow = 1000;
+    reap(l);
+    reap(g);
+    reap(n);
+    ck_assert_msg(s->result[fslot] == BATCH_BUSY
+                      || (s->result[fslot] == BATCH_ANSWERED && s->res[fslot] == 3020),
+                  "n ended %d with %lld: another seize's answer", s->result[fslot],
+                  (long long)s->res[fslot]);
+    ck_assert_int_eq(s->b.shard[1].leader, 0);
+    ck_assert_int_eq(s->b.shard[2].leader, 0);
+    /* The slot serves again, batched, once l let shard 1 go. */
+    static struct batch_take t;
+    struct batch_item mine = {.activity_id = 11, .user_id = 7};
+    ck_assert_int_eq(batch_join(&s->b, 2, fslot, 32, &mine, cs_mono_ms() + 1000, &t),
+                     BATCH_LEADER);
+    batch_finish(&s->b, &t);
+}
+END_TEST
+
+/* A worker stopped while it holds a shard's lock: a seize of that shard
+ * waits BATCH_LOCK_WAIT_MS, not its budget, and goes alone. */
+START_TEST(stopped_lock_holder_sends_seizes_alone)
+{
+    pid_t h = fork();
+    if (h == 0) {
+        if (pthread_mutex_lock(&s->b.shard[1].lock) == EOWNERDEAD)
+            pthread_mutex_consistent(&s->b.shard[1].lock);
+        raise(SIGSTOP);
+        pthread_mutex_unlock(&s->b.shard[1].lock);
+        _exit(0);
+    }
+    ck_assert(wait_stopped(h));
+    int64_t t0 = cs_mono_ms();
+    pid_t a = worker(0, 100, 32, 1000);
+    for (int i = 0; i < 3000 && s->result[0] == -1; i++)
+        usleep(1000);
+    int64_t took = cs_mono_ms() - t0;
+    kill(h, SIGCONT);
+    reap(h);
+    reap(a);
+    ck_assert_int_eq(s->result[0], BATCH_BUSY);
+    ck_assert_int_lt(took, 500);
+    ck_assert_uint_ge(atomic_load(&s->b.m.lock_busy), 1);
+}
+END_TEST
+
+/* A leader stopped outside the lock (SIGSTOP mid-call): the seizes queued
+ * behind it take the lead and the shard keeps selling; its own call's
+ * answers come when it is continued. */
+START_TEST(stopped_leader_loses_the_lead)
+{
+    s->allow = 0;
+    pid_t a = worker(0, 100, 32, 5000);
+    wait_state(0, BATCH_TAKEN);
+    for (int i = 0; i < 5000 && atomic_load(&s->ncalls) == 0; i++)
+        usleep(1000);
+    ck_assert_int_eq(kill(a, SIGSTOP), 0);
+    ck_assert(wait_stopped(a));
+    s->allow = 1000;
+    int64_t t0 = cs_mono_ms();
+    pid_t b = worker(1, 101, 32, 3000);
+    for (int i = 0; i < 3000 && s->result[1] == -1; i++)
+        usleep(1000);
+    int64_t took = cs_mono_ms() - t0;
+    kill(a, SIGCONT);
+    reap(a);
+    reap(b);
+    ck_assert_int_eq(s->result[1], BATCH_LEADER);
+    ck_assert_int_lt(took, 1000);
+    ck_assert_uint_ge(atomic_load(&s->b.m.leader_stalls), 1);
+    ck_assert_int_eq(s->result[0], BATCH_LEADER);
     ck_assert_int_eq(s->b.shard[1].leader, 0);
 }
 END_TEST
@@ -434,6 +604,8 @@ START_TEST(storm_answers_everyone)
                     batch_finish(&s->b, &t);
                     if (want != mine.user_id * 10)
                         _exit(2);
+                } else if (r == BATCH_BUSY) {
+                    continue; /* a lock held 200 ms on a starved machine: sent alone */
                 } else if (r != BATCH_ANSWERED || mine.res != mine.user_id * 10) {
                     _exit(3);
                 }
@@ -446,7 +618,7 @@ START_TEST(storm_answers_everyone)
         ck_assert_int_eq(waitpid(p[i], &st, 0), p[i]);
         ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker %d: status %d", i, st);
     }
-    ck_assert_uint_eq(atomic_load(&s->b.m.size_sum), 24 * 200);
+    ck_assert_uint_eq(atomic_load(&s->b.m.size_sum) + atomic_load(&s->b.m.lock_busy), 24 * 200);
     ck_assert_int_eq(s->b.shard[1].leader, 0);
 }
 END_TEST
@@ -470,6 +642,10 @@ int main(void)
     tcase_add_test(tc, dead_lock_owner_is_repaired);
     tcase_add_test(tc, handoff_lets_the_next_call_go);
     tcase_add_test(tc, storm_answers_everyone);
+    tcase_add_test(tc, lead_goes_to_the_most_time_left);
+    tcase_add_test(tc, reused_entry_never_takes_a_stale_answer);
+    tcase_add_test(tc, stopped_lock_holder_sends_seizes_alone);
+    tcase_add_test(tc, stopped_leader_loses_the_lead);
     suite_add_tcase(su, tc);
     return cs_run_suite(su, 0);
 }

@@ -250,21 +250,6 @@ START_TEST(mysql_unreachable_is_a_connection_error)
 }
 END_TEST
 
-START_TEST(script_file_errors)
-{
-    struct rscript s;
-    char err[256];
-    ck_assert_int_eq(rscript_load_file(&s, "/nonexistent/seize.lua", err, sizeof(err)), CS_ERR);
-    ck_assert_ptr_nonnull(strstr(err, "/nonexistent/seize.lua"));
-    const char *src = getenv("top_srcdir");
-    char p[512];
-    snprintf(p, sizeof(p), "%s/lua/seize.lua", src ? src : ".");
-    ck_assert_int_eq(rscript_load_file(&s, p, err, sizeof(err)), CS_OK);
-    ck_assert_ptr_nonnull(strstr(s.src, "HINCRBY"));
-    rscript_free(&s);
-}
-END_TEST
-
 int main(void)
 {
     Suite *s = suite_create("conns");
@@ -274,7 +259,6 @@ int main(void)
     tcase_add_test(tc, evalsha_says_whether_it_was_sent);
     tcase_add_test(tc, error_replies_name_their_fault);
     tcase_add_test(tc, mysql_unreachable_is_a_connection_error);
-    tcase_add_test(tc, script_file_errors);
     suite_add_tcase(s, tc);
     TCase *tr = tcase_create("redis");
     tcase_add_unchecked_fixture(tr, redis_start, redis_stop);
