@@ -137,6 +137,7 @@ void api_metrics(struct worker *w, struct req *r)
     struct metrics_out o = {buf, cap, metrics_render(w->shm, w->conf->fallback_lease_ms, buf, cap)};
     metrics_workers(w->shm, &o);
     api_metrics_activities(w, &o);
+    metrics_config(w->conf, &o);
     size_t n = o.len;
     r->code = CODE_OK;
     http_reply_raw(r->out, 200, "text/plain; version=0.0.4; charset=utf-8", buf, n, NULL);

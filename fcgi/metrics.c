@@ -1,5 +1,6 @@
 /* metrics.c - the node's metrics in Prometheus text, from its shared memory
  * (summed over workers); api_metrics.c serves them. */
+#include "config.h"
 #include "metrics.h"
 #include "activity.h"
 #include "conf.h"
@@ -333,4 +334,27 @@ void metrics_workers(const struct shm_node *node, struct metrics_out *o)
     }
     metrics_emit(o, "# HELP couponseize_workers Worker processes of this node that are alive.\n"
             "# TYPE couponseize_workers gauge\ncouponseize_workers %d\n", alive);
+}
+
+void metrics_config(const struct cs_conf *conf, struct metrics_out *o)
+{
+    metrics_emit(o, "# HELP couponseize_build_info The running build of coupon-fcgi (always 1).\n"
+            "# TYPE couponseize_build_info gauge\n"
+            "couponseize_build_info{program=\"coupon-fcgi\",version=\"%s\"} 1\n",
+         PACKAGE_VERSION);
+    metrics_emit(o, "# HELP couponseize_fallback_budget_seconds fallback.budget_ms: every seize is "
+            "answered within it.\n# TYPE couponseize_fallback_budget_seconds gauge\n"
+            "couponseize_fallback_budget_seconds %.3f\n", (double)conf->fallback_budget_ms / 1000);
+    metrics_emit(o, "# HELP couponseize_workers_configured fcgi.workers: the workers the "
+            "supervisor keeps alive.\n# TYPE couponseize_workers_configured gauge\n"
+            "couponseize_workers_configured %d\n", conf->fcgi_workers);
+    metrics_emit(o, "# HELP couponseize_fallback_reserve fallback.reserve: coupons per open sale "
+            "set aside for this node (0: no reserves, no keeper).\n"
+            "# TYPE couponseize_fallback_reserve gauge\ncouponseize_fallback_reserve %d\n",
+         conf->fallback_reserve);
+    metrics_emit(o, "# HELP couponseize_sync_metrics_file_configured 1 when this node's "
+            "configuration names sync.metrics_file (coupon-sync's metrics are then expected).\n"
+            "# TYPE couponseize_sync_metrics_file_configured gauge\n"
+            "couponseize_sync_metrics_file_configured %d\n",
+         conf->sync_metrics_file != NULL && conf->sync_metrics_file[0] != '\0');
 }

@@ -26,4 +26,11 @@ void metrics_emit(struct metrics_out *o, const char *fmt, ...)
  * are alive and the resident memory of each (from /proc). */
 void metrics_workers(const struct shm_node *node, struct metrics_out *o);
 
+struct cs_conf;
+
+/* Appends what the configuration promises, for alert rules to compare with
+ * what runs: the build (couponseize_build_info), fallback.budget_ms,
+ * fcgi.workers, fallback.reserve and whether sync.metrics_file is set. */
+void metrics_config(const struct cs_conf *conf, struct metrics_out *o);
+
 #endif

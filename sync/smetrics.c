@@ -1,4 +1,5 @@
 /* smetrics.c - coupon-sync metrics (atomics) and the Prometheus text file. */
+#include "config.h"
 #include "smetrics.h"
 #include "cs.h"
 #include "keys.h"
@@ -107,6 +108,10 @@ int smetrics_write(const char *path)
         log_error("fopen(%s) failed: %s", tmp, strerror(errno));
         return CS_ERR;
     }
+    fprintf(f, "# HELP couponseize_build_info The running build of coupon-sync (always 1).\n"
+               "# TYPE couponseize_build_info gauge\n"
+               "couponseize_build_info{program=\"coupon-sync\",version=\"%s\"} 1\n",
+            PACKAGE_VERSION);
     for (int c = 0; c < SM_COUNTERS; c++)
         sm_counter(f, sm_counters[c].name, sm_counters[c].help, atomic_load(&sm_count[c]));
     fprintf(f, "# HELP couponseize_sync_queue_depth Entries waiting in QUEUE:COUPON:SEIZE:SYNC:{i}.\n"

@@ -42,6 +42,13 @@ for p in d.get("panels", []):
             bad.append("%s: datasource %r is not the variable" % (p.get("title"), ds))
     if not p.get("targets"):
         bad.append("%s: no query" % p.get("title"))
+    # Every node reads the same global queue: a sum over nodes counts it
+    # once per node. Each shard's max over nodes, then the sum over shards.
+    for t in p.get("targets", []):
+        if "queue_depth" not in t.get("expr", "") or "timestamp" in t["expr"]:
+            continue
+        if "max by (shard)" not in t["expr"]:
+            bad.append("%s: %s counts the global queue once per node" % (p.get("title"), t["expr"]))
 print("; ".join(bad))
 PY
 )
@@ -213,6 +220,19 @@ check_eq "panel Remaining stock: activity 502 as in Redis" "$(stock_of 502)" \
     "$(val 'max by (activity) (couponseize_activity_remaining)' '"activity": "502"')"
 check_eq "panel Workers: ${COUPON_WORKERS:-4} alive" "${COUPON_WORKERS:-4}" \
     "$(promq 'sum(couponseize_workers)' | awk '{print $NF}')"
+check_eq "couponseize_workers_configured: fcgi.workers" "${COUPON_WORKERS:-4}" \
+    "$(promq 'max(couponseize_workers_configured)' | awk '{print $NF}')"
+check_eq "couponseize_fallback_budget_seconds: fallback.budget_ms" 1 \
+    "$(promq 'max(couponseize_fallback_budget_seconds)' | awk '{print $NF}')"
+builds=$(promq 'count by (program) (couponseize_build_info{version!=""})' | sort | tr '\n' ' ')
+check_match "couponseize_build_info of both daemons ($builds)" 'coupon-fcgi.*coupon-sync' "$builds"
+# A healthy stack under load pages nobody: no rule fires (a rule with a
+# "for" may be pending for a moment, e.g. while a sale sells out).
+firing=$(curl -s "$PROM/api/v1/alerts" | python3 -c '
+import json, sys
+a = json.load(sys.stdin)["data"]["alerts"]
+print(" ".join(sorted(x["labels"]["alertname"] for x in a if x["state"] == "firing")))')
+check_eq "no alert fires on the healthy stack" "" "$firing"
 rss=$(promq 'min(couponseize_worker_rss_bytes)' | awk '{print int($NF)}')
 check "panel Worker RSS: every worker above 1 MB ($rss bytes)" test "${rss:-0}" -gt 1048576
 # The new series (workers, per-activity stock) pass Prometheus' own lint.

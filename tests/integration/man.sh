@@ -8,7 +8,7 @@
 
 command -v mandoc >/dev/null 2>&1 || skip_all "mandoc is not installed (Debian: mandoc)"
 MAN=$top_builddir/gen/man
-PAGES=(coupon-fcgi.8 coupon-sync.8 couponseize.conf.5)
+PAGES=(coupon-fcgi.8 coupon-sync.8 couponseize.conf.5 couponseize-admin.8)
 for p in "${PAGES[@]}"; do
     [[ -f $MAN/$p ]] || skip_all "$MAN/$p is not built (run make)"
 done
@@ -83,7 +83,7 @@ while read -r key; do
 done < <(sed -n 's/^\.It Cm \([a-z_]*\.[a-z_]*\)$/\1/p' "$conf_page")
 
 # Each option in a program's usage text is in its page.
-for prog in coupon-fcgi coupon-sync; do
+for prog in coupon-fcgi coupon-sync couponseize-admin; do
     # The option lines of the usage text: "  -c PATH", "  -c, --config PATH", "      --once".
     opts=$("$top_builddir/$prog" -h | sed -nE 's/^ +(-[a-z](, --[a-z]+)?|--[a-z]+) .*/\1/p' |
         tr ',' ' ')
