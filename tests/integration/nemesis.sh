@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # nemesis.sh - the nemesis in short: its checker on hand-written histories,
-# one seeded schedule of mixed faults over two web nodes and a Redis Cluster
-# that must be judged VALID, and one whose stores get the three planted
-# defects (a lost row, a second coupon, a raised stock) that must each be
-# judged an anomaly. The long campaign is "make nemesis".
+# one seeded schedule of mixed faults over two web nodes and a Redis Cluster,
+# one node with group commit on (batches must form there), that must be
+# judged VALID, and one whose stores get the three planted defects (a lost
+# row, a second coupon, a raised stock) that must each be judged an anomaly.
+# The long campaign is "make nemesis".
 # shellcheck source=tests/lib.sh
 . "${top_srcdir:-$(cd "$(dirname "$0")/../.." && pwd)}/tests/lib.sh"
 
@@ -19,10 +20,16 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/nemcheck.XXXXXX")
 cs_defer rm -rf "$work"
 
 seed=${NEMESIS_SEED:-1}
-nemesis_run "$work/a.out" "$work/a.err" --seed "$seed" --secs "${NEMESIS_SECS:-30}" --dir "$work/a"
+nemesis_run "$work/a.out" "$work/a.err" --seed "$seed" --secs "${NEMESIS_SECS:-30}" --dir "$work/a" \
+    --batch on
 line=$(tail -n 1 "$work/a.out")
 diag "$line"
-check_match "seed $seed under mixed faults: VALID" ": VALID " "$line"
+check_match "seed $seed under mixed faults, group commit on one node: VALID" ": VALID " "$line"
+mean=$(python3 -c 'import json, sys
+print(max([m["mean"] or 0 for m in json.load(open(sys.argv[1])).get("group_commit", {}).values()] or [0]))' \
+    "$work/a/verdict.json" 2>/dev/null || echo 0)
+check "seed $seed: seizes rode together on the batched node (mean batch $mean)" \
+    python3 -c "import sys; sys.exit(not float(sys.argv[1]) > 1.2)" "$mean"
 [[ $line == *": VALID "* ]] || {
     grep anomaly "$work/a.err" 2>/dev/null | head -n 5 | while read -r l; do diag "$l"; done
     cat "$work/a.err" >&2 || true

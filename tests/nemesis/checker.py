@@ -162,7 +162,33 @@ def stats(history, sale=102):
         during = sorted(f for f, t0, t1 in active.values()
                         if t0 is not None and t0 <= b and (t1 if t1 is not None else t0) >= a)
         out["longest_no_sale"] = {"sale": sale, "ms": gap, "from": a, "to": b, "faults": during}
+    stops = stopped_worker_answers(history)
+    if stops:
+        out["stopped_worker"] = stops
     return out
+
+
+def stopped_worker_answers(history):
+    """What a stopped worker cost its node: the answers to seizes sent to
+    that node while one of its workers was stopped (stop-worker), by code,
+    and the slowest of them (ms); None without such a fault."""
+    spans = {}
+    for h in history:
+        if h.get("type") == "nemesis" and h["f"] == "stop-worker" and not h.get("error"):
+            sp = spans.setdefault(h["idx"], [int(h["target"][4:]), None, None])
+            sp[1 if h["phase"] == "start" else 2] = h["t1"] if h["phase"] == "start" else h["t0"]
+    spans = [sp for sp in spans.values() if sp[1] is not None and sp[2] is not None]
+    if not spans:
+        return None
+    codes, slowest, n = {}, 0, 0
+    for h in history:
+        if h.get("type") != "seize":
+            continue
+        if any(node == h["node"] and a <= h["t0"] <= b for node, a, b in spans):
+            n += 1
+            codes[h["code"]] = codes.get(h["code"], 0) + 1
+            slowest = max(slowest, h["t1"] - h["t0"])
+    return {"faults": len(spans), "seizes": n, "codes": codes, "slowest_ms": slowest}
 
 
 # --- reading the stores ---------------------------------------------------------

@@ -3,6 +3,8 @@
 The history is JSON lines, one per operation, written as answers arrive:
   {"type": "seize", "user": U, "sale": A, "node": N, "t0": ms, "t1": ms,
    "http": 200, "code": "SEIZED", "thread": T}
+  (a seize of a burst thread, which loads one node with group commit on,
+  has "burst": true)
   (a SOLD_OUT that says it is not final, reserves being open, has "final": false)
   {"type": "admin", "op": "revoke" | "move-window" | "preheat", "sale": A, ...}
   {"type": "status", "user": U, "sale": A, "node": N, "seized": bool, ...}
@@ -114,18 +116,32 @@ class Http:
 
 # Which sale a request goes to, and how many users may ask for it.
 MIX = [(101, 0.25, 400), (102, 0.35, 3000), (103, 0.2, 3000), (104, 0.2, 3000)]
+# The burst threads' mix: mostly the sale that never sells out, whose
+# seizes then come together on one shard, from more users.
+BURST_MIX = [(101, 0.1, 400), (102, 0.6, 30000), (103, 0.15, 3000), (104, 0.15, 3000)]
 
 
 class Load:
-    """threads x (pick a sale, a user, a node; seize; record) until stop()."""
+    """threads x (pick a sale, a user, a node; seize; record) until stop().
 
-    def __init__(self, seed, urls, secret, history, threads=6, think_ms=(2, 12)):
+    burst {node: n}: n more threads for each such node (one with group
+    commit on), each sending one seize to that node alone at every tick of
+    its node (every burst_ms), so that seizes arrive together and ride in
+    one call. Every thread takes users of its own residue modulo the number
+    of threads, so threads rarely race on one user."""
+
+    def __init__(self, seed, urls, secret, history, threads=6, think_ms=(2, 12), burst=None,
+                 burst_ms=25):
         self.seed = seed
         self.urls = urls
         self.secret = secret
         self.history = history
         self.nthreads = threads
         self.think = think_ms
+        self.burst = sorted((burst or {}).items())
+        self.burst_ms = burst_ms
+        self.total = threads + sum(n for _, n in self.burst)
+        self.ticks = {node: [0, threading.Condition()] for node, _ in self.burst}
         self.stopping = threading.Event()
         self.tokens = {}
         self.tlock = threading.Lock()
@@ -143,40 +159,75 @@ class Load:
             th = threading.Thread(target=self.run, args=(i,), daemon=True)
             th.start()
             self.threads.append(th)
+        i = self.nthreads
+        for node, n in self.burst:
+            for _ in range(n):
+                th = threading.Thread(target=self.run, args=(i, node), daemon=True)
+                th.start()
+                self.threads.append(th)
+                i += 1
+            th = threading.Thread(target=self.ticker, args=(node,), daemon=True)
+            th.start()
+            self.threads.append(th)
 
     def stop(self):
         self.stopping.set()
+        for tick in self.ticks.values():
+            with tick[1]:
+                tick[1].notify_all()
         for th in self.threads:
             th.join(10)
 
-    def run(self, i):
+    def ticker(self, node):
+        tick = self.ticks[node]
+        while not self.stopping.wait(self.burst_ms / 1000.0):
+            with tick[1]:
+                tick[0] += 1
+                tick[1].notify_all()
+
+    def run(self, i, burst_node=None):
         rng = random.Random("client:%d:%d" % (self.seed, i))
         h = Http(self.urls)
         recent = []  # (user, sale) this thread asked lately: users come back
-        sales = [m[0] for m in MIX]
-        weights = [m[1] for m in MIX]
-        pool = {m[0]: m[2] for m in MIX}
+        mix = BURST_MIX if burst_node else MIX
+        sales = [m[0] for m in mix]
+        weights = [m[1] for m in mix]
+        pool = {m[0]: m[2] for m in mix}
+        seen = 0
         while not self.stopping.is_set():
+            if burst_node:
+                # The next tick of the node (a tick missed while this
+                # thread's seize was out is not made up).
+                tick = self.ticks[burst_node]
+                with tick[1]:
+                    while tick[0] <= seen and not self.stopping.is_set():
+                        tick[1].wait(1.0)
+                    seen = tick[0]
+                if self.stopping.is_set():
+                    break
             if recent and rng.random() < 0.3:
                 user, sale = rng.choice(recent)
             else:
                 sale = rng.choices(sales, weights)[0]
                 # Thread i takes users of its own residue so threads rarely
                 # race on one user, while each user still sees both nodes.
-                user = rng.randrange(1, pool[sale] // self.nthreads) * self.nthreads + i
+                user = rng.randrange(1, pool[sale] // self.total) * self.total + i
                 recent.append((user, sale))
                 if len(recent) > 40:
                     recent.pop(0)
-            node = rng.randint(1, len(self.urls))
+            node = burst_node or rng.randint(1, len(self.urls))
             t0 = now_ms()
             st, code, j = h.request(node, "POST", "/market/consumer/coupon/seize", {"id": sale},
                                     self.token(user))
             rec = {"type": "seize", "user": user, "sale": sale, "node": node,
                    "t0": t0, "t1": now_ms(), "http": st, "code": code, "thread": i}
+            if burst_node:
+                rec["burst"] = True
             if code == "SOLD_OUT" and j is not None and j.get("final") is False:
                 rec["final"] = False
             self.history.add(rec)
-            time.sleep(rng.uniform(*self.think) / 1000.0)
+            if not burst_node:
+                time.sleep(rng.uniform(*self.think) / 1000.0)
 
 
 def admin(h, history, secret, op, sale, method, path, body, tries=8, stop=None):

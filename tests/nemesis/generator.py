@@ -6,6 +6,8 @@ so an anomaly's seed replays its schedule. Each event is a dict:
   {"at": seconds from the start, "kind": ..., "target": ..., "dur": seconds, ...}
 Faults that use the same target never overlap (a process is killed or stopped
 by one fault at a time); faults of different targets overlap freely.
+A schedule also says which web nodes run with group commit on: one
+"group-commit" event at 0 per such node (a setting of the stack, not a fault).
 """
 import random
 
@@ -33,6 +35,26 @@ KINDS = {
 # node's processes held DELAY ms by strace for dur s, a slow journal disk.
 SLOW_JOURNAL = ("slow-journal", (1.0, 5.0), (50, 600))
 
+# Group commit (limits.batch_max, DESIGN.md "Group commit of seizes"): in a
+# share of the schedules one web node, drawn by the seed, runs with batches
+# of up to 32 and 16 workers, and gets load enough for batches to form. Drawn
+# from a stream of its own, as are the faults made for it: the faults of the
+# other kinds of a seed stay what they were.
+GROUP_COMMIT = "group-commit"
+BATCH = {"batch_max": 32, "workers": 16}
+BATCH_SHARE = 0.5
+
+# kind -> (weight, duration range in s or None for instantaneous): faults on
+# one worker of a web node, the batched one when there is one.
+WORKER_KINDS = {
+    # kill -9 of a worker in a call: the leader of the call in flight
+    # (reading Redis' answer) or a follower (asleep on its queue entry's
+    # futex); only on a node with group commit on.
+    "kill-batch-worker": (1, None),
+    # SIGSTOP of one worker, SIGCONT after dur (a debugger, a long page fault).
+    "stop-worker": (1, (0.2, 2.0)),
+}
+
 REDIS_NODES = 6
 
 
@@ -44,9 +66,13 @@ def _targets(tkind, nodes):
     return [tkind]
 
 
-def schedule(seed, secs, nodes=2, kinds=None):
+def schedule(seed, secs, nodes=2, kinds=None, batch=None):
     """The events of one run, sorted by "at": faults, then the admin events
-    "move-window" (at 30 % of the run) and "revoke" (at 45 %)."""
+    "move-window" (at 30 % of the run) and "revoke" (at 45 %), and one
+    "group-commit" event at 0 per node that runs with group commit on.
+    batch: None, the seed draws (on for one node when kinds names
+    kill-batch-worker); "on", the node the seed draws whatever the share;
+    "off"; or a list of node numbers."""
     rng = random.Random("nemesis:%d" % seed)
     names = sorted(k for k in (kinds if kinds else KINDS) if k in KINDS)
     weights = [KINDS[k][0] for k in names]
@@ -74,14 +100,23 @@ def schedule(seed, secs, nodes=2, kinds=None):
     if kinds is None or SLOW_JOURNAL[0] in kinds:
         only = kinds is not None and all(k == SLOW_JOURNAL[0] for k in kinds)
         events += _slow_journal(seed, secs, nodes, only, events)
+    on = batched_nodes(seed, nodes, batch, kinds)
+    asked = [k for k in WORKER_KINDS if kinds is None or k in kinds]
+    if asked:
+        only = kinds is not None and all(k in WORKER_KINDS for k in kinds)
+        events += _worker_faults(seed, secs, nodes, on, asked, only, events)
+    for n in on:
+        events.append(dict({"at": 0.0, "kind": GROUP_COMMIT, "target": "node%d" % n, "dur": 0.0},
+                           **BATCH))
     events.append({"at": round(secs * 0.30, 2), "kind": "move-window", "target": "admin", "dur": 0.0})
     events.append({"at": round(secs * 0.45, 2), "kind": "revoke", "target": "admin", "dur": 0.0})
     events.sort(key=lambda e: (e["at"], e["kind"]))
     return events
 
 
-# Faults on a web node's processes: a slow-journal never overlaps one of them
-# on the same node (one fault acts on a process at a time).
+# Faults on a web node's processes: a slow-journal or a fault on one worker
+# never overlaps one of them on the same node (one fault acts on a process at
+# a time).
 NODE_PROCESS_KINDS = ("kill-worker", "kill-keeper", "kill-node", "stop-node", "skew")
 
 
@@ -105,9 +140,53 @@ def _slow_journal(seed, secs, nodes, only, others):
     return events
 
 
+def batched_nodes(seed, nodes=2, batch=None, kinds=None):
+    """The web nodes that run with group commit on (see schedule())."""
+    rng = random.Random("nemesis-batch:%d" % seed)
+    drawn = rng.random() < BATCH_SHARE
+    node = rng.randint(1, nodes)
+    if batch is None:
+        forced = kinds is not None and "kill-batch-worker" in kinds
+        return [node] if drawn or forced else []
+    if batch == "on":
+        return [node]
+    if batch == "off":
+        return []
+    return sorted(set(int(n) for n in batch))
+
+
+def _worker_faults(seed, secs, nodes, batched, asked, only, others):
+    """The faults on one worker (WORKER_KINDS, those in asked) of a run,
+    about one every 2.5 s (every 1.5 s when they are the only kinds asked for),
+    one at a time, on the batched nodes (a stop-worker on any node when none
+    is), none on a node while another process fault or a slow journal acts
+    on it. Every draw is made whatever is kept, so the kinds asked change
+    which events are kept, not when the others come."""
+    rng = random.Random("nemesis-worker:%d" % seed)
+    names = sorted(WORKER_KINDS)
+    weights = [WORKER_KINDS[k][0] for k in names]
+    busy = [(e["target"], e["at"], e["at"] + e["dur"] + 0.3) for e in others
+            if e["kind"] in NODE_PROCESS_KINDS or e["kind"] == SLOW_JOURNAL[0]]
+    events = []
+    t = rng.uniform(1.0, 3.0)
+    while t < secs - 1.5:
+        kind = rng.choices(names, weights)[0]
+        durs = WORKER_KINDS[kind][1]
+        dur = rng.uniform(*durs) if durs else 0.0
+        dur = round(min(dur, secs - t), 2)
+        pick = rng.random()
+        pool = batched or ([] if kind == "kill-batch-worker" else list(range(1, nodes + 1)))
+        if kind in asked and pool:
+            target = "node%d" % pool[int(pick * len(pool))]
+            if not any(n == target and a < t + dur + 0.3 and t < b for n, a, b in busy):
+                events.append({"at": round(t, 2), "kind": kind, "target": target, "dur": dur})
+        t += dur + 0.3 + rng.expovariate(1.0 / (1.0 if only else 2.0))
+    return events
+
+
 def all_kinds():
     """Every fault kind a schedule may hold."""
-    return sorted(KINDS) + [SLOW_JOURNAL[0]]
+    return sorted(KINDS) + [SLOW_JOURNAL[0]] + sorted(WORKER_KINDS)
 
 
 def sales(secs):

@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import threading
+import time
 
 STOP_ENV = {"COUPON_STACK_STOP_TIMEOUT": "5"}
 
@@ -62,6 +63,69 @@ def socket_inodes(pid):
     return inodes
 
 
+# x86_64 system call numbers of /proc/PID/syscall: where a worker waits.
+SYS_READ, SYS_POLL, SYS_RECVFROM, SYS_FUTEX, SYS_PPOLL = 0, 7, 45, 202, 271
+# The values a follower passes to FUTEX_WAIT on its queue entry (lib/batch.h
+# enum batch_state): queued for a leader, or taken into the call in flight.
+# A wait for a shard's lock passes the lock word (a pid, with the waiters bit).
+ENTRY_QUEUED, ENTRY_TAKEN = 1, 2
+
+
+def redis_sockets(ports):
+    """The inodes ("socket:[N]") of the TCP sockets connected to one of ports."""
+    out = set()
+    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(path) as f:
+                next(f)
+                for line in f:
+                    x = line.split()
+                    if len(x) > 9 and int(x[2].rsplit(":", 1)[1], 16) in ports:
+                        out.add("socket:[%s]" % x[9])
+        except (OSError, StopIteration, ValueError):
+            pass
+    return out
+
+
+def call_role(pid, redis_inodes):
+    """Where worker pid waits, from /proc/PID/syscall: ("leader", ..) when it
+    reads (or polls) a socket connected to Redis, ("follower", "taken" or
+    "queued") when it sleeps on its queue entry, ("lock", ..) on a shard's
+    lock, else (None, the syscall number or "running")."""
+    try:
+        with open("/proc/%d/syscall" % pid) as f:
+            x = f.read().split()
+    except OSError:
+        return None, "gone"
+    if not x or not x[0].isdigit():
+        return None, x[0] if x else "?"
+    nr = int(x[0])
+    args = [int(a, 16) for a in x[1:7]]
+    if nr == SYS_FUTEX:
+        if args[2] == ENTRY_TAKEN:
+            return "follower", "taken"
+        if args[2] == ENTRY_QUEUED:
+            return "follower", "queued"
+        return "lock", "futex"
+    fd = None
+    if nr in (SYS_READ, SYS_RECVFROM):
+        fd = args[0]
+    elif nr in (SYS_POLL, SYS_PPOLL):
+        try:  # the first struct pollfd of the call
+            with open("/proc/%d/mem" % pid, "rb") as m:
+                m.seek(args[0])
+                fd = int.from_bytes(m.read(4), "little", signed=True)
+        except (OSError, ValueError, OverflowError):
+            fd = None
+    if fd is not None:
+        try:
+            if os.readlink("/proc/%d/fd/%d" % (pid, fd)) in redis_inodes:
+                return "leader", "poll" if nr in (SYS_POLL, SYS_PPOLL) else "read"
+        except OSError:
+            pass
+    return None, str(nr)
+
+
 class Nemesis:
     def __init__(self, stack, dirpath, log, nodes=2):
         self.stack = stack
@@ -73,6 +137,7 @@ class Nemesis:
         self.active = {}           # id(ev) -> ev for faults started, not stopped
         self.skewed = set()        # nodes running under libfaketime
         self.straced = {}          # idx -> strace holding a node's fsyncs (slow-journal)
+        self.held = {}             # idx -> the worker a stop-worker holds stopped
         self.counts = {}
         self.lock = threading.Lock()  # the schedule runs one thread per target
         self.reload()
@@ -242,8 +307,64 @@ class Nemesis:
     def uncut(self, name):
         self.nft("delete", "chain", "inet", self.table, name)
 
+    def workers_of(self, node):
+        sup = self.pid_of(self.fcgi_svc(node))
+        if not sup:
+            return []
+        keeper = self.keeper_of(sup)
+        return [p for p in self.family(sup) if p != keeper]
+
+    def in_call(self, node, rng, want, secs):
+        """A worker of node in a seize call, looked for every 2 ms for up to
+        secs: with want "kill", the leader of a call that has followers
+        taken into it or one of those followers (drawn half and half when
+        both are there; after secs/2 a lone leader or a queued follower
+        will do); with want "stop", any worker in a call or queued for one
+        (after secs any worker). Returns (pid or None, what it was seen
+        doing: role, how, and how many followers were taken and queued)."""
+        ports = {int(hp.rsplit(":", 1)[1]) for hp in self.redis}
+        inodes = redis_sockets(ports)
+        t0 = time.monotonic()
+        end = t0 + secs
+        looks = 0
+        while True:
+            looks += 1
+            seen = {}
+            for p in self.workers_of(node):
+                role, how = call_role(p, inodes)
+                seen.setdefault(role, []).append((p, how))
+            taken = [p for p, how in seen.get("follower", []) if how == "taken"]
+            queued = [p for p, how in seen.get("follower", []) if how == "queued"]
+            leaders = [p for p, _ in seen.get("leader", [])]
+            late = time.monotonic() - t0 >= secs / 2
+            if want == "kill":
+                pools = []
+                if taken:
+                    pools = [("leader", leaders), ("follower", taken)]
+                elif late:
+                    pools = [("leader", leaders), ("follower", queued)]
+                pools = [(r, ps) for r, ps in pools if ps]
+            else:
+                pools = [(r, ps) for r, ps in (("leader", leaders), ("follower", taken + queued),
+                                              ("lock", [p for p, _ in seen.get("lock", [])])) if ps]
+                if not pools and time.monotonic() >= end:
+                    pools = [("idle", [p for ps in seen.values() for p, _ in ps])]
+                    pools = [(r, ps) for r, ps in pools if ps]
+            if pools:
+                role, ps = rng.choice(pools)
+                pid = rng.choice(ps)
+                how = dict(h for ps_ in seen.values() for h in ps_).get(pid)
+                return pid, {"role": role, "how": how, "pid": pid, "taken": len(taken),
+                             "queued": len(queued), "leaders": len(leaders), "looks": looks,
+                             "after_ms": int((time.monotonic() - t0) * 1000)}
+            if time.monotonic() >= end:
+                return None, {"role": "none", "looks": looks, "after_ms": int(secs * 1000)}
+            time.sleep(0.002)
+
     # --- faults ----------------------------------------------------------
     def start(self, ev, idx):
+        """Starts fault ev; returns what it found to act on (a dict for the
+        history) or None."""
         kind, target = ev["kind"], ev["target"]
         with self.lock:
             self.counts[kind] = self.counts.get(kind, 0) + 1
@@ -264,6 +385,20 @@ class Nemesis:
             workers = [p for p in self.family(sup) if p != keeper]
             if workers:
                 self.signal(rng.choice(workers), signal.SIGKILL)
+        elif kind == "kill-batch-worker":
+            # The victim is killed the moment it is seen in its call: a
+            # follower asleep on its entry, or the leader reading Redis.
+            pid, seen = self.in_call(node, rng, "kill", 2.0)
+            if pid is not None:
+                self.signal(pid, signal.SIGKILL)
+            self.active[idx] = ev
+            return seen
+        elif kind == "stop-worker":
+            pid, seen = self.in_call(node, rng, "stop", 0.5)
+            if pid is not None and self.signal(pid, signal.SIGSTOP):
+                self.held[idx] = pid
+            self.active[idx] = ev
+            return seen
         elif kind == "kill-keeper":
             self.signal(self.keeper_of(self.pid_of(self.fcgi_svc(node))), signal.SIGKILL)
         elif kind == "kill-node":
@@ -306,6 +441,7 @@ class Nemesis:
                           extra_env={"COUPON_FCGI_FAKETIME": "%+d" % off})
             self.skewed.add(node)
         self.active[idx] = ev
+        return None
 
     def stop(self, ev, idx):
         if idx not in self.active:
@@ -324,6 +460,8 @@ class Nemesis:
             sup = self.pid_of(self.fcgi_svc(node))
             for p in [sup] + self.family(sup):
                 self.signal(p, signal.SIGCONT)
+        elif kind == "stop-worker":
+            self.signal(self.held.pop(idx, None), signal.SIGCONT)
         elif kind == "kill-sync":
             self.stackcmd("start-sync")
         elif kind == "kill-mysql":
@@ -400,6 +538,7 @@ class Nemesis:
                 errors.append(str(e))
         for pid in list(self.stopped):
             self.signal(pid, signal.SIGCONT)
+        self.held.clear()
         if self.nft("list", "table", "inet", self.table) == 0:
             self.nft("delete", "table", "inet", self.table)
         for idx in sorted(self.active, reverse=True):

@@ -148,6 +148,40 @@ class TestChecker(unittest.TestCase):
         st = stores(s101=sale(role="sellout", total=2, stock=0, rows=[(1, 1, 105), (3, 1, 305)]))
         self.assertEqual(kinds(h, st), [])
 
+    # Group commit: a worker killed in a call, and answers that went to the
+    # wrong entry (issue 60's reused entry), are judged per user.
+    def test_worker_killed_in_a_call_is_open_until_settled(self):
+        h = [seize(1, "HTTP_502"), seize(2, "HTTP_502"), status(1, True), status(2, False)]
+        self.assertEqual(kinds(h, stores(s102=sale(rows=[(1, 1, 1005)]))), [])
+        h = [seize(1, "HTTP_502")]
+        self.assertEqual(kinds(h, stores(s102=sale(rows=[(1, 1, 1005)]))), ["unsettled"])
+
+    def test_answers_swapped_inside_a_batch(self):
+        # User 1 is told user 2's SEIZED, user 2 user 1's SOLD_OUT; the
+        # stores hold user 2's coupon: each user's answer is judged.
+        h = [seize(1, "SEIZED", sale=101), seize(2, "SOLD_OUT", sale=101, t0=1000, t1=1020)]
+        self.assertEqual(kinds(h, stores(s101=sale(role="sellout", total=1, rows=[(2, 1, 1005)]))),
+                         ["false-negative", "lost"])
+
+    def test_seized_with_an_answer_meant_for_another_sale(self):
+        # Told SEIZED from another seize's entry while its own call sold
+        # nothing: lost, however the other sale's stores look.
+        h = [seize(1, "SEIZED", sale=101), seize(2, "SEIZED", sale=102)]
+        self.assertEqual(kinds(h, stores(s101=sale(role="sellout", total=1, rows=[]),
+                                         s102=sale(rows=[(2, 1, 1005)]))), ["lost"])
+
+    def test_answers_while_a_worker_is_stopped(self):
+        def fault(phase, t):
+            return {"type": "nemesis", "f": "stop-worker", "target": "node2", "idx": 7,
+                    "phase": phase, "t0": t, "t1": t}
+        h = [fault("start", 1000), seize(1, "SEIZED", node=2, t0=1100, t1=1900),
+             seize(2, "UNAVAILABLE", node=2, t0=1500, t1=1600), seize(3, "SEIZED", node=1, t0=1200),
+             seize(4, "SEIZED", node=2, t0=2500, t1=2510), fault("stop", 2000)]
+        self.assertEqual(checker.stats(h)["stopped_worker"],
+                         {"faults": 1, "seizes": 2, "codes": {"SEIZED": 1, "UNAVAILABLE": 1},
+                          "slowest_ms": 800})
+        self.assertNotIn("stopped_worker", checker.stats([seize(1, "SEIZED")]))
+
     def test_not_drained(self):
         st = stores(s102=sale())
         st["drained"] = False
