@@ -28,8 +28,8 @@ local code, stock = judge(KEYS[1], ARGV[1], redis.call('HGET', KEYS[1], ARGV[1])
 if code then
   return code
 end
-check_hash(KEYS[3])
+-- The queue first: the one key not read above, so the one write that can fail.
+redis.call('HSET', KEYS[3], ARGV[1] .. ':' .. ARGV[2], nows)
 redis.call('HINCRBY', KEYS[1], ARGV[1], -1)
 redis.call('HSET', KEYS[2], ARGV[2], nows)
-redis.call('HSET', KEYS[3], ARGV[1] .. ':' .. ARGV[2], nows)
 return stock - 1

@@ -14,9 +14,10 @@
 -- batch can tell its own grant from an older one; else 0.
 --
 -- Every read and every check comes before any write (lua/part/judge.lua:
--- each key written is a hash or absent, each stock an integer, each seize
--- list the one of its activity), so an error leaves nothing applied. The
--- writes are one command per key, whatever the batch's size.
+-- each stock an integer, each seize list read and the one of its activity),
+-- and the sync queue, the one key written unread, is written first, so an
+-- error leaves nothing applied. The writes are one command per key,
+-- whatever the batch's size.
 if redis.replicate_commands then
   redis.replicate_commands()
 end
@@ -87,21 +88,14 @@ for j = 1, #ARGV, 3 do
   out[#out + 1] = seized
 end
 
-local writes = false
-for _, aid in ipairs(order) do
-  if acts[aid].n > 0 then
-    writes = true
-  end
-end
-if writes then
-  check_hash(KEYS[2])
-end
+-- The queue first: the one key not read above, so only the batch's first
+-- write can fail (lua/part/judge.lua).
 for _, aid in ipairs(order) do
   local a = acts[aid]
   if a.n > 0 then
+    redis.call('HSET', KEYS[2], unpack(a.queued))
     redis.call('HINCRBY', KEYS[1], aid, -a.n)
     redis.call('HSET', a.list, unpack(a.granted))
-    redis.call('HSET', KEYS[2], unpack(a.queued))
   end
 end
 return out

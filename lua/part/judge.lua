@@ -1,8 +1,10 @@
 -- judge.lua - the seize's judgement, one text for lua/seize.lua and
 -- lua/seize_batch.lua, joined to each where it says
--- "--#include part/judge.lua" (Makefile.am). Every function only reads: a
--- script that uses them writes nothing until its last check has passed, so
--- an error never leaves a seize (or a batch) half applied.
+-- "--#include part/judge.lua" (Makefile.am). Every function only reads.
+-- A script that uses them leaves nothing half applied: judge() refuses a
+-- stock HINCRBY could not take, the seize list's type is proven by its read,
+-- and the one key written unread, the sync queue, is written first, so
+-- only the first write can fail.
 
 -- Redis' clock in milliseconds, and the same instant as a string (a Lua
 -- number given to redis.call is formatted with "%.17g" each time).
@@ -10,15 +12,6 @@ local function redis_now()
   local t = redis.call('TIME')
   local ms = math.floor(tonumber(t[2]) / 1000)
   return tonumber(t[1]) * 1000 + ms, t[1] .. string.format('%03d', ms)
-end
-
--- A key the script will HSET must be a hash or absent: checked before the
--- first write (HSET on a key of another type fails after the ones before).
-local function check_hash(key)
-  local t = redis.call('TYPE', key)['ok']
-  if t ~= 'hash' and t ~= 'none' then
-    error('seize: ' .. key .. ' is a ' .. t .. ', not a hash')
-  end
 end
 
 -- The answer of a seize of activity aid that finds no stock left (n <= 0):
