@@ -15,6 +15,7 @@
 #include "cs.h"
 #include "mconn.h"
 #include "rconn.h"
+#include "redis_server.h"
 #include "runner.h"
 
 /* A TCP listener on a free loopback port that never answers. */
@@ -140,36 +141,12 @@ static void redis_start(void)
 {
     if (redis_port == 0)
         redis_port = closed_port();
-    char port[16];
-    snprintf(port, sizeof(port), "%d", redis_port);
-    redis_pid = fork();
-    if (redis_pid == 0) {
-        freopen("/dev/null", "w", stdout);
-        execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1",
-               "--save", "", "--appendonly", "no", (char *)NULL);
-        _exit(127);
-    }
-    struct rconn_opts o = {.host = "127.0.0.1", .port = redis_port, .password = "",
-                           .connect_timeout_ms = 200, .command_timeout_ms = 500,
-                           .no_backoff = 1};
-    struct rconn *rc = rconn_new(&o);
-    for (int i = 0; i < 100; i++) {
-        redisReply *r = rconn_command(rc, NULL, "PING");
-        if (r) {
-            freeReplyObject(r);
-            break;
-        }
-        usleep(50000);
-    }
-    rconn_free(rc);
+    redis_pid = test_redis_start(redis_port);
 }
 
 static void redis_stop(void)
 {
-    if (redis_pid > 0) {
-        kill(redis_pid, SIGKILL);
-        waitpid(redis_pid, NULL, 0);
-    }
+    test_redis_stop(redis_pid);
 }
 
 START_TEST(evalsha_reloads_on_noscript)

@@ -14,6 +14,7 @@
 #include "cs.h"
 #include "rconn.h"
 #include "scripts.h"
+#include "redis_server.h"
 #include "runner.h"
 
 static pid_t redis_pid;
@@ -42,35 +43,13 @@ static struct rconn *redis_conn(void)
 
 static void redis_start(void)
 {
-    char port[16];
     redis_port = free_port();
-    snprintf(port, sizeof(port), "%d", redis_port);
-    redis_pid = fork();
-    if (redis_pid == 0) {
-        if (freopen("/dev/null", "w", stdout) == NULL)
-            _exit(127);
-        execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1",
-               "--save", "", "--appendonly", "no", (char *)NULL);
-        _exit(127);
-    }
-    struct rconn *rc = redis_conn();
-    for (int i = 0; i < 100; i++) {
-        redisReply *r = rconn_command(rc, NULL, "PING");
-        if (r) {
-            freeReplyObject(r);
-            break;
-        }
-        usleep(50000);
-    }
-    rconn_free(rc);
+    redis_pid = test_redis_start(redis_port);
 }
 
 static void redis_stop(void)
 {
-    if (redis_pid > 0) {
-        kill(redis_pid, SIGKILL);
-        waitpid(redis_pid, NULL, 0);
-    }
+    test_redis_stop(redis_pid);
 }
 
 /* Script _i compiles: SCRIPT LOAD answers its SHA1. */
