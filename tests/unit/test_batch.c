@@ -256,6 +256,23 @@ START_TEST(reaped_follower_is_dropped)
 }
 END_TEST
 
+/* A process that holds shard 1's lock, stopped (SIGSTOP) until continued. */
+static pid_t stopped_lock_holder(void)
+{
+    pid_t h = fork();
+    if (h == 0) {
+        if (pthread_mutex_lock(&s->b.shard[1].lock) == EOWNERDEAD)
+            pthread_mutex_consistent(&s->b.shard[1].lock);
+        raise(SIGSTOP);
+        pthread_mutex_unlock(&s->b.shard[1].lock);
+        _exit(0);
+    }
+    int st;
+    ck_assert_int_eq(waitpid(h, &st, WUNTRACED), h);
+    ck_assert(WIFSTOPPED(st));
+    return h;
+}
+
 /* The supervisor never waits for a shard's lock: a worker stopped while it
  * holds one (SIGSTOP) leaves the reap to be tried again, and the retry,
  * once the lock is free, does it. */
@@ -270,17 +287,7 @@ START_TEST(reaped_never_waits_for_a_held_lock)
     ck_assert_int_eq(atomic_load(&s->ncalls), 1);
     kill(a, SIGKILL);
     reap(a);
-    pid_t h = fork();
-    if (h == 0) {
-        if (pthread_mutex_lock(&s->b.shard[1].lock) == EOWNERDEAD)
-            pthread_mutex_consistent(&s->b.shard[1].lock);
-        raise(SIGSTOP);
-        pthread_mutex_unlock(&s->b.shard[1].lock);
-        _exit(0);
-    }
-    int st;
-    ck_assert_int_eq(waitpid(h, &st, WUNTRACED), h);
-    ck_assert(WIFSTOPPED(st));
+    pid_t h = stopped_lock_holder();
     int64_t t0 = cs_mono_ms();
     int busy = batch_reaped(&s->b, a);
     int64_t took = cs_mono_ms() - t0;
@@ -514,15 +521,7 @@ END_TEST
  * waits BATCH_LOCK_WAIT_MS, not its budget, and goes alone. */
 START_TEST(stopped_lock_holder_sends_seizes_alone)
 {
-    pid_t h = fork();
-    if (h == 0) {
-        if (pthread_mutex_lock(&s->b.shard[1].lock) == EOWNERDEAD)
-            pthread_mutex_consistent(&s->b.shard[1].lock);
-        raise(SIGSTOP);
-        pthread_mutex_unlock(&s->b.shard[1].lock);
-        _exit(0);
-    }
-    ck_assert(wait_stopped(h));
+    pid_t h = stopped_lock_holder();
     int64_t t0 = cs_mono_ms();
     pid_t a = worker(0, 100, 32, 1000);
     for (int i = 0; i < 3000 && s->result[0] == -1; i++)
