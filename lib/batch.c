@@ -613,10 +613,11 @@ void batch_finish(struct batch_area *b, struct batch_take *take)
     int32_t pid = (int32_t)getpid();
     int nw = 0;
     static _Thread_local struct batch_entry *woken[BATCH_MAX];
+    /* By the leader's own deadline (its user waits on this), not the
+     * call's latest: a follower past its own answers UNKNOWN_OUTCOME. */
     int64_t by = cs_mono_ms() + BATCH_LOCK_WAIT_MS;
-
-    if (by < take->until)
-        by = take->until;
+    if (take->self >= 0 && by < take->item[take->self].deadline_ms)
+        by = take->item[take->self].deadline_ms;
     if (sh_lock_by(b, sh, by, &wake) != 0) {
         /* Held by a stopped process, or past every deadline of the call:
          * the answers are lost, and each waiting worker says UNKNOWN_OUTCOME.
