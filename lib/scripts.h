@@ -23,7 +23,7 @@ extern const char script_reserve_give_back[];
 extern const char script_reserve_release[];
 
 /* What the scripts answer. Each enum is read in one place: the seize's in
- * fcgi/seize_rules.c, the reserves' in the keeper and lib/reserve_admin.c. */
+ * fcgi/node/seize_rules.c, the reserves' in the keeper and lib/reserve_admin.c. */
 
 /* lua/seize.lua, and each entry of lua/seize_batch.lua: the stock left after
  * the grant (>= 0), or one of these. */

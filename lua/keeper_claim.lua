@@ -1,4 +1,4 @@
--- keeper_claim.lua - used by fcgi/keeper_claim.c (lib/scripts.h: script_keeper_claim).
+-- keeper_claim.lua - used by fcgi/keeper/keeper_claim.c (lib/scripts.h: script_keeper_claim).
 -- Claiming the incarnation. KEYS: the claim. ARGV: this instance, the time
 -- to live (ms), and a holder it may replace ("" none). 1 when the claim was
 -- this instance's and still is; 2 when it is this instance's now but was not

@@ -1,4 +1,4 @@
--- reserve_give_back.lua - used by lib/reserve.c (lib/scripts.h: script_reserve_give_back).
+-- reserve_give_back.lua - used by lib/node/reserve.c (lib/scripts.h: script_reserve_give_back).
 -- Giving back. KEYS: stock, reserve, epochs. ARGV: activityId, incarnation,
 -- epoch, the lease (ms) that must have passed since the node's last renewal
 -- (0 for the node itself; an admin returning a lost node's reserve passes
@@ -6,7 +6,7 @@
 -- is longer), 1 when given back at the low-water mark (no more set-aside
 -- for this sale then), and, for an admin, 1 when the operator declared the
 -- node's journal lost and the node's lease stamp it judged the lease by
--- (lib/lease_watch.h; -1: none): a renewal since then refuses the return.
+-- (lib/node/lease_watch.h; -1: none): a renewal since then refuses the return.
 -- Returns what went back to stock, -1 when the epoch is not open (given
 -- back already), -2 when the node renewed within the lease or since the
 -- stamp (the admin must wait), or -3 when the sale has no stock field

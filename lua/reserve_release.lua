@@ -1,4 +1,4 @@
--- reserve_release.lua - used by lib/reserve.c (lib/scripts.h: script_reserve_release).
+-- reserve_release.lua - used by lib/node/reserve.c (lib/scripts.h: script_reserve_release).
 -- Releasing what an admin's return kept out of stock, once the node replayed
 -- everything of that epoch (or the operator declared its journal lost).
 -- KEYS: stock, reserve, epochs. ARGV: activityId, incarnation, epoch.

@@ -1,4 +1,4 @@
--- reserve_renew.lua - used by lib/reserve.c (lib/scripts.h: script_reserve_renew).
+-- reserve_renew.lua - used by lib/node/reserve.c (lib/scripts.h: script_reserve_renew).
 -- The lease of one shard. KEYS: reserve, stock, window. ARGV: incarnation,
 -- the node's fallback.lease_ms, then activity ids. Records when this
 -- incarnation last renewed ("lease:<incarnation>" -> Redis ms) and the lease

@@ -1,4 +1,4 @@
--- reserve_replay.lua - used by lib/reserve.c (lib/scripts.h: script_reserve_replay).
+-- reserve_replay.lua - used by lib/node/reserve.c (lib/scripts.h: script_reserve_replay).
 -- Replaying one token. KEYS: stock, seize list, queue, reserve, epochs,
 -- dead letters. ARGV: activityId, userId, incarnation, epoch, token, seize
 -- time (ms, Redis' clock as estimated by the node). Checked and written in

@@ -1,4 +1,4 @@
--- reserve_set_aside.lua - used by lib/reserve.c (lib/scripts.h: script_reserve_set_aside).
+-- reserve_set_aside.lua - used by lib/node/reserve.c (lib/scripts.h: script_reserve_set_aside).
 -- Setting aside. KEYS: stock, window, reserve, epochs. ARGV: activityId,
 -- incarnation, epoch, wanted. Idempotent per (incarnation, epoch): asked
 -- again it answers what it did the first time (the amount, or -1 for an

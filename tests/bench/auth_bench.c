@@ -9,7 +9,7 @@
  *
  *   auth_bench [-n TOKENS] [-r REPEATS] [-j]
  */
-#include "auth.h"
+#include "req/auth.h"
 #include "cs.h"
 
 #include <jwt.h>

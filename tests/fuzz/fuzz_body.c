@@ -7,7 +7,7 @@
 #include <cjson/cJSON.h>
 
 #include "cs.h"
-#include "http.h"
+#include "req/http.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "params.h"
+#include "req/params.h"
 
 #define MAX_PARAMS 64
 

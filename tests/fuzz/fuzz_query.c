@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "cs.h"
-#include "http.h"
+#include "req/http.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "auth.h"
+#include "req/auth.h"
 #include "cs.h"
 
 static const char SECRET[] = "fuzz-secret-0123456789abcdefghijklmnop";

@@ -28,8 +28,8 @@ fallback.lease_ms=$LEASE
 ${COUPON_CONF_OVERRIDES:-}"
 cs_stack_up
 ADMIN=$(mint_jwt 1 admin)
-# The size of one journal record, as lib/journal.h says.
-REC=$((8 + $(sed -n 's/^#define JOURNAL_PAYLOAD \([0-9]*\).*/\1/p' "$top_srcdir/lib/journal.h")))
+# The size of one journal record, as lib/node/journal.h says.
+REC=$((8 + $(sed -n 's/^#define JOURNAL_PAYLOAD \([0-9]*\).*/\1/p' "$top_srcdir/lib/node/journal.h")))
 T0=$(date +%s%N)
 
 # field_of ID NODE: what node NAME's open reserve of activity ID holds in Redis.
@@ -45,7 +45,7 @@ jrecs_of() {
     mapfile -t files < <(segments "$1")
     ((${#files[@]} == 0)) || jrecs "${files[@]}"
 }
-# jrecs FILE...: the whole records of journal files (lib/journal.h layout,
+# jrecs FILE...: the whole records of journal files (lib/node/journal.h layout,
 # little-endian), one "activity epoch token user" a line.
 jrecs() {
     python3 - "$REC" "$@" <<'PY'

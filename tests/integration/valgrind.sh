@@ -99,7 +99,7 @@ http GET '/market/admin/coupon/reserves?id=402' '' "$ADMIN"
 check_eq "reserves list under valgrind" "200 3" "$HTTP_CODE $(jat "$HTTP_BODY" reserves.0.left)"
 http GET /market/admin/coupon/reserves '' "$ADMIN"
 # Never seen renewing by this node: refused until its lease has passed by
-# this node's clock since the first look (lib/lease_watch.h).
+# this node's clock since the first look (lib/node/lease_watch.h).
 http POST /market/admin/coupon/reserve/return "{\"id\":402,\"incarnation\":\"$LOST\"}" "$ADMIN"
 check_eq "reserve return under valgrind, first look" 409 "$HTTP_CODE"
 returned_lost() {

@@ -537,7 +537,7 @@ lost_seize_once() {
     wait "$cpid"
     rcli CLIENT UNPAUSE >/dev/null
     HTTP_CODE=$(cat "$out.c") HTTP_HEADERS=$(cat "$out.h") HTTP_BODY=$(cat "$out.b")
-    # The worker's own words (fcgi/http.c): it answered, at its budget,
+    # The worker's own words (fcgi/req/http.c): it answered, at its budget,
     # before the kill reached it.
     if [[ -z $LOST_WHY && $HTTP_BODY == *'"no answer from the coupon store:'* ]]; then
         LOST_WHY="worker $pid answered before it was killed"

@@ -65,7 +65,7 @@ def socket_inodes(pid):
 
 # x86_64 system call numbers of /proc/PID/syscall: where a worker waits.
 SYS_READ, SYS_POLL, SYS_RECVFROM, SYS_FUTEX, SYS_PPOLL = 0, 7, 45, 202, 271
-# The values a follower passes to FUTEX_WAIT on its queue entry (lib/batch.h
+# The values a follower passes to FUTEX_WAIT on its queue entry (lib/node/batch.h
 # enum batch_state): queued for a leader, or taken into the call in flight.
 # A wait for a shard's lock passes the lock word (a pid, with the waiters bit).
 ENTRY_QUEUED, ENTRY_TAKEN = 1, 2

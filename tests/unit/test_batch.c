@@ -1,4 +1,4 @@
-/* test_batch.c - the group commit queue (lib/batch.c) on a segment of the
+/* test_batch.c - the group commit queue (lib/node/batch.c) on a segment of the
  * test's own, with real processes: election, arrival order, the cap, a
  * leader killed with kill -9 while queued or taken, deadlines, a dead lock
  * owner, a stopped lock holder or leader, and a dead follower's entry

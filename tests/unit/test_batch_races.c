@@ -1,4 +1,4 @@
-/* test_batch_races.c - the group commit queue (lib/batch.c) against
+/* test_batch_races.c - the group commit queue (lib/node/batch.c) against
  * interleavings that a preemption makes, each forced by stopping a process
  * at a pause point (COUPONSEIZE_PAUSE_AT, cs_pause_point()):
  *   batch-finish  in batch_finish(), between the reads of its first

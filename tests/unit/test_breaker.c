@@ -7,7 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "breaker.h"
+#include "node/breaker.h"
 #include "conf.h"
 #include "cs.h"
 #include "keys.h"

@@ -8,10 +8,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "auth.h"
+#include "req/auth.h"
 #include "cs.h"
-#include "http.h"
-#include "params.h"
+#include "req/http.h"
+#include "req/params.h"
 #include "runner.h"
 
 static const char SECRET[] = "unit-test-secret-0123456789abcdefghijkl";

@@ -1,8 +1,8 @@
 /* test_keeper.c - the reserve keeper's decisions in-process, on a shared
  * memory segment and a keeper state made by each test, against a throwaway
- * redis-server: the slot phases (fcgi/keeper_slots.c), the renewal
- * (fcgi/keeper_renew.c) and the incarnation's claim (fcgi/keeper_claim.c),
- * over fcgi/keeper_base.c. MySQL is a port nothing listens on: every step
+ * redis-server: the slot phases (fcgi/keeper/keeper_slots.c), the renewal
+ * (fcgi/keeper/keeper_renew.c) and the incarnation's claim (fcgi/keeper/keeper_claim.c),
+ * over fcgi/keeper/keeper_base.c. MySQL is a port nothing listens on: every step
  * that needs it must then decide nothing, which the tests check too. */
 #include <check.h>
 #include <netinet/in.h>
@@ -16,7 +16,7 @@
 
 #include "conf.h"
 #include "cs.h"
-#include "keeper_int.h"
+#include "keeper/keeper_int.h"
 #include "keys.h"
 #include "log.h"
 #include "reserve.h"

@@ -1,4 +1,4 @@
-/* test_lcache.c - unit tests of the W-TinyLFU / LRU local cache (lib/lcache.c). */
+/* test_lcache.c - unit tests of the W-TinyLFU / LRU local cache (lib/node/lcache.c). */
 #include "lcache.h"
 #include "cs.h"
 #include "runner.h"

@@ -1,5 +1,5 @@
 /* test_lease_watch.c - the table of lease stamps a node watches
- * (lib/lease_watch.c) on a shared mapping of the test's own: a first look
+ * (lib/node/lease_watch.c) on a shared mapping of the test's own: a first look
  * and a changed stamp start over, an unchanged one ages by the caller's
  * clock, a late read never sets a stamp back, the longest published lease
  * is kept, a full table forgets the least recently read entry, and a

@@ -1,16 +1,16 @@
-/* test_route.c - the route table (fcgi/route.c) in-process, each handler a
+/* test_route.c - the route table (fcgi/api/route.c) in-process, each handler a
  * stub that records it ran: which path and method reach which handler,
  * what a wrong method answers, and when Idempotency-Key and the audit
  * trail come in. */
 #include <check.h>
 #include <string.h>
 
-#include "api.h"
-#include "audit.h"
-#include "idem.h"
-#include "req.h"
-#include "route.h"
-#include "worker.h"
+#include "api/api.h"
+#include "req/audit.h"
+#include "req/idem.h"
+#include "req/req.h"
+#include "api/route.h"
+#include "node/ctx.h"
 #include "runner.h"
 
 static const char *ran;        /* the handler that ran, by name */
@@ -19,9 +19,9 @@ static enum cs_code replied;
 static char allow[64];
 
 #define STUB(name)                                                                     \
-    void name(struct worker *w, struct req *r)                                          \
+    void name(struct node_ctx *nc, struct req *r)                                          \
     {                                                                                  \
-        (void)w;                                                                       \
+        (void)nc;                                                                       \
         ran = #name;                                                                   \
         r->who.is_admin = 1;                                                           \
         r->code = CODE_OK;                                                             \
@@ -75,7 +75,7 @@ void http_reply_with(FCGX_Stream *out, enum cs_code code, const char *msg, const
     snprintf(allow, sizeof(allow), "%s", headers ? headers : "");
 }
 
-static struct worker w;
+static struct node_ctx nc;
 static struct req r;
 
 static void dispatch(const char *method, const char *path, const char *idem_key)
@@ -88,7 +88,7 @@ static void dispatch(const char *method, const char *path, const char *idem_key)
     r.method = method;
     snprintf(r.path, sizeof(r.path), "%s", path);
     r.idem_key = idem_key;
-    route_dispatch(&w, &r);
+    route_dispatch(&nc, &r);
 }
 
 START_TEST(each_path_reaches_its_handler)

@@ -1,11 +1,11 @@
 /* test_seize_rules.c - a seize's deadline and waits, its checks before
- * Redis, and the meaning of the seize script's answers (fcgi/seize_rules.c). */
+ * Redis, and the meaning of the seize script's answers (fcgi/node/seize_rules.c). */
 #include <check.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "scripts.h"
-#include "seize_rules.h"
+#include "node/seize_rules.h"
 #include "runner.h"
 
 START_TEST(outcome_mapping)

@@ -1,8 +1,8 @@
 /* test_super.c - the supervisor's back-off before starting again a worker
- * or keeper that died (fcgi/super.h). */
+ * or keeper that died (fcgi/proc/super.h). */
 #include <check.h>
 
-#include "super.h"
+#include "proc/super.h"
 #include "runner.h"
 
 START_TEST(young_deaths_wait_longer_and_longer)

@@ -2,8 +2,8 @@
 -- benchmarks: what a user of this trade would write instead of a FastCGI
 -- service, the seize inside the nginx worker (no FastCGI hop).
 --
--- Per request, as coupon-fcgi does on its seize route (fcgi/auth.c,
--- fcgi/api_seize.c): POST only; an HS256 JWT from "Authorization: Bearer"
+-- Per request, as coupon-fcgi does on its seize route (fcgi/req/auth.c,
+-- fcgi/api/api_seize.c): POST only; an HS256 JWT from "Authorization: Bearer"
 -- (alg exactly "HS256", no "crit", "typ" absent or JWT, a 32-byte signature
 -- checked with HMAC-SHA-256 through FFI to OpenSSL, keyed once per worker;
 -- "exp" required and in the future, "nbf" honoured; "sub" a decimal user id,
@@ -130,7 +130,7 @@ end
 
 local MAX_ID = 9007199254740992 -- 2^53: exact in a double
 
--- The user id of a valid token, or nil (fcgi/auth.c token_parse and check_claims).
+-- The user id of a valid token, or nil (fcgi/req/auth.c token_parse and check_claims).
 local function token_user(authorization)
     if not authorization or #authorization < 8
         or sub(authorization, 1, 7):lower() ~= "bearer " then
@@ -153,7 +153,7 @@ local function token_user(authorization)
     if not head or head.alg ~= "HS256" or head.crit ~= nil then
         return nil
     end
-    -- libjwt's rule, as fcgi/auth.c keeps it: a string "typ" says JWT, in any case.
+    -- libjwt's rule, as fcgi/req/auth.c keeps it: a string "typ" says JWT, in any case.
     local typ = head.typ
     if type(typ) == "string" and typ:upper() ~= "JWT" then
         return nil

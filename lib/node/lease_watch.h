@@ -20,7 +20,7 @@
  *
  * A renewal that a master acknowledged and lost in a failover before any
  * replica had it never counted: the keeper makes a lease good only once the
- * durability rule held for its renewal (fcgi/keeper.c, keeper_renew()).
+ * durability rule held for its renewal (fcgi/keeper/keeper.c, keeper_renew()).
  */
 #ifndef CS_LEASE_WATCH_H
 #define CS_LEASE_WATCH_H

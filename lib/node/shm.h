@@ -28,8 +28,8 @@
 
 /* Reserves (doc/internals.md, "The reserves"): the
  * epochs this node incarnation may spend from, one slot each, and the users
- * it granted to, written by the reserve keeper (fcgi/keeper.c) and spent by
- * the workers (lib/reserve.c). */
+ * it granted to, written by the reserve keeper (fcgi/keeper/keeper.c) and spent by
+ * the workers (lib/node/reserve.c). */
 #define SHM_RESERVES 256         /* open epochs at once, one per activity */
 #define SHM_RGRANTS 65536        /* (activity, user) grants remembered, power of two */
 
@@ -144,7 +144,7 @@ struct shm_metrics {
     _Atomic uint64_t seized_shard[KEYS_SHARDS];  /* coupons granted, by shard */
 };
 
-/* One circuit breaker (fcgi/breaker.c owns what it does): the node's on a
+/* One circuit breaker (fcgi/node/breaker.c owns what it does): the node's on a
  * single Redis, and one per shard on a cluster, where a master failing opens
  * only the breakers of the shards it serves. */
 struct shm_breaker {
@@ -179,7 +179,7 @@ struct shm_node {
 
     _Atomic int64_t bucket_tat_us;           /* GCRA theoretical arrival time */
 
-    /* The list route's per-node copy of ACTIVITY:LIST (fcgi/alist.c):
+    /* The list route's per-node copy of ACTIVITY:LIST (fcgi/node/alist.c):
      * generation of the segment that holds it (0 = none yet), when it was
      * built (cs_mono_ms), and the lease of the one worker rebuilding it. */
     _Atomic uint64_t list_gen;
@@ -211,13 +211,13 @@ struct shm_node {
 
     struct shm_reserves rsv;
 
-    /* Group commit of seizes (lib/batch.c): per shard, the seizes waiting
+    /* Group commit of seizes (lib/node/batch.c): per shard, the seizes waiting
      * for the call in flight. Its locks and the lease watch's are the
      * segment's only locks. */
     struct batch_area batch;
 
     /* Lease stamps of node incarnations and how long this node has seen
-     * each unchanged (lib/lease_watch.c), for an admin's return. */
+     * each unchanged (lib/node/lease_watch.c), for an admin's return. */
     struct lease_watch lease_watch;
 };
 

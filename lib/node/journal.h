@@ -8,7 +8,7 @@
  *   w<N>.jnl      worker N's records: [u32 length][u32 CRC-32C][payload],
  *                 little-endian; a torn tail (a record cut short by a crash
  *                 between write and fsync) is cut off when the file is opened.
- *   tokens        written by the reserve keeper (fcgi/keeper_journal.c) before
+ *   tokens        written by the reserve keeper (fcgi/keeper/keeper_journal.c) before
  *                 it deletes a segment: per open epoch the next token, so a
  *                 restart never hands out a token of a deleted record again.
  *   halted        written by the keeper once a journal write failed; while it

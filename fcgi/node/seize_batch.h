@@ -1,4 +1,4 @@
-/* seize_batch.h - a seize through the node's group commit (lib/batch.c). */
+/* seize_batch.h - a seize through the node's group commit (lib/node/batch.c). */
 #ifndef CS_SEIZE_BATCH_H
 #define CS_SEIZE_BATCH_H
 
@@ -6,15 +6,15 @@
 
 #include "activity.h"
 #include "breaker.h"
-#include "req.h"
-#include "worker.h"
+#include "req/req.h"
+#include "ctx.h"
 
 /* The seize handler's own ways of answering one seize, each answering r. */
 struct seize_batch_ops {
     /* Today's path: one EVALSHA of seize.lua for this seize alone. */
-    void (*alone)(struct worker *w, struct req *r, struct activity *a, int64_t uid, void *arg);
+    void (*alone)(struct node_ctx *nc, struct req *r, struct activity *a, int64_t uid, void *arg);
     /* The seize never reached Redis: the node's reserve, else UNAVAILABLE. */
-    void (*unreached)(struct worker *w, struct req *r, struct activity *a, int64_t uid,
+    void (*unreached)(struct node_ctx *nc, struct req *r, struct activity *a, int64_t uid,
                       void *arg);
 };
 
@@ -26,7 +26,7 @@ struct seize_batch_ops {
  * limit and the breaker MUST have been judged before: every seize that gets
  * here goes to Redis or to ops->unreached.
  */
-void seize_batched(struct worker *w, struct req *r, struct activity *a, int64_t uid,
+void seize_batched(struct node_ctx *nc, struct req *r, struct activity *a, int64_t uid,
                    int64_t deadline_ms, const struct seize_batch_ops *ops, void *arg);
 
 /*
@@ -37,7 +37,7 @@ void seize_batched(struct worker *w, struct req *r, struct activity *a, int64_t 
  * hint, says what remains after a grant, and tells a sale that vanished
  * from Redis from one voided meanwhile.
  */
-void seize_answer(struct worker *w, struct req *r, struct activity *a, enum cs_code code,
+void seize_answer(struct node_ctx *nc, struct req *r, struct activity *a, enum cs_code code,
                   long long res);
 
 /*
@@ -51,13 +51,13 @@ void seize_answer(struct worker *w, struct req *r, struct activity *a, enum cs_c
  * already made, so that connection wrote nothing) a write of shard's fence
  * key (built into k_fence, KEYS_MAX) goes first. CS_OK when confirmed.
  */
-int seize_durable(struct worker *w, int shard, struct rconn_site *site, char *k_fence,
+int seize_durable(struct node_ctx *nc, int shard, struct rconn_site *site, char *k_fence,
                   int fence);
 
 /* The breaker of shard hears how a seize call on w->rc went (breaker.h). */
-static inline void seize_breaker_done(struct worker *w, int shard, enum rconn_fault fault)
+static inline void seize_breaker_done(struct node_ctx *nc, int shard, enum rconn_fault fault)
 {
-    breaker_seize_done(w->conf, w->shm, shard, fault, w->rc);
+    breaker_seize_done(nc->conf, nc->shm, shard, fault, nc->rc);
 }
 
 /* The durability rule did not confirm a seize call's grants on shard:
@@ -65,22 +65,22 @@ static inline void seize_breaker_done(struct worker *w, int shard, enum rconn_fa
  * selling), unless the budget left no time to ask (a slow answer: the
  * silence rule judges those, and a pause shorter than the budget must not
  * open the breaker). */
-static inline void seize_unconfirmed(struct worker *w, int shard)
+static inline void seize_unconfirmed(struct node_ctx *nc, int shard)
 {
-    if (w->rc->err != RCONN_ERR_DEADLINE)
-        seize_breaker_done(w, shard, RCONN_FAULT_ERROR);
+    if (nc->rc->err != RCONN_ERR_DEADLINE)
+        seize_breaker_done(nc, shard, RCONN_FAULT_ERROR);
 }
 
 /* A seize call on shard, written at site, got no answer within its budget
  * (breaker_seize_unanswered()): a Redis silent for a budget is asked
  * whether it is there once the user is answered (the worker loop). */
-static inline void seize_unanswered(struct worker *w, int shard, const struct rconn_site *site)
+static inline void seize_unanswered(struct node_ctx *nc, int shard, const struct rconn_site *site)
 {
-    if (breaker_seize_unanswered(w->conf, w->shm, shard, w->rc) == BREAKER_ASK) {
-        w->ask_pending = 1;
-        w->ask_shard = shard;
-        w->ask_site = *site;
-        w->ask_slot = -1;
+    if (breaker_seize_unanswered(nc->conf, nc->shm, shard, nc->rc) == BREAKER_ASK) {
+        nc->ask_pending = 1;
+        nc->ask_shard = shard;
+        nc->ask_site = *site;
+        nc->ask_slot = -1;
     }
 }
 
@@ -90,14 +90,14 @@ static inline void seize_unanswered(struct worker *w, int shard, const struct rc
  * answered for a whole budget the worker asks it, once its user is
  * answered, as after a timeout: a stall that holds every worker lets no
  * seize time out past a budget, and would otherwise never open the breaker. */
-static inline void seize_budget_gone(struct worker *w, int shard, uint64_t n)
+static inline void seize_budget_gone(struct node_ctx *nc, int shard, uint64_t n)
 {
-    atomic_fetch_add_explicit(&w->shm->m.seize_budget_gone, n, memory_order_relaxed);
-    if (!w->ask_pending && breaker_seize_ask_due(w->conf, w->shm, shard)) {
-        w->ask_pending = 1;
-        w->ask_shard = shard;
-        w->ask_site = (struct rconn_site){.conn_id = 0, .node = -1};
-        w->ask_slot = w->rc->cl != NULL ? (int)keys_shard_slot(shard) : -1;
+    atomic_fetch_add_explicit(&nc->shm->m.seize_budget_gone, n, memory_order_relaxed);
+    if (!nc->ask_pending && breaker_seize_ask_due(nc->conf, nc->shm, shard)) {
+        nc->ask_pending = 1;
+        nc->ask_shard = shard;
+        nc->ask_site = (struct rconn_site){.conn_id = 0, .node = -1};
+        nc->ask_slot = nc->rc->cl != NULL ? (int)keys_shard_slot(shard) : -1;
     }
 }
 

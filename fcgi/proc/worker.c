@@ -1,17 +1,17 @@
 /* worker.c - the accept loop of one worker. */
 #include "worker.h"
-#include "breaker.h"
+#include "node/breaker.h"
 #include "conf.h"
 #include "cs.h"
-#include "durability.h"
+#include "node/durability.h"
 #include "log.h"
-#include "meta.h"
+#include "node/meta.h"
 #include "mconn.h"
 #include "rcluster.h"
-#include "req.h"
-#include "route.h"
+#include "req/req.h"
+#include "api/route.h"
 #include "scripts.h"
-#include "seize_rules.h"
+#include "node/seize_rules.h"
 #include "shm.h"
 
 #include <errno.h>
@@ -64,7 +64,7 @@ static void worker_on_term(int sig)
 }
 
 /* Counts the request in the node's metrics. */
-static void worker_account(struct worker *w, struct req *r)
+static void worker_account(struct node_ctx *w, struct req *r)
 {
     int route = r->route < SHM_ROUTES ? r->route : SHM_ROUTES - 1;
     int code = (int)r->code < SHM_CODES ? (int)r->code : SHM_CODES - 1;
@@ -74,7 +74,7 @@ static void worker_account(struct worker *w, struct req *r)
     meta_push_stats(w->meta, w->shm);
 }
 
-static int worker_init(struct worker *w, const struct cs_conf *conf, struct shm_node *shm,
+static int worker_init(struct node_ctx *w, const struct cs_conf *conf, struct shm_node *shm,
                        int index)
 {
     struct rconn_opts ro;
@@ -113,7 +113,7 @@ static int worker_init(struct worker *w, const struct cs_conf *conf, struct shm_
     return CS_OK;
 }
 
-static void worker_fini(struct worker *w)
+static void worker_fini(struct node_ctx *w)
 {
     if (w->rj.seg != 0)
         journal_close(&w->rj.j);
@@ -128,7 +128,7 @@ static void worker_fini(struct worker *w)
 
 int worker_main(const struct cs_conf *conf, int listen_fd, struct shm_node *shm, int index)
 {
-    struct worker w;
+    struct node_ctx w;
     FCGX_Request fr;
     struct req r;
     struct sigaction sa;

@@ -1,7 +1,7 @@
 /* reserve.h - node reserves: what a worker may grant while Redis cannot be
  * reached (doc/internals.md, "The reserves").
  *
- * The reserve keeper (fcgi/keeper.c) sets aside epochs of numbered tokens
+ * The reserve keeper (fcgi/keeper/keeper.c) sets aside epochs of numbered tokens
  * in Redis, renews the node's lease on each shard, replays the journal and
  * gives reserves back; it publishes what may be spent in node shared memory
  * (struct shm_reserves). A worker whose seize never reached Redis spends one

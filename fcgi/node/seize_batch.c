@@ -8,12 +8,12 @@
 #include "conf.h"
 #include "cs.h"
 #include "durability.h"
-#include "http.h"
+#include "req/http.h"
 #include "keys.h"
 #include "log.h"
 #include "meta.h"
 #include "rcluster.h"
-#include "req.h"
+#include "req/req.h"
 #include "scripts.h"
 #include "shm.h"
 
@@ -85,12 +85,12 @@ static void sb_all(struct batch_take *t, enum batch_outcome outcome)
 }
 
 /* One send of the call that waits at most wait_ms for its answer. */
-static redisReply *sb_send(struct worker *w, struct sb_call *c, int wait_ms)
+static redisReply *sb_send(struct node_ctx *nc, struct sb_call *c, int wait_ms)
 {
-    rconn_set_timeout_range(w->rc, wait_ms - wait_ms / 10, wait_ms);
-    redisReply *rep = rconn_evalsha_at(w->rc, &script, c->nkeys, c->argc, c->argv, c->argl,
+    rconn_set_timeout_range(nc->rc, wait_ms - wait_ms / 10, wait_ms);
+    redisReply *rep = rconn_evalsha_at(nc->rc, &script, c->nkeys, c->argc, c->argv, c->argl,
                                       &c->site);
-    rconn_set_timeout(w->rc, 0);
+    rconn_set_timeout(nc->rc, 0);
     return rep;
 }
 
@@ -101,47 +101,47 @@ static redisReply *sb_send(struct worker *w, struct sb_call *c, int wait_ms)
  * after marking every entry NOT_SENT (Redis certainly did not run it) or
  * UNKNOWN (it may have), the breaker told. *resent: sent twice.
  */
-static redisReply *sb_eval(struct worker *w, struct batch_take *t, int64_t deadline_ms,
+static redisReply *sb_eval(struct node_ctx *nc, struct batch_take *t, int64_t deadline_ms,
                            int *resent)
 {
     int64_t left = deadline_ms - cs_mono_ms();
     if (left < BATCH_LEAD_MIN_MS) {
         /* Handed the lead (or a call) with its budget gone: as a seize
          * whose deadline came while it waited, nothing is sent. */
-        rconn_set_err(w->rc, RCONN_ERR_DEADLINE, "seize batch", "no time left in the budget");
-        atomic_fetch_add_explicit(&w->shm->batch.m.unsent, (uint64_t)t->n, memory_order_relaxed);
-        seize_budget_gone(w, t->shard, (uint64_t)t->n);
+        rconn_set_err(nc->rc, RCONN_ERR_DEADLINE, "seize batch", "no time left in the budget");
+        atomic_fetch_add_explicit(&nc->shm->batch.m.unsent, (uint64_t)t->n, memory_order_relaxed);
+        seize_budget_gone(nc, t->shard, (uint64_t)t->n);
         sb_all(t, BATCH_OUT_NOT_SENT);
         return NULL;
     }
-    int64_t keep = w->conf->redis_command_timeout_ms;
+    int64_t keep = nc->conf->redis_command_timeout_ms;
     if (keep > left / 4)
         keep = left / 4;
-    redisReply *rep = sb_send(w, &call, (int)(left - keep));
+    redisReply *rep = sb_send(nc, &call, (int)(left - keep));
     if (rep != NULL)
-        breaker_seize_answered(w->conf, w->shm, t->shard);
-    if (rep == NULL && w->rc->maybe_sent) {
+        breaker_seize_answered(nc->conf, nc->shm, t->shard);
+    if (rep == NULL && nc->rc->maybe_sent) {
         /* The script is idempotent per user: the same call once more tells
          * each user the truth. */
-        breaker_count_failure(w->shm, w->rc);
+        breaker_count_failure(nc->shm, nc->rc);
         left = deadline_ms - cs_mono_ms();
         if (left < 5) {
-            seize_unanswered(w, t->shard, &call.site);
+            seize_unanswered(nc, t->shard, &call.site);
             sb_all(t, BATCH_OUT_UNKNOWN);
             return NULL;
         }
-        atomic_fetch_add_explicit(&w->shm->m.seize_resends, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&nc->shm->m.seize_resends, 1, memory_order_relaxed);
         log_debug("seize batch of %d on shard %d: %s; sending it once more", t->n, t->shard,
-                  w->rc->errstr);
+                  nc->rc->errstr);
         *resent = 1;
-        rep = sb_send(w, &call, (int)left);
+        rep = sb_send(nc, &call, (int)left);
         if (rep != NULL)
-            breaker_seize_answered(w->conf, w->shm, t->shard);
+            breaker_seize_answered(nc->conf, nc->shm, t->shard);
         if (rep == NULL || rep->type != REDIS_REPLY_ARRAY) {
             if (rep != NULL)
-                seize_breaker_done(w, t->shard, rconn_reply_fault(rep));
+                seize_breaker_done(nc, t->shard, rconn_reply_fault(rep));
             else
-                seize_unanswered(w, t->shard, &call.site);
+                seize_unanswered(nc, t->shard, &call.site);
             if (rep != NULL)
                 freeReplyObject(rep);
             sb_all(t, BATCH_OUT_UNKNOWN);
@@ -149,7 +149,7 @@ static redisReply *sb_eval(struct worker *w, struct batch_take *t, int64_t deadl
         }
     }
     if (rep == NULL) {
-        seize_breaker_done(w, t->shard, RCONN_FAULT_DOWN);
+        seize_breaker_done(nc, t->shard, RCONN_FAULT_DOWN);
         sb_all(t, BATCH_OUT_NOT_SENT);
         return NULL;
     }
@@ -160,30 +160,30 @@ static redisReply *sb_eval(struct worker *w, struct batch_take *t, int64_t deadl
         log_error("EVALSHA seize_batch.lua on shard %d: %s", t->shard,
                   rep->type == REDIS_REPLY_ERROR ? rep->str : "unexpected reply");
         freeReplyObject(rep);
-        seize_breaker_done(w, t->shard, fault == RCONN_FAULT_NONE ? RCONN_FAULT_ERROR : fault);
+        seize_breaker_done(nc, t->shard, fault == RCONN_FAULT_NONE ? RCONN_FAULT_ERROR : fault);
         sb_all(t, BATCH_OUT_NOT_SENT);
         return NULL;
     }
     return rep;
 }
 
-int seize_durable(struct worker *w, int shard, struct rconn_site *site, char *k_fence,
+int seize_durable(struct node_ctx *nc, int shard, struct rconn_site *site, char *k_fence,
                   int fence)
 {
-    const struct cs_conf *c = w->conf;
+    const struct cs_conf *c = nc->conf;
     if (c->redis_wait_replicas <= 0)
         return CS_OK;
-    int copies = rconn_copies(w->rc, site, c->redis_wait_replicas);
+    int copies = rconn_copies(nc->rc, site, c->redis_wait_replicas);
     if (c->redis_cluster)
-        durability_note(w->shm, shard, copies);
+        durability_note(nc->shm, shard, copies);
     /* The fence key is needed only on this rare path: built here, not per seize. */
     if (fence)
         keys_fence(k_fence, shard);
-    return rconn_wait_at(w->rc, site, fence ? k_fence : NULL, copies, c->redis_wait_timeout_ms);
+    return rconn_wait_at(nc->rc, site, fence ? k_fence : NULL, copies, c->redis_wait_timeout_ms);
 }
 
 /* The leader's call: answers every entry of t (outcome, code, res). */
-static void sb_lead(struct worker *w, struct batch_take *t, int64_t deadline_ms)
+static void sb_lead(struct node_ctx *nc, struct batch_take *t, int64_t deadline_ms)
 {
     int resent = 0, grants = 0, already = 0;
     int64_t sent_at = cs_mono_ms();
@@ -191,7 +191,7 @@ static void sb_lead(struct worker *w, struct batch_take *t, int64_t deadline_ms)
     if (script.src == NULL)
         rscript_from_text(&script, script_seize_batch);
     sb_build(&call, t);
-    redisReply *rep = sb_eval(w, t, deadline_ms, &resent);
+    redisReply *rep = sb_eval(nc, t, deadline_ms, &resent);
     if (rep == NULL)
         return;
     int ok = rep->elements == (size_t)(1 + 2 * t->n);
@@ -201,7 +201,7 @@ static void sb_lead(struct worker *w, struct batch_take *t, int64_t deadline_ms)
         log_error("EVALSHA seize_batch.lua on shard %d: %zu elements for %d seizes", t->shard,
                   rep->elements, t->n);
         freeReplyObject(rep);
-        seize_breaker_done(w, t->shard, RCONN_FAULT_ERROR);
+        seize_breaker_done(nc, t->shard, RCONN_FAULT_ERROR);
         sb_all(t, BATCH_OUT_UNKNOWN); /* it ran: what it did is not known */
         return;
     }
@@ -225,32 +225,32 @@ static void sb_lead(struct worker *w, struct batch_take *t, int64_t deadline_ms)
     }
     freeReplyObject(rep);
     if (grants == 0 && already == 0) {
-        seize_breaker_done(w, t->shard, RCONN_FAULT_NONE);
+        seize_breaker_done(nc, t->shard, RCONN_FAULT_NONE);
         return;
     }
-    atomic_fetch_add_explicit(&w->shm->m.seized_shard[t->shard], (uint64_t)grants,
+    atomic_fetch_add_explicit(&nc->shm->m.seized_shard[t->shard], (uint64_t)grants,
                               memory_order_relaxed);
     /* The script has run: the next call need not wait for this one's WAIT. */
-    if (w->conf->redis_wait_replicas > 0)
-        batch_handoff(&w->shm->batch, t);
+    if (nc->conf->redis_wait_replicas > 0)
+        batch_handoff(&nc->shm->batch, t);
     /* "Already seized" is held to the rule too, without a fence write
      * (seize_grant()). */
-    if (seize_durable(w, t->shard, &call.site, call.k_fence, resent) != CS_OK) {
+    if (seize_durable(nc, t->shard, &call.site, call.k_fence, resent) != CS_OK) {
         log_warn("seize batch of %d on shard %d: %d granted, %d already seized, not confirmed: "
-                 "%s", t->n, t->shard, grants, already, w->rc->errstr);
-        seize_unconfirmed(w, t->shard);
+                 "%s", t->n, t->shard, grants, already, nc->rc->errstr);
+        seize_unconfirmed(nc, t->shard);
         for (int i = 0; i < t->n; i++)
             if (t->item[i].code == CODE_SEIZED || t->item[i].code == CODE_ALREADY_SEIZED)
                 t->item[i].outcome = BATCH_OUT_UNKNOWN;
         return;
     }
-    seize_breaker_done(w, t->shard, RCONN_FAULT_NONE);
+    seize_breaker_done(nc, t->shard, RCONN_FAULT_NONE);
 }
 
-void seize_answer(struct worker *w, struct req *r, struct activity *a, enum cs_code code,
+void seize_answer(struct node_ctx *nc, struct req *r, struct activity *a, enum cs_code code,
                   long long res)
 {
-    const struct cs_conf *c = w->conf;
+    const struct cs_conf *c = nc->conf;
     char extra[96];
     int stale;
 
@@ -265,7 +265,7 @@ void seize_answer(struct worker *w, struct req *r, struct activity *a, enum cs_c
      * the sale (nodes may give theirs back): only the script's -2 is. */
     if ((code == CODE_SOLD_OUT || (code == CODE_SEIZED && res == 0 && c->fallback_reserve == 0))
         && c->limits_soldout_recheck_ms > 0)
-        shm_flag_set(w->shm->soldout, a->id, cs_mono_ms() + c->limits_soldout_recheck_ms);
+        shm_flag_set(nc->shm->soldout, a->id, cs_mono_ms() + c->limits_soldout_recheck_ms);
     if (code == CODE_SEIZED) {
         if (res >= 0)
             snprintf(extra, sizeof(extra), "\"activityId\":%" PRId64 ",\"remaining\":%lld", a->id,
@@ -278,8 +278,8 @@ void seize_answer(struct worker *w, struct req *r, struct activity *a, enum cs_c
     if (code == CODE_NO_SUCH_ACTIVITY) {
         /* The stock field is gone: Redis lost its data, or the activity was
          * revoked elsewhere before the tombstone landed. */
-        meta_forget(w->meta, a->id);
-        if (meta_lookup(w->meta, w->rc, a->id, a, &stale) == META_VOIDED)
+        meta_forget(nc->meta, a->id);
+        if (meta_lookup(nc->meta, nc->rc, a->id, a, &stale) == META_VOIDED)
             code = CODE_VOIDED;
     }
     req_reply(r, code, NULL, NULL, 0);
@@ -287,24 +287,24 @@ void seize_answer(struct worker *w, struct req *r, struct activity *a, enum cs_c
 
 /* Answers r from what the leader wrote, as seize_grant() answers its own
  * script's reply (the breaker and the WAIT were the leader's). */
-static void sb_answer(struct worker *w, struct req *r, struct activity *a, int64_t uid,
+static void sb_answer(struct node_ctx *nc, struct req *r, struct activity *a, int64_t uid,
                       const struct batch_item *it, const struct seize_batch_ops *ops, void *arg)
 {
     if (it->outcome == BATCH_OUT_NOT_SENT) {
-        ops->unreached(w, r, a, uid, arg);
+        ops->unreached(nc, r, a, uid, arg);
         return;
     }
     if (it->outcome != BATCH_OUT_ANSWERED) {
-        req_reply(r, CODE_UNKNOWN_OUTCOME, NULL, NULL, breaker_retry_after(w->conf));
+        req_reply(r, CODE_UNKNOWN_OUTCOME, NULL, NULL, breaker_retry_after(nc->conf));
         return;
     }
     if (it->res == SCRIPT_SEIZE_UNKNOWN) {
         /* Stock or window missing: nothing changed, so the seize goes
          * alone, whose path writes a missing window and asks again. */
-        ops->alone(w, r, a, uid, arg);
+        ops->alone(nc, r, a, uid, arg);
         return;
     }
-    seize_answer(w, r, a, (enum cs_code)it->code, it->res);
+    seize_answer(nc, r, a, (enum cs_code)it->code, it->res);
 }
 
 /* A seize that waited for the call ahead of it (or for its own call) its
@@ -314,63 +314,63 @@ static void sb_answer(struct worker *w, struct req *r, struct activity *a, int64
  * it), or a stalled Redis would take one failure per call, not per seize,
  * to open it. A seize that gave up early (its leader died) says nothing of
  * Redis. */
-static void sb_unanswered(struct worker *w, int shard, int64_t deadline_ms)
+static void sb_unanswered(struct node_ctx *nc, int shard, int64_t deadline_ms)
 {
     if (cs_mono_ms() < deadline_ms)
         return;
-    rconn_set_err(w->rc, RCONN_ERR_TIMEOUT, "seize batch",
+    rconn_set_err(nc->rc, RCONN_ERR_TIMEOUT, "seize batch",
                   "no answer within the budget behind the call in flight");
     /* The leader wrote the call; where it went is resolved from the slot
      * map by the worker loop, after the user is answered (a refresh of the
      * map may take a connect's time). */
     struct rconn_site site = {.conn_id = 0, .node = -1};
-    seize_unanswered(w, shard, &site);
-    if (w->ask_pending && w->rc->cl != NULL)
-        w->ask_slot = (int)keys_shard_slot(shard);
+    seize_unanswered(nc, shard, &site);
+    if (nc->ask_pending && nc->rc->cl != NULL)
+        nc->ask_slot = (int)keys_shard_slot(shard);
 }
 
-void seize_batched(struct worker *w, struct req *r, struct activity *a, int64_t uid,
+void seize_batched(struct node_ctx *nc, struct req *r, struct activity *a, int64_t uid,
                    int64_t deadline_ms, const struct seize_batch_ops *ops, void *arg)
 {
-    struct batch_area *b = &w->shm->batch;
+    struct batch_area *b = &nc->shm->batch;
     struct batch_item mine = {.activity_id = a->id, .user_id = uid};
-    int max = w->conf->limits_batch_max;
+    int max = nc->conf->limits_batch_max;
 
-    if (max <= 1 || w->slot < 0 || w->slot >= BATCH_ENTRIES || !atomic_load(&b->ready)) {
-        ops->alone(w, r, a, uid, arg);
+    if (max <= 1 || nc->slot < 0 || nc->slot >= BATCH_ENTRIES || !atomic_load(&b->ready)) {
+        ops->alone(nc, r, a, uid, arg);
         return;
     }
-    switch (batch_join(b, keys_shard(a->id), w->slot, max, &mine, deadline_ms, &take)) {
+    switch (batch_join(b, keys_shard(a->id), nc->slot, max, &mine, deadline_ms, &take)) {
     case BATCH_LEADER:
         if (take.n == 1) {
             /* Nobody waits: today's call, while the seizes that come
              * meanwhile queue behind it for the next one. */
-            ops->alone(w, r, a, uid, arg);
+            ops->alone(nc, r, a, uid, arg);
             batch_finish(b, &take);
             return;
         }
-        sb_lead(w, &take, deadline_ms);
+        sb_lead(nc, &take, deadline_ms);
         batch_finish(b, &take);
-        sb_answer(w, r, a, uid, &take.item[take.self], ops, arg);
+        sb_answer(nc, r, a, uid, &take.item[take.self], ops, arg);
         return;
     case BATCH_ANSWERED:
-        sb_answer(w, r, a, uid, &mine, ops, arg);
+        sb_answer(nc, r, a, uid, &mine, ops, arg);
         return;
     case BATCH_UNSENT:
-        sb_unanswered(w, keys_shard(a->id), deadline_ms);
+        sb_unanswered(nc, keys_shard(a->id), deadline_ms);
         /* Given up at its deadline (not early, behind a leader that died). */
         if (cs_mono_ms() >= deadline_ms - BATCH_LEAD_MIN_MS)
-            seize_budget_gone(w, keys_shard(a->id), 1);
-        ops->unreached(w, r, a, uid, arg);
+            seize_budget_gone(nc, keys_shard(a->id), 1);
+        ops->unreached(nc, r, a, uid, arg);
         return;
     case BATCH_UNKNOWN:
-        sb_unanswered(w, keys_shard(a->id), deadline_ms);
-        req_reply(r, CODE_UNKNOWN_OUTCOME, NULL, NULL, breaker_retry_after(w->conf));
+        sb_unanswered(nc, keys_shard(a->id), deadline_ms);
+        req_reply(r, CODE_UNKNOWN_OUTCOME, NULL, NULL, breaker_retry_after(nc->conf));
         return;
     case BATCH_BUSY:
         /* A shard's lock held past BATCH_LOCK_WAIT_MS (its holder stopped
          * or starved): queued nowhere, so it goes alone, at once. */
-        ops->alone(w, r, a, uid, arg);
+        ops->alone(nc, r, a, uid, arg);
         return;
     }
 }

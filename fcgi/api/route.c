@@ -1,11 +1,11 @@
 /* route.c - maps a request path and method to its handler. */
 #include "route.h"
 #include "api.h"
-#include "audit.h"
-#include "http.h"
-#include "idem.h"
-#include "req.h"
-#include "worker.h"
+#include "req/audit.h"
+#include "req/http.h"
+#include "req/idem.h"
+#include "req/req.h"
+#include "node/ctx.h"
 
 #include <string.h>
 
@@ -13,7 +13,7 @@ static const struct {
     const char *path;
     const char *method;        /* NULL: the handler checks the method itself */
     enum route_id id;
-    void (*handler)(struct worker *, struct req *);
+    void (*handler)(struct node_ctx *, struct req *);
     const char *audit;         /* admin action recorded in admin_audit, or NULL */
     int admin_write;           /* takes Idempotency-Key (its POST / PUT) */
 } routes[] = {
@@ -34,7 +34,7 @@ static const struct {
      "reserve_return", 1},
 };
 
-void route_dispatch(struct worker *w, struct req *r)
+void route_dispatch(struct node_ctx *nc, struct req *r)
 {
     for (size_t i = 0; i < sizeof(routes) / sizeof(routes[0]); i++) {
         if (strcmp(r->path, routes[i].path) != 0)
@@ -54,20 +54,20 @@ void route_dispatch(struct worker *w, struct req *r)
         if (r->idem_key != NULL && routes[i].admin_write && strcmp(r->method, "GET") != 0
             && strcmp(r->method, "HEAD") != 0) {
             struct idem_claim ic;
-            if (idem_begin(w->mc, r, &ic) == IDEM_RUN) {
-                routes[i].handler(w, r);
-                idem_end(w->mc, &ic);
+            if (idem_begin(nc->mc, r, &ic) == IDEM_RUN) {
+                routes[i].handler(nc, r);
+                idem_end(nc->mc, &ic);
             }
             /* A replay or a refused key is no new action: no audit row. */
             if (r->audit_action != NULL && r->who.is_admin && strcmp(r->msg, "replay") != 0
                 && r->code != CODE_IDEMPOTENCY_KEY_IN_USE && r->code != CODE_IDEMPOTENCY_KEY_REUSED)
-                audit_record(w->mc, r);
+                audit_record(nc->mc, r);
             return;
         }
-        routes[i].handler(w, r);
+        routes[i].handler(nc, r);
         /* Only callers that proved to be admins leave a trace (not 401/403). */
         if (r->audit_action != NULL && r->who.is_admin)
-            audit_record(w->mc, r);
+            audit_record(nc->mc, r);
         return;
     }
     r->route = ROUTE_OTHER;

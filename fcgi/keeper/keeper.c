@@ -1,6 +1,6 @@
 /* keeper.c - the reserve keeper (doc/internals.md, "The reserves"): sets reserves aside, renews the node's lease, replays the
  * journal and gives reserves back. One process per node; the workers spend
- * what it publishes in shared memory (lib/reserve.c).
+ * what it publishes in shared memory (lib/node/reserve.c).
  *
  * Each pass (KEEPER_TICK_MS):
  *   1. renew the lease of every shard that holds a reserve of this node; the
@@ -95,7 +95,7 @@ static int row_watch(void *arg, int ncols, char **cols)
 }
 
 /* Reads the lease stamp of every incarnation with an open epoch into the
- * node's lease watch (lib/lease_watch.h): an admin's return of a lost
+ * node's lease watch (lib/node/lease_watch.h): an admin's return of a lost
  * node's reserve then judges its lease by this node's clock from about when
  * the node went quiet, not from the operator's first question. */
 static void keeper_watch_leases(struct keeper *k)

@@ -73,7 +73,7 @@ int reserve_admin_list(struct mconn *mc, struct rconn *rc, int64_t id, int lease
 void reserve_admin_list_free(struct reserve_list *l);
 
 /* Whether s (len bytes) is an incarnation id: JOURNAL_ID_LEN lowercase hex
- * digits, as lib/journal.c makes them. */
+ * digits, as lib/node/journal.c makes them. */
 int reserve_admin_incarnation_ok(const char *s, size_t len);
 
 enum reserve_return_outcome {

@@ -4,11 +4,11 @@
 #include "conf.h"
 #include "coupon.h"
 #include "cs.h"
-#include "http.h"
+#include "req/http.h"
 #include "log.h"
 #include "mconn.h"
-#include "req.h"
-#include "worker.h"
+#include "req/req.h"
+#include "node/ctx.h"
 
 #include <cjson/cJSON.h>
 #include <inttypes.h>
@@ -33,9 +33,9 @@ static void coupon_send(struct req *r, cJSON *root)
     cJSON_Delete(root);
 }
 
-static void coupon_mysql_down(struct worker *w, struct req *r, const char *what)
+static void coupon_mysql_down(struct node_ctx *nc, struct req *r, const char *what)
 {
-    req_mysql_fail(r, w->mc, what, NULL);
+    req_mysql_fail(r, nc->mc, what, NULL);
 }
 
 /* ---- GET /market/consumer/coupon/mine ------------------------------------------------ */
@@ -62,7 +62,7 @@ static cJSON *coupon_json(const struct coupon_row *c)
     return o;
 }
 
-void api_coupon_mine(struct worker *w, struct req *r)
+void api_coupon_mine(struct node_ctx *nc, struct req *r)
 {
     struct auth_identity who;
     char sbuf[16];
@@ -88,9 +88,9 @@ void api_coupon_mine(struct worker *w, struct req *r)
     }
     struct coupon_row *rows;
     size_t n;
-    if (coupon_mine(w->mc, who.user_id, status, size, (page - 1) * size, &rows, &n, &total)
+    if (coupon_mine(nc->mc, who.user_id, status, size, (page - 1) * size, &rows, &n, &total)
         != CS_OK) {
-        coupon_mysql_down(w, r, "reading a user's coupons");
+        coupon_mysql_down(nc, r, "reading a user's coupons");
         return;
     }
     cJSON *root = cJSON_CreateObject();
@@ -238,7 +238,7 @@ static enum cs_code coupon_code(enum coupon_result res)
  * release is the order system's alone: only it knows an order was
  * cancelled. A coupon that is not userId's is answered as a missing one.
  */
-static void coupon_change(struct worker *w, struct req *r, int release)
+static void coupon_change(struct node_ctx *nc, struct req *r, int release)
 {
     const char *verb = release ? "release" : "use";
     struct auth_identity who;
@@ -256,7 +256,7 @@ static void coupon_change(struct worker *w, struct req *r, int release)
             req_reply(r, CODE_FORBIDDEN, "only the order system releases a coupon", NULL, 0);
             return;
         }
-        if (!w->conf->auth_user_may_use) {
+        if (!nc->conf->auth_user_may_use) {
             req_reply(r, CODE_FORBIDDEN, "service or admin role required", NULL, 0);
             return;
         }
@@ -280,18 +280,18 @@ static void coupon_change(struct worker *w, struct req *r, int release)
     enum coupon_result res = COUPON_R_NO_SUCH;
     int expired = 0, rc = CS_OK;
     if (!as_user || q.user == 0 || q.user == who.user_id)
-        rc = release ? coupon_release(w->mc, q.id, user, q.order, q.olen, &res, &expired)
-                     : coupon_use(w->mc, q.id, user, q.order, q.olen, &res);
+        rc = release ? coupon_release(nc->mc, q.id, user, q.order, q.olen, &res, &expired)
+                     : coupon_use(nc->mc, q.id, user, q.order, q.olen, &res);
     if (q.user == 0)
         q.user = user;
     if (rc != CS_OK) {
         log_error("coupon %" PRId64 " %s by order %s failed", q.id, verb, q.order);
-        coupon_mysql_down(w, r, release ? "releasing a coupon" : "using a coupon");
+        coupon_mysql_down(nc, r, release ? "releasing a coupon" : "using a coupon");
         return;
     }
     enum cs_code code = coupon_code(res);
     /* The audit row names the coupon's activity (the body names the coupon). */
-    if (who.is_admin && coupon_activity_of(w->mc, q.id, &r->audit_id) != CS_OK)
+    if (who.is_admin && coupon_activity_of(nc->mc, q.id, &r->audit_id) != CS_OK)
         r->audit_id = 0;
     log_info("coupon %" PRId64 " of user %" PRId64 " %s by order %s (%s %" PRId64 "): %s", q.id,
              q.user, verb, q.order, who.is_admin ? "admin" : who.is_service ? "service" : "owner",
@@ -319,12 +319,12 @@ static void coupon_change(struct worker *w, struct req *r, int release)
     coupon_send(r, root);
 }
 
-void api_coupon_use(struct worker *w, struct req *r)
+void api_coupon_use(struct node_ctx *nc, struct req *r)
 {
-    coupon_change(w, r, 0);
+    coupon_change(nc, r, 0);
 }
 
-void api_coupon_release(struct worker *w, struct req *r)
+void api_coupon_release(struct node_ctx *nc, struct req *r)
 {
-    coupon_change(w, r, 1);
+    coupon_change(nc, r, 1);
 }

@@ -1,28 +1,28 @@
 /* api_admin.c - preheat, revoke, reconcile and health routes. */
-#include "alist.h"
+#include "node/alist.h"
 #include "api.h"
-#include "breaker.h"
+#include "node/breaker.h"
 #include "conf.h"
 #include "cs.h"
-#include "durability.h"
+#include "node/durability.h"
 #include "keys.h"
 #include "log.h"
 #include "mconn.h"
-#include "meta.h"
+#include "node/meta.h"
 #include "preheat.h"
 #include "rcluster.h"
 #include "reconcile.h"
-#include "req.h"
+#include "req/req.h"
 #include "revoke.h"
 #include "reserve.h"
 #include "shm.h"
-#include "worker.h"
+#include "node/ctx.h"
 
 #include <inttypes.h>
 #include <malloc.h>
 #include <stdio.h>
 
-void api_admin_preheat(struct worker *w, struct req *r)
+void api_admin_preheat(struct node_ctx *nc, struct req *r)
 {
     struct auth_identity who;
     struct preheat_result res;
@@ -34,9 +34,9 @@ void api_admin_preheat(struct worker *w, struct req *r)
         return;
     /* Its own connection, with coupon-sync's longer timeout: writing
      * thousands of activities takes longer than one seize may wait. */
-    struct rconn *rc = rconn_new_conf(w->conf, w->conf->sync_redis_timeout_ms);
-    int ok = activity_preheat(w->mc, rc, w->conf->preheat_horizon_days,
-                              w->conf->sync_cleanup_grace_s, &res, err, sizeof(err));
+    struct rconn *rc = rconn_new_conf(nc->conf, nc->conf->sync_redis_timeout_ms);
+    int ok = activity_preheat(nc->mc, rc, nc->conf->preheat_horizon_days,
+                              nc->conf->sync_cleanup_grace_s, &res, err, sizeof(err));
     rconn_free(rc);
     /* Tens of megabytes for a big preheat were just freed: give them back,
      * so the worker that served it does not keep that footprint. */
@@ -46,8 +46,8 @@ void api_admin_preheat(struct worker *w, struct req *r)
         req_reply(r, CODE_UNAVAILABLE, "preheat failed: MySQL or Redis unavailable", NULL, 5);
         return;
     }
-    meta_invalidate_node(w->shm);
-    alist_invalidate(w->conf, w->shm);
+    meta_invalidate_node(nc->shm);
+    alist_invalidate(nc->conf, nc->shm);
     log_notice("preheat by admin %" PRId64 ": %d loaded, %d created, %d restored "
                "(MySQL %" PRId64 " ms, Redis %" PRId64 " ms)",
                who.user_id, res.loaded, res.created, res.restored, res.select_ms, res.write_ms);
@@ -58,7 +58,7 @@ void api_admin_preheat(struct worker *w, struct req *r)
     req_reply(r, CODE_OK, NULL, extra, 0);
 }
 
-void api_admin_revoke(struct worker *w, struct req *r)
+void api_admin_revoke(struct node_ctx *nc, struct req *r)
 {
     struct auth_identity who;
     char err[256], extra[64];
@@ -67,8 +67,8 @@ void api_admin_revoke(struct worker *w, struct req *r)
 
     if (req_admin_id(r, &who, &id) != CS_OK)
         return;
-    struct rconn *rc = rconn_new_conf(w->conf, w->conf->sync_redis_timeout_ms);
-    int ok = revoke_activity(w->mc, rc, id, w->conf->preheat_horizon_days, &found, err,
+    struct rconn *rc = rconn_new_conf(nc->conf, nc->conf->sync_redis_timeout_ms);
+    int ok = revoke_activity(nc->mc, rc, id, nc->conf->preheat_horizon_days, &found, err,
                              sizeof(err));
     rconn_free(rc);
     if (ok != CS_OK) {
@@ -81,15 +81,15 @@ void api_admin_revoke(struct worker *w, struct req *r)
         return;
     }
     /* Every worker of this node answers VOIDED from now on. */
-    shm_flag_set(w->shm->voided, id, INT64_MAX);
-    meta_invalidate_node(w->shm);
-    alist_invalidate(w->conf, w->shm);
+    shm_flag_set(nc->shm->voided, id, INT64_MAX);
+    meta_invalidate_node(nc->shm);
+    alist_invalidate(nc->conf, nc->shm);
     log_notice("activity %" PRId64 " revoked by admin %" PRId64, id, who.user_id);
     snprintf(extra, sizeof(extra), "\"activityId\":%" PRId64, id);
     req_reply(r, CODE_OK, "activity revoked", extra, 0);
 }
 
-void api_admin_reconcile(struct worker *w, struct req *r)
+void api_admin_reconcile(struct node_ctx *nc, struct req *r)
 {
     struct auth_identity who;
     struct reconcile_result res;
@@ -99,8 +99,8 @@ void api_admin_reconcile(struct worker *w, struct req *r)
     if (req_admin_id(r, &who, &id) != CS_OK)
         return;
     /* An update's Redis step runs within one command timeout of its commit. */
-    int guard_s = w->conf->redis_command_timeout_ms / 1000 + 2;
-    if (reconcile_activity(w->mc, w->rc, id, guard_s, &res, err, sizeof(err)) != CS_OK) {
+    int guard_s = nc->conf->redis_command_timeout_ms / 1000 + 2;
+    if (reconcile_activity(nc->mc, nc->rc, id, guard_s, &res, err, sizeof(err)) != CS_OK) {
         log_error("reconcile of activity %" PRId64 " failed: %s", id, err);
         req_reply(r, CODE_UNAVAILABLE, "reconcile failed: MySQL or Redis unavailable", NULL, 5);
         return;
@@ -128,8 +128,8 @@ void api_admin_reconcile(struct worker *w, struct req *r)
         break;
     }
     if (res.after > 0)
-        shm_flag_clear(w->shm->soldout, id);
-    meta_invalidate_node(w->shm);
+        shm_flag_clear(nc->shm->soldout, id);
+    meta_invalidate_node(nc->shm);
     if (res.after != res.before)
         log_notice("activity %" PRId64 " reconciled by admin %" PRId64 ": Redis stock %" PRId64
                    " -> %" PRId64 " (MySQL total %" PRId64 ", %" PRId64 " seized)",
@@ -144,10 +144,10 @@ void api_admin_reconcile(struct worker *w, struct req *r)
 
 /* A write that fails the way a seize would (OOM, READONLY, MISCONF, BUSY,
  * LOADING, no connection) and changes nothing that matters. */
-static enum rconn_fault admin_health_probe(struct worker *w)
+static enum rconn_fault admin_health_probe(struct node_ctx *nc)
 {
-    redisReply *rep = rconn_command(w->rc, KEY_HEALTH, "SET %s %d PX 10000", KEY_HEALTH,
-                                    w->index);
+    redisReply *rep = rconn_command(nc->rc, KEY_HEALTH, "SET %s %d PX 10000", KEY_HEALTH,
+                                    nc->index);
     enum rconn_fault fault = rconn_reply_fault(rep);
     if (rep != NULL)
         freeReplyObject(rep);
@@ -178,38 +178,38 @@ static void health_master(void *arg, const char *addr, int up, int copies)
  * none does. "durability" is "degraded" while a shard's grants are held by
  * fewer copies than redis.wait_replicas asks (its master has lost its
  * replicas), with those shards listed; "ok" otherwise. */
-static void admin_health_cluster(struct worker *w, struct req *r)
+static void admin_health_cluster(struct node_ctx *nc, struct req *r)
 {
     struct health_masters h = {.len = 0};
     char extra[1400], shards[64] = "";
     int copies[KEYS_SHARDS];
     size_t sl = 0;
 
-    rcluster_each_master(w->rc, w->conf->redis_wait_replicas, health_master, &h);
-    int degraded = durability_read(w->conf, w->rc, w->shm, copies);
+    rcluster_each_master(nc->rc, nc->conf->redis_wait_replicas, health_master, &h);
+    int degraded = durability_read(nc->conf, nc->rc, nc->shm, copies);
     for (int i = 0; i < KEYS_SHARDS && degraded > 0; i++)
-        if (copies[i] >= 0 && copies[i] < w->conf->redis_wait_replicas)
+        if (copies[i] >= 0 && copies[i] < nc->conf->redis_wait_replicas)
             sl += (size_t)snprintf(shards + sl, sizeof(shards) - sl, "%s%d", sl ? "," : "", i);
     const char *state = h.n > 0 && h.up == h.n ? "up" : h.up > 0 ? "degraded" : "down";
     snprintf(extra, sizeof(extra),
              "\"redis\":\"%s\",\"masters\":{%s},\"durability\":\"%s\","
              "\"degraded_shards\":[%s],\"worker\":%d",
-             state, h.buf, degraded > 0 ? "degraded" : "ok", shards, w->index);
+             state, h.buf, degraded > 0 ? "degraded" : "ok", shards, nc->index);
     if (h.up > 0)
         req_reply(r, CODE_OK, NULL, extra, 0);
     else
         req_reply(r, CODE_UNAVAILABLE, "no redis master is reachable", extra,
-                  breaker_retry_after(w->conf));
+                  breaker_retry_after(nc->conf));
 }
 
-void api_admin_health(struct worker *w, struct req *r)
+void api_admin_health(struct node_ctx *nc, struct req *r)
 {
     static const char *const bnames[] = {"closed", "open", "half-open"};
     char extra[160];
     enum rconn_fault fault;
 
-    if (w->conf->redis_cluster) {
-        admin_health_cluster(w, r);
+    if (nc->conf->redis_cluster) {
+        admin_health_cluster(nc, r);
         return;
     }
 
@@ -221,28 +221,28 @@ void api_admin_health(struct worker *w, struct req *r)
      * node that a load balancer took out of rotation on this answer (and
      * that therefore sees no seizes) still comes back by itself.
      */
-    if (atomic_load(&w->shm->breaker.state) == BREAKER_CLOSED) {
-        fault = admin_health_probe(w);
-    } else if (breaker_seize_allowed(w->conf, w->shm, 0)) {
-        fault = admin_health_probe(w);
-        breaker_seize_done(w->conf, w->shm, 0, fault, w->rc);
+    if (atomic_load(&nc->shm->breaker.state) == BREAKER_CLOSED) {
+        fault = admin_health_probe(nc);
+    } else if (breaker_seize_allowed(nc->conf, nc->shm, 0)) {
+        fault = admin_health_probe(nc);
+        breaker_seize_done(nc->conf, nc->shm, 0, fault, nc->rc);
     } else {
-        fault = (enum rconn_fault)atomic_load(&w->shm->breaker.fault);
+        fault = (enum rconn_fault)atomic_load(&nc->shm->breaker.fault);
         if (fault == RCONN_FAULT_NONE)
             fault = RCONN_FAULT_DOWN;
     }
-    int bstate = atomic_load(&w->shm->breaker.state);
+    int bstate = atomic_load(&nc->shm->breaker.state);
     /* "seize": where a seize can be granted from now: "redis", "reserve"
      * (Redis is away, and this node holds an open reserve within its lease)
      * or "none". */
     snprintf(extra, sizeof(extra),
              "\"seize\":\"%s\",\"redis\":\"%s\",\"breaker\":\"%s\",\"worker\":%d",
-             reserve_seize_source(w->shm, fault == RCONN_FAULT_NONE, w->conf->fallback_lease_ms),
+             reserve_seize_source(nc->shm, fault == RCONN_FAULT_NONE, nc->conf->fallback_lease_ms),
              rconn_fault_name(fault),
-             bnames[bstate < 3 && bstate >= 0 ? bstate : 1], w->index);
+             bnames[bstate < 3 && bstate >= 0 ? bstate : 1], nc->index);
     if (fault == RCONN_FAULT_NONE)
         req_reply(r, CODE_OK, NULL, extra, 0);
     else
         req_reply(r, CODE_UNAVAILABLE, "redis cannot grant a seize now", extra,
-                  breaker_retry_after(w->conf));
+                  breaker_retry_after(nc->conf));
 }

@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "activity.h"
-#include "http.h"
+#include "req/http.h"
 
 /* The margin kept for the answer's way back: a tenth of budget_ms, at most
  * 100 ms. */

@@ -3,18 +3,18 @@
 #include "actinput.h"
 #include "activity.h"
 #include "activity_db.h"
-#include "alist.h"
+#include "node/alist.h"
 #include "api.h"
 #include "conf.h"
 #include "cs.h"
 #include "keys.h"
 #include "log.h"
 #include "mconn.h"
-#include "meta.h"
+#include "node/meta.h"
 #include "preheat.h"
-#include "req.h"
+#include "req/req.h"
 #include "shm.h"
-#include "worker.h"
+#include "node/ctx.h"
 
 #include <cjson/cJSON.h>
 #include <inttypes.h>
@@ -32,14 +32,14 @@ enum act_stock { STOCK_UNKNOWN, STOCK_ABSENT, STOCK_VOIDED, STOCK_PRESENT };
 
 /* The stock fields of n activities in one pipelined round trip. CS_ERR when
  * Redis could not be read (every kind stays STOCK_UNKNOWN). */
-static int act_redis_stock(struct worker *w, const struct activity_row *rows, size_t n,
+static int act_redis_stock(struct node_ctx *nc, const struct activity_row *rows, size_t n,
                            enum act_stock *kind, int64_t *val)
 {
     struct activity_stock *s = xmalloc(n * sizeof(*s));
 
     for (size_t i = 0; i < n; i++)
         s[i] = (struct activity_stock){.id = rows[i].a.id};
-    int ret = activity_stock_read(w->rc, s, n);
+    int ret = activity_stock_read(nc->rc, s, n);
     for (size_t i = 0; i < n; i++) {
         val[i] = s[i].value;
         if (ret != CS_OK)
@@ -55,7 +55,7 @@ static int act_redis_stock(struct worker *w, const struct activity_row *rows, si
 
 /* Entries waiting in each shard's sync queue (HLEN, pipelined); -1 each when
  * Redis could not be read. Returns the sum (or -1). */
-static int64_t act_queue_depth(struct worker *w, int64_t depth[KEYS_SHARDS])
+static int64_t act_queue_depth(struct node_ctx *nc, int64_t depth[KEYS_SHARDS])
 {
     char key[KEYS_MAX];
     int sent = 0, ok = 1;
@@ -65,14 +65,14 @@ static int64_t act_queue_depth(struct worker *w, int64_t depth[KEYS_SHARDS])
         depth[i] = -1;
     for (; sent < KEYS_SHARDS; sent++) {
         keys_queue(key, sent);
-        if (rconn_append(w->rc, key, "HLEN %s", key) != CS_OK) {
+        if (rconn_append(nc->rc, key, "HLEN %s", key) != CS_OK) {
             ok = 0;
             break;
         }
     }
     for (int i = 0; ok && i < sent; i++) {
         redisReply *rep;
-        if (rconn_get_reply(w->rc, &rep) != CS_OK) {
+        if (rconn_get_reply(nc->rc, &rep) != CS_OK) {
             ok = 0;
             break;
         }
@@ -92,19 +92,19 @@ static int64_t act_queue_depth(struct worker *w, int64_t depth[KEYS_SHARDS])
  * moved by a change of total, its place in ACTIVITY:LIST), judged against
  * the version in Redis in one script, after the commit. CS_OK or CS_ERR
  * (logged); *res says what was written. */
-static int act_refresh(struct worker *w, int64_t id, struct preheat_result *res)
+static int act_refresh(struct node_ctx *nc, int64_t id, struct preheat_result *res)
 {
     char err[256];
     /* Its own connection, with coupon-sync's longer timeout: the list it
      * rewrites may be megabytes, more than a seize may wait for. */
-    struct rconn *lrc = rconn_new_conf(w->conf, w->conf->sync_redis_timeout_ms);
-    int rc = activity_preheat_one(w->mc, lrc, id, w->conf->preheat_horizon_days,
-                                  w->conf->sync_cleanup_grace_s, res, err, sizeof(err));
+    struct rconn *lrc = rconn_new_conf(nc->conf, nc->conf->sync_redis_timeout_ms);
+    int rc = activity_preheat_one(nc->mc, lrc, id, nc->conf->preheat_horizon_days,
+                                  nc->conf->sync_cleanup_grace_s, res, err, sizeof(err));
     rconn_free(lrc);
     if (rc != CS_OK)
         log_error("preheat after an activity change failed: %s", err);
-    meta_invalidate_node(w->shm);
-    alist_invalidate(w->conf, w->shm);
+    meta_invalidate_node(nc->shm);
+    alist_invalidate(nc->conf, nc->shm);
     return rc;
 }
 
@@ -112,10 +112,10 @@ static int act_refresh(struct worker *w, int64_t id, struct preheat_result *res)
 
 /* Adds "coupons": {unused, used, expired, returned, voided} of activity id
  * to o (null when MySQL could not tell). */
-static void act_add_counts(struct worker *w, int64_t id, cJSON *o)
+static void act_add_counts(struct node_ctx *nc, int64_t id, cJSON *o)
 {
     struct activity_counts k;
-    if (activity_db_counts(w->mc, id, &k) != CS_OK) {
+    if (activity_db_counts(nc->mc, id, &k) != CS_OK) {
         cJSON_AddNullToObject(o, "coupons");
         return;
     }
@@ -195,13 +195,13 @@ static void act_bad_field(struct req *r, const char *field, const char *fmt, ...
     act_bad(r, &e);
 }
 
-static void act_mysql_down(struct worker *w, struct req *r, const char *what)
+static void act_mysql_down(struct node_ctx *nc, struct req *r, const char *what)
 {
-    req_mysql_fail(r, w->mc, what, NULL);
+    req_mysql_fail(r, nc->mc, what, NULL);
 }
 
 /* Answers one activity as it is now: 200 (or 201 after a create). */
-static void act_answer_one(struct worker *w, struct req *r, int status, const char *msg,
+static void act_answer_one(struct node_ctx *nc, struct req *r, int status, const char *msg,
                            int64_t id, cJSON *root)
 {
     struct activity_row row;
@@ -209,9 +209,9 @@ static void act_answer_one(struct worker *w, struct req *r, int status, const ch
     int64_t stock;
     int found;
 
-    if (activity_db_get(w->mc, id, 0, &row, &found) != CS_OK) {
+    if (activity_db_get(nc->mc, id, 0, &row, &found) != CS_OK) {
         cJSON_Delete(root);
-        act_mysql_down(w, r, "reading an activity");
+        act_mysql_down(nc, r, "reading an activity");
         return;
     }
     if (!found) {
@@ -219,11 +219,11 @@ static void act_answer_one(struct worker *w, struct req *r, int status, const ch
         req_reply(r, CODE_NO_SUCH_ACTIVITY, NULL, NULL, 0);
         return;
     }
-    int stale = act_redis_stock(w, &row, 1, &kind, &stock) != CS_OK;
+    int stale = act_redis_stock(nc, &row, 1, &kind, &stock) != CS_OK;
     if (root == NULL)
         root = act_root(msg);
     cJSON *one = act_json(&row, cs_now_ms(), kind, stock);
-    act_add_counts(w, id, one);
+    act_add_counts(nc, id, one);
     cJSON_AddItemToObject(root, "activity", one);
     cJSON_AddBoolToObject(root, "stale", stale);
     act_send(r, status, msg, root);
@@ -231,7 +231,7 @@ static void act_answer_one(struct worker *w, struct req *r, int status, const ch
 
 /* ---- GET ------------------------------------------------------------------------- */
 
-static void act_get(struct worker *w, struct req *r)
+static void act_get(struct node_ctx *nc, struct req *r)
 {
     static const char *const bnames[] = {"closed", "open", "half-open"};
     char idbuf[32];
@@ -242,7 +242,7 @@ static void act_get(struct worker *w, struct req *r)
             act_bad_field(r, "id", "id must be an integer 1..9223372036854775807");
             return;
         }
-        act_answer_one(w, r, 200, "ok", id, NULL);
+        act_answer_one(nc, r, 200, "ok", id, NULL);
         return;
     }
     if (http_query_int(r->query, "page", 1, 1, 1000000, &page) != CS_OK) {
@@ -255,14 +255,14 @@ static void act_get(struct worker *w, struct req *r)
     }
     struct activity_row *rows;
     size_t n;
-    if (activity_db_page(w->mc, page, size, &rows, &n, &total) != CS_OK) {
-        act_mysql_down(w, r, "paging activities");
+    if (activity_db_page(nc->mc, page, size, &rows, &n, &total) != CS_OK) {
+        act_mysql_down(nc, r, "paging activities");
         return;
     }
     enum act_stock *kind = xmalloc(sizeof(*kind) * (n + 1));
     int64_t *stock = xmalloc(sizeof(*stock) * (n + 1));
-    int stale = act_redis_stock(w, rows, n, kind, stock) != CS_OK;
-    int64_t qsum = stale ? -1 : act_queue_depth(w, depth);
+    int stale = act_redis_stock(nc, rows, n, kind, stock) != CS_OK;
+    int64_t qsum = stale ? -1 : act_queue_depth(nc, depth);
 
     cJSON *root = act_root("ok");
     cJSON_AddNumberToObject(root, "page", (double)page);
@@ -272,7 +272,7 @@ static void act_get(struct worker *w, struct req *r)
     int64_t now = cs_now_ms();
     for (size_t i = 0; i < n; i++) {
         cJSON *o = act_json(&rows[i], now, kind[i], stock[i]);
-        act_add_counts(w, rows[i].a.id, o);
+        act_add_counts(nc, rows[i].a.id, o);
         cJSON_AddItemToArray(arr, o);
     }
     /* What an operator watches besides the stock: the sync backlog and the
@@ -285,7 +285,7 @@ static void act_get(struct worker *w, struct req *r)
     } else {
         cJSON_AddNullToObject(root, "queueDepth");
     }
-    int bstate = atomic_load(&w->shm->breaker.state);
+    int bstate = atomic_load(&nc->shm->breaker.state);
     cJSON_AddStringToObject(root, "breaker", bnames[bstate >= 0 && bstate < 3 ? bstate : 1]);
     cJSON_AddBoolToObject(root, "stale", stale || qsum < 0);
     free(kind);
@@ -296,7 +296,7 @@ static void act_get(struct worker *w, struct req *r)
 
 /* ---- POST: create ---------------------------------------------------------------- */
 
-static void act_create(struct worker *w, struct req *r)
+static void act_create(struct node_ctx *nc, struct req *r)
 {
     struct actinput in;
     struct actinput_err e;
@@ -343,8 +343,8 @@ static void act_create(struct worker *w, struct req *r)
         in.validity_days = 30;
 
     int64_t id;
-    if (activity_db_insert(w->mc, &in, &id) != CS_OK) {
-        act_mysql_down(w, r, "creating an activity");
+    if (activity_db_insert(nc->mc, &in, &id) != CS_OK) {
+        act_mysql_down(nc, r, "creating an activity");
         return;
     }
     if (id <= 0) {
@@ -357,7 +357,7 @@ static void act_create(struct worker *w, struct req *r)
     log_notice("activity %" PRId64 " created by admin %" PRId64 ": %" PRId64 " coupons",
                id, r->who.user_id, in.total_num);
     struct preheat_result res;
-    int preheated = act_refresh(w, id, &res) == CS_OK;
+    int preheated = act_refresh(nc, id, &res) == CS_OK;
 
     /* The new id at the top as well, exact and as a string. */
     char idtxt[24];
@@ -366,7 +366,7 @@ static void act_create(struct worker *w, struct req *r)
     cJSON_AddItemToObject(root, "id", cJSON_CreateRaw(idtxt));
     cJSON_AddStringToObject(root, "idStr", idtxt);
     cJSON_AddBoolToObject(root, "preheatOk", preheated);
-    act_answer_one(w, r, 201, "activity created", id, root);
+    act_answer_one(nc, r, 201, "activity created", id, root);
 }
 
 /* ---- PUT: update and top-up -------------------------------------------------------- */
@@ -432,11 +432,11 @@ static int act_refuse(struct act_refusal *no, enum cs_code code, const char *msg
     return CS_ERR;
 }
 
-static void act_refusal_answer(struct worker *w, struct req *r, const struct act_refusal *no,
+static void act_refusal_answer(struct node_ctx *nc, struct req *r, const struct act_refusal *no,
                                const char *what)
 {
     if (no->mysql_down)
-        act_mysql_down(w, r, what);
+        act_mysql_down(nc, r, what);
     else if (no->code == CODE_BAD_REQUEST)
         act_bad(r, &no->e);
     else
@@ -457,7 +457,7 @@ struct act_change {
  * against what Redis has granted. CS_OK with *c filled, else CS_ERR with
  * *no saying why; nothing answered, nothing written.
  */
-static int act_update_check(struct worker *w, const struct actinput *in,
+static int act_update_check(struct node_ctx *nc, const struct actinput *in,
                             const struct activity_row *row, struct act_change *c,
                             struct act_refusal *no)
 {
@@ -477,9 +477,9 @@ static int act_update_check(struct worker *w, const struct actinput *in,
     c->kind = STOCK_UNKNOWN;
     c->rstock = 0;
     if (c->c.delta != 0) {
-        if (act_redis_stock(w, row, 1, &c->kind, &c->rstock) != CS_OK) {
+        if (act_redis_stock(nc, row, 1, &c->kind, &c->rstock) != CS_OK) {
             log_error("top-up of activity %" PRId64 ": Redis unreadable: %s", row->a.id,
-                      w->rc->errstr);
+                      nc->rc->errstr);
             return act_refuse(no, CODE_UNAVAILABLE, "Redis unavailable: nothing was changed",
                               5);
         }
@@ -558,7 +558,7 @@ static const char *act_update_note(int64_t id, int64_t delta, int preheated,
     return "not preheated";
 }
 
-static void act_update(struct worker *w, struct req *r)
+static void act_update(struct node_ctx *nc, struct req *r)
 {
     struct actinput in;
     struct activity_row row;
@@ -568,23 +568,23 @@ static void act_update(struct worker *w, struct req *r)
     if (act_update_parse(r, &in, &id) != CS_OK)
         return;
 
-    if (mconn_begin(w->mc) != CS_OK) {
-        act_mysql_down(w, r, "updating an activity");
+    if (mconn_begin(nc->mc) != CS_OK) {
+        act_mysql_down(nc, r, "updating an activity");
         return;
     }
     /* Checks, then the write; every refusal rolls back here, once. */
     struct act_refusal no = {.code = 0};
     struct act_change c;
-    if (activity_db_get(w->mc, id, 1, &row, &found) != CS_OK)
+    if (activity_db_get(nc->mc, id, 1, &row, &found) != CS_OK)
         no.mysql_down = 1;
     else if (!found)
         act_refuse(&no, CODE_NO_SUCH_ACTIVITY, NULL, 0);
-    else if (act_update_check(w, &in, &row, &c, &no) == CS_OK
-             && activity_db_update(w->mc, &in, &c.c, id) != CS_OK)
+    else if (act_update_check(nc, &in, &row, &c, &no) == CS_OK
+             && activity_db_update(nc->mc, &in, &c.c, id) != CS_OK)
         no.mysql_down = 1;
     if (no.mysql_down || no.code != 0) {
-        mconn_rollback(w->mc);
-        act_refusal_answer(w, r, &no, "updating an activity");
+        mconn_rollback(nc->mc);
+        act_refusal_answer(nc, r, &no, "updating an activity");
         return;
     }
     int64_t delta = c.c.delta;
@@ -592,11 +592,11 @@ static void act_update(struct worker *w, struct req *r)
     char pause[48];
     snprintf(pause, sizeof(pause), "update-commit:%" PRId64, id);
     cs_pause_point(pause);
-    if (mconn_commit(w->mc) != CS_OK) {
+    if (mconn_commit(nc->mc) != CS_OK) {
         /* A lost connection at COMMIT leaves the outcome unknown; Redis was
          * not touched, so a repeat after a GET is safe. */
         log_error("COMMIT of the update of activity %" PRId64 " failed: %s", id,
-                  w->mc->errstr);
+                  nc->mc->errstr);
         req_reply(r, CODE_UNAVAILABLE,
                   "MySQL failed at commit: GET the activity to see whether it changed", NULL,
                   5);
@@ -609,12 +609,12 @@ static void act_update(struct worker *w, struct req *r)
      * before this commit neither undoes the change nor lets it count twice,
      * and a pass after a failure here still brings it (see script_preheat_publish). */
     struct preheat_result res;
-    int preheated = act_refresh(w, id, &res) == CS_OK;
+    int preheated = act_refresh(nc, id, &res) == CS_OK;
     const char *redis_note = act_update_note(id, delta, preheated, &res, kind);
     /* This node sells again at once; other nodes' sold-out hints expire
      * within limits.soldout_recheck_ms. */
     if (delta > 0)
-        shm_flag_clear(w->shm->soldout, id);
+        shm_flag_clear(nc->shm->soldout, id);
     log_notice("activity %" PRId64 " updated by admin %" PRId64 " (stock %+" PRId64
                ", Redis %s)",
                id, r->who.user_id, delta, redis_note);
@@ -623,10 +623,10 @@ static void act_update(struct worker *w, struct req *r)
     cJSON_AddNumberToObject(root, "added", (double)delta);
     cJSON_AddStringToObject(root, "redisStock", redis_note);
     cJSON_AddBoolToObject(root, "preheatOk", preheated);
-    act_answer_one(w, r, 200, delta > 0 ? "stock added" : "activity updated", id, root);
+    act_answer_one(nc, r, 200, delta > 0 ? "stock added" : "activity updated", id, root);
 }
 
-void api_activity(struct worker *w, struct req *r)
+void api_activity(struct node_ctx *nc, struct req *r)
 {
     int is_get = strcmp(r->method, "GET") == 0 || strcmp(r->method, "HEAD") == 0;
     int is_post = strcmp(r->method, "POST") == 0, is_put = strcmp(r->method, "PUT") == 0;
@@ -641,12 +641,12 @@ void api_activity(struct worker *w, struct req *r)
     if (req_auth(r, 2, &who) != CS_OK)
         return;
     if (is_get) {
-        act_get(w, r);
+        act_get(nc, r);
         return;
     }
     r->audit_action = is_post ? "create" : "update";
     if (is_post)
-        act_create(w, r);
+        act_create(nc, r);
     else
-        act_update(w, r);
+        act_update(nc, r);
 }

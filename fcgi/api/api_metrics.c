@@ -1,19 +1,19 @@
 /* api_metrics.c - GET /market/admin/metrics: the node's metrics (metrics.c)
  * with what only a worker can read: the sync queues' depths, the live stock
  * of the activities on sale, the durability rule. */
-#include "alist.h"
+#include "node/alist.h"
 #include "api.h"
-#include "breaker.h"
+#include "node/breaker.h"
 #include "conf.h"
 #include "cs.h"
-#include "durability.h"
-#include "http.h"
+#include "node/durability.h"
+#include "req/http.h"
 #include "keys.h"
 #include "log.h"
-#include "metrics.h"
-#include "req.h"
+#include "node/metrics.h"
+#include "req/req.h"
 #include "shm.h"
-#include "worker.h"
+#include "node/ctx.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -28,23 +28,23 @@
  * other worker is reading them. Ten HLENs, one per shard (each routed by its
  * own key). Skipped while the breaker is open: the depths then keep their
  * last value and read timestamp. */
-static void api_metrics_read_queues(struct worker *w)
+static void api_metrics_read_queues(struct node_ctx *nc)
 {
-    struct shm_qdepth *q = &w->shm->qdepth;
+    struct shm_qdepth *q = &nc->shm->qdepth;
     int64_t now = cs_now_ms(), mono = cs_mono_ms();
     int64_t lease = atomic_load(&q->lease_ms);
 
     if (now - atomic_load(&q->read_ms) < 1000 || lease > mono
-        || atomic_load(&w->shm->breaker.state) == BREAKER_OPEN
+        || atomic_load(&nc->shm->breaker.state) == BREAKER_OPEN
         || !atomic_compare_exchange_strong(&q->lease_ms, &lease,
-                                           mono + w->conf->redis_command_timeout_ms * 11 + 100))
+                                           mono + nc->conf->redis_command_timeout_ms * 11 + 100))
         return;
     int64_t depth[SHM_QUEUE_SHARDS];
     int ok = 1;
     for (int i = 0; i < SHM_QUEUE_SHARDS && ok; i++) {
         char key[KEYS_MAX];
         keys_queue(key, i);
-        redisReply *rep = rconn_command(w->rc, key, "HLEN %s", key);
+        redisReply *rep = rconn_command(nc->rc, key, "HLEN %s", key);
         ok = rep != NULL && rep->type == REDIS_REPLY_INTEGER;
         if (ok)
             depth[i] = rep->integer;
@@ -56,7 +56,7 @@ static void api_metrics_read_queues(struct worker *w)
             atomic_store(&q->depth[i], depth[i]);
         atomic_store(&q->read_ms, now);
     } else {
-        log_debug("queue depths for metrics not read: %s", w->rc->errstr);
+        log_debug("queue depths for metrics not read: %s", nc->rc->errstr);
     }
     atomic_store(&q->lease_ms, 0);
 }
@@ -65,18 +65,18 @@ static void api_metrics_read_queues(struct worker *w)
  * list order), from the node's copy of the activity list and one pipelined
  * read of their stock fields. Nothing while the breaker is open: a scrape
  * must not add load to a Redis that is failing. */
-static void api_metrics_activities(struct worker *w, struct metrics_out *o)
+static void api_metrics_activities(struct node_ctx *nc, struct metrics_out *o)
 {
     struct activity_stock st[METRICS_MAX_ACTIVITIES];
     int64_t total[METRICS_MAX_ACTIVITIES];
     size_t n = 0;
     int64_t now = cs_now_ms();
 
-    if (atomic_load(&w->shm->breaker.state) == BREAKER_OPEN)
+    if (atomic_load(&nc->shm->breaker.state) == BREAKER_OPEN)
         return;
     for (size_t page = 1; n < METRICS_MAX_ACTIVITIES; page++) {
         struct alist_page pg;
-        if (alist_page(w->conf, w->shm, page, METRICS_LIST_PAGE, &pg) != CS_OK)
+        if (alist_page(nc->conf, nc->shm, page, METRICS_LIST_PAGE, &pg) != CS_OK)
             break;
         int last = pg.n < METRICS_LIST_PAGE || page * METRICS_LIST_PAGE >= pg.total;
         for (size_t i = 0; i < pg.n && n < METRICS_MAX_ACTIVITIES; i++) {
@@ -96,7 +96,7 @@ static void api_metrics_activities(struct worker *w, struct metrics_out *o)
     }
     if (n == 0)
         return;
-    activity_stock_read(w->rc, st, n); /* what was not read is left out below */
+    activity_stock_read(nc->rc, st, n); /* what was not read is left out below */
     metrics_emit(o, "# HELP couponseize_activity_remaining Coupons left in Redis, per activity on "
             "sale now.\n# TYPE couponseize_activity_remaining gauge\n");
     for (size_t i = 0; i < n; i++)
@@ -117,7 +117,7 @@ static void api_metrics_activities(struct worker *w, struct metrics_out *o)
                  (long long)st[i].id, (long long)total[i]);
 }
 
-void api_metrics(struct worker *w, struct req *r)
+void api_metrics(struct node_ctx *nc, struct req *r)
 {
     struct auth_identity who;
 
@@ -129,24 +129,24 @@ void api_metrics(struct worker *w, struct req *r)
         req_reply(r, CODE_FORBIDDEN, NULL, NULL, 0);
         return;
     }
-    api_metrics_read_queues(w);
+    api_metrics_read_queues(nc);
     int copies[KEYS_SHARDS];
-    durability_read(w->conf, w->rc, w->shm, copies);
+    durability_read(nc->conf, nc->rc, nc->shm, copies);
     size_t cap = 128 * 1024;
     char *buf = xmalloc(cap);
-    struct metrics_out o = {buf, cap, metrics_render(w->shm, w->conf->fallback_lease_ms, buf, cap)};
-    metrics_workers(w->shm, &o);
+    struct metrics_out o = {buf, cap, metrics_render(nc->shm, nc->conf->fallback_lease_ms, buf, cap)};
+    metrics_workers(nc->shm, &o);
     /* Not while the breaker is open: a scrape must not add load to a Redis
      * that is failing (the gauge is then absent, not 0). */
-    int aof = atomic_load(&w->shm->breaker.state) == BREAKER_OPEN ? -1
-                                                                   : durability_single(w->conf, w->rc);
+    int aof = atomic_load(&nc->shm->breaker.state) == BREAKER_OPEN ? -1
+                                                                   : durability_single(nc->conf, nc->rc);
     if (aof >= 0)
         metrics_emit(&o, "# HELP couponseize_redis_aof_always 1 when the (single) Redis persists "
                      "each write before answering (appendonly yes, appendfsync always), 0 when "
                      "not.\n# TYPE couponseize_redis_aof_always gauge\n"
                      "couponseize_redis_aof_always %d\n", aof);
-    api_metrics_activities(w, &o);
-    metrics_config(w->conf, &o);
+    api_metrics_activities(nc, &o);
+    metrics_config(nc->conf, &o);
     size_t n = o.len;
     r->code = CODE_OK;
     http_reply_raw(r->out, 200, "text/plain; version=0.0.4; charset=utf-8", buf, n, NULL);

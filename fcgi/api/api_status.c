@@ -1,14 +1,14 @@
 /* api_status.c - GET /market/consumer/coupon/status[?id=N]. */
-#include "alist.h"
+#include "node/alist.h"
 #include "api.h"
-#include "breaker.h"
+#include "node/breaker.h"
 #include "conf.h"
 #include "cs.h"
 #include "keys.h"
 #include "log.h"
-#include "meta.h"
-#include "req.h"
-#include "worker.h"
+#include "node/meta.h"
+#include "req/req.h"
+#include "node/ctx.h"
 
 #include <cjson/cJSON.h>
 #include <stdint.h>
@@ -36,27 +36,27 @@ static cJSON *status_activity_json(const struct activity *a, int64_t now, int64_
 /* Reads the live stock of n activities in one pipelined round trip. Where
  * it cannot be read (Redis away, LOADING, BUSY ...) the last known value
  * stands and *stale is set. */
-static void status_stock(struct worker *w, const struct activity *acts, size_t n,
+static void status_stock(struct node_ctx *nc, const struct activity *acts, size_t n,
                          int64_t *out, int *stale)
 {
     for (size_t i = 0; i < n; i++)
-        out[i] = meta_last_remaining(w->meta, acts[i].id);
+        out[i] = meta_last_remaining(nc->meta, acts[i].id);
     if (n == 0)
         return;
-    if (*stale || !breaker_readable(w->shm)) {
+    if (*stale || !breaker_readable(nc->shm)) {
         *stale = 1;
         return;
     }
     struct activity_stock *s = xmalloc(n * sizeof(*s));
     for (size_t i = 0; i < n; i++)
         s[i] = (struct activity_stock){.id = acts[i].id};
-    if (activity_stock_read(w->rc, s, n) != CS_OK)
+    if (activity_stock_read(nc->rc, s, n) != CS_OK)
         *stale = 1;
     for (size_t i = 0; i < n; i++) {
         if (s[i].state != ACT_STOCK_SET)
             continue;
         out[i] = s[i].value;
-        meta_set_remaining(w->meta, acts[i].id, out[i]);
+        meta_set_remaining(nc->meta, acts[i].id, out[i]);
     }
     free(s);
 }
@@ -66,7 +66,7 @@ static void status_stock(struct worker *w, const struct activity *acts, size_t n
  * moved to the dead letters (which it does when the entry cannot be written).
  * A grant from this node's reserve not yet replayed is seized and pending,
  * known without Redis. With Redis not read (stale), nothing else is said. */
-static int status_mine(struct worker *w, int64_t aid, int64_t uid, cJSON *mine, int stale)
+static int status_mine(struct node_ctx *nc, int64_t aid, int64_t uid, cJSON *mine, int stale)
 {
     char klist[KEYS_MAX], kqueue[KEYS_MAX], kdead[KEYS_MAX], fuser[24], fqueue[KEYS_MAX];
     redisReply *rep[3] = {NULL, NULL, NULL};
@@ -75,23 +75,23 @@ static int status_mine(struct worker *w, int64_t aid, int64_t uid, cJSON *mine, 
     /* A grant from this node's reserve that Redis has not seen yet: the
      * journal holds it, and it reaches Redis and MySQL when replayed. */
     int replayed = 0;
-    if (reserve_granted(&w->shm->rsv, aid, uid, &replayed) && !replayed) {
+    if (reserve_granted(&nc->shm->rsv, aid, uid, &replayed) && !replayed) {
         cJSON_AddBoolToObject(mine, "seized", 1);
         cJSON_AddBoolToObject(mine, "persisted", 0);
         cJSON_AddBoolToObject(mine, "pending", 1);
         return CS_OK;
     }
-    if (stale || !breaker_readable(w->shm))
+    if (stale || !breaker_readable(nc->shm))
         return CS_ERR;
     keys_seize_list(klist, aid);
     keys_queue(kqueue, keys_shard(aid));
     keys_dead(kdead, keys_shard(aid));
     snprintf(fuser, sizeof(fuser), "%" PRId64, uid);
     keys_queue_field(fqueue, aid, uid);
-    if (rconn_append(w->rc, klist, "HEXISTS %s %s", klist, fuser) == CS_OK
-        && rconn_append(w->rc, kqueue, "HEXISTS %s %s", kqueue, fqueue) == CS_OK
-        && rconn_append(w->rc, kdead, "HEXISTS %s %s", kdead, fqueue) == CS_OK) {
-        while (got < 3 && rconn_get_reply(w->rc, &rep[got]) == CS_OK)
+    if (rconn_append(nc->rc, klist, "HEXISTS %s %s", klist, fuser) == CS_OK
+        && rconn_append(nc->rc, kqueue, "HEXISTS %s %s", kqueue, fqueue) == CS_OK
+        && rconn_append(nc->rc, kdead, "HEXISTS %s %s", kdead, fqueue) == CS_OK) {
+        while (got < 3 && rconn_get_reply(nc->rc, &rep[got]) == CS_OK)
             got++;
         ok = got == 3;
         for (int i = 0; ok && i < 3; i++)
@@ -110,12 +110,12 @@ static int status_mine(struct worker *w, int64_t aid, int64_t uid, cJSON *mine, 
 
 /* Adds "mine" for user uid (none when uid is 0) to root: read live or not
  * at all (null), never an old copy. */
-static void status_add_mine(struct worker *w, cJSON *root, int64_t aid, int64_t uid, int stale)
+static void status_add_mine(struct node_ctx *nc, cJSON *root, int64_t aid, int64_t uid, int stale)
 {
     if (uid <= 0)
         return;
     cJSON *mine = cJSON_CreateObject();
-    if (status_mine(w, aid, uid, mine, stale) == CS_OK) {
+    if (status_mine(nc, aid, uid, mine, stale) == CS_OK) {
         cJSON_AddItemToObject(root, "mine", mine);
     } else {
         cJSON_Delete(mine);
@@ -145,37 +145,37 @@ static void status_send(struct req *r, cJSON *root)
 
 /* The answer is due fallback.budget_ms after the web server took the
  * request (less a tenth of it, at most 100 ms, for the answer itself). */
-static int64_t status_deadline(const struct worker *w, const struct req *r)
+static int64_t status_deadline(const struct node_ctx *nc, const struct req *r)
 {
-    int budget = w->conf->fallback_budget_ms;
+    int budget = nc->conf->fallback_budget_ms;
     int margin = budget / 10 < 100 ? budget / 10 : 100;
     return r->start_us / 1000 + budget - margin;
 }
 
 /* Looks ID up within the request's budget (meta_lookup_within()). */
-static enum meta_kind status_lookup(struct worker *w, const struct req *r, int64_t id,
+static enum meta_kind status_lookup(struct node_ctx *nc, const struct req *r, int64_t id,
                                     struct activity *a, int *stale)
 {
-    int64_t deadline = status_deadline(w, r);
-    rconn_set_deadline(w->rc, deadline);
-    enum meta_kind kind = meta_lookup_within(w->meta, w->rc, id, a, stale, deadline);
-    rconn_set_deadline(w->rc, 0);
+    int64_t deadline = status_deadline(nc, r);
+    rconn_set_deadline(nc->rc, deadline);
+    enum meta_kind kind = meta_lookup_within(nc->meta, nc->rc, id, a, stale, deadline);
+    rconn_set_deadline(nc->rc, 0);
     return kind;
 }
 
-static void status_one(struct worker *w, struct req *r, int64_t id, int64_t uid)
+static void status_one(struct node_ctx *nc, struct req *r, int64_t id, int64_t uid)
 {
     struct activity a;
     int stale = 0;
     int64_t now = cs_now_ms();
     cJSON *root, *obj;
 
-    switch (status_lookup(w, r, id, &a, &stale)) {
+    switch (status_lookup(nc, r, id, &a, &stale)) {
     case META_ABSENT:
         req_reply(r, CODE_NO_SUCH_ACTIVITY, NULL, NULL, 0);
         return;
     case META_UNAVAILABLE:
-        req_reply(r, CODE_UNAVAILABLE, NULL, NULL, breaker_retry_after(w->conf));
+        req_reply(r, CODE_UNAVAILABLE, NULL, NULL, breaker_retry_after(nc->conf));
         return;
     case META_VOIDED:
         root = status_root();
@@ -189,17 +189,17 @@ static void status_one(struct worker *w, struct req *r, int64_t id, int64_t uid)
         cJSON_AddNumberToObject(obj, "remaining", 0);
         /* A user told UNKNOWN_OUTCOME before the revoke learns here whether
          * the seize took (a repeated seize only answers VOIDED). */
-        status_add_mine(w, root, id, uid, stale);
+        status_add_mine(nc, root, id, uid, stale);
         status_send(r, root);
         return;
     case META_FOUND:
         break;
     }
     int64_t remaining;
-    status_stock(w, &a, 1, &remaining, &stale);
+    status_stock(nc, &a, 1, &remaining, &stale);
     root = status_root();
     cJSON_AddItemToObject(root, "activity", status_activity_json(&a, now, remaining));
-    status_add_mine(w, root, id, uid, stale);
+    status_add_mine(nc, root, id, uid, stale);
     cJSON_AddBoolToObject(root, "stale", stale);
     status_send(r, root);
 }
@@ -221,7 +221,7 @@ static int status_page_param(const char *query, const char *name, size_t dflt, s
     return CS_OK;
 }
 
-void api_status(struct worker *w, struct req *r)
+void api_status(struct node_ctx *nc, struct req *r)
 {
     struct auth_identity who;
     char idbuf[32];
@@ -236,7 +236,7 @@ void api_status(struct worker *w, struct req *r)
         /* The token is optional here; a bad one is still refused. */
         if (req_auth(r, 0, &who) != CS_OK)
             return;
-        status_one(w, r, id, who.user_id);
+        status_one(nc, r, id, who.user_id);
         return;
     }
 
@@ -250,14 +250,14 @@ void api_status(struct worker *w, struct req *r)
     if (size > STATUS_PAGE_MAX)
         size = STATUS_PAGE_MAX;
     struct alist_page pg;
-    if (alist_page(w->conf, w->shm, page, size, &pg) != CS_OK) {
-        req_reply(r, CODE_UNAVAILABLE, NULL, NULL, breaker_retry_after(w->conf));
+    if (alist_page(nc->conf, nc->shm, page, size, &pg) != CS_OK) {
+        req_reply(r, CODE_UNAVAILABLE, NULL, NULL, breaker_retry_after(nc->conf));
         return;
     }
     int64_t now = cs_now_ms();
     int stale = pg.stale;
     int64_t *rem = xmalloc(sizeof(int64_t) * (pg.n ? pg.n : 1));
-    status_stock(w, pg.acts, pg.n, rem, &stale);
+    status_stock(nc, pg.acts, pg.n, rem, &stale);
     cJSON *root = status_root();
     cJSON_AddBoolToObject(root, "stale", stale);
     cJSON_AddNumberToObject(root, "total", (double)pg.total);

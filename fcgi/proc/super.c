@@ -1,10 +1,10 @@
 /* super.c - prefork supervisor: bind, fork, reap, restart, reload, stop. */
 #include "super.h"
-#include "alist.h"
+#include "node/alist.h"
 #include "batch.h"
 #include "conf.h"
 #include "cs.h"
-#include "keeper.h"
+#include "keeper/keeper.h"
 #include "log.h"
 #include "rconn.h"
 #include "sdnotify.h"

@@ -1,13 +1,13 @@
 /* api_reserve.c - the admin routes of node reserves: the list per node
- * incarnation, and the return of a lost node's reserve (lib/reserve_admin.c). */
+ * incarnation, and the return of a lost node's reserve (lib/node/reserve_admin.c). */
 #include "api.h"
 #include "conf.h"
 #include "cs.h"
 #include "log.h"
-#include "req.h"
+#include "req/req.h"
 #include "reserve_admin.h"
 #include "shm.h"
-#include "worker.h"
+#include "node/ctx.h"
 
 #include <cjson/cJSON.h>
 #include <inttypes.h>
@@ -37,7 +37,7 @@ static void rsv_add_known(cJSON *o, const char *name, int64_t v)
         rsv_add_int(o, name, v);
 }
 
-void api_reserve_list(struct worker *w, struct req *r)
+void api_reserve_list(struct node_ctx *nc, struct req *r)
 {
     struct auth_identity who;
     struct reserve_list l;
@@ -51,7 +51,7 @@ void api_reserve_list(struct worker *w, struct req *r)
         rsv_bad(r, "id", "id must be an integer 1..9223372036854775807");
         return;
     }
-    if (reserve_admin_list(w->mc, w->rc, id, w->conf->fallback_lease_ms, &w->shm->lease_watch, &l,
+    if (reserve_admin_list(nc->mc, nc->rc, id, nc->conf->fallback_lease_ms, &nc->shm->lease_watch, &l,
                            err, sizeof(err))
         != CS_OK) {
         log_error("reserve list: %s", err);
@@ -66,7 +66,7 @@ void api_reserve_list(struct worker *w, struct req *r)
         rsv_add_int(root, "activityId", id);
         rsv_add_known(root, "held", l.held);
     }
-    rsv_add_int(root, "leaseMs", w->conf->fallback_lease_ms);
+    rsv_add_int(root, "leaseMs", nc->conf->fallback_lease_ms);
     cJSON_AddBoolToObject(root, "stale", !l.redis_ok);
     cJSON_AddBoolToObject(root, "truncated", l.truncated);
     cJSON *arr = cJSON_AddArrayToObject(root, "reserves");
@@ -154,7 +154,7 @@ static int rsv_parse_incarnation(struct req *r, char inc[JOURNAL_ID_LEN + 1], in
     return CS_OK;
 }
 
-void api_reserve_return(struct worker *w, struct req *r)
+void api_reserve_return(struct node_ctx *nc, struct req *r)
 {
     struct auth_identity who;
     struct reserve_return res;
@@ -173,13 +173,13 @@ void api_reserve_return(struct worker *w, struct req *r)
     if (rsv_parse_incarnation(r, inc, &lost) != CS_OK)
         return;
     struct reserve_admin_opts o = {
-        .lease_ms = w->conf->fallback_lease_ms,
-        .wait_replicas = w->conf->redis_wait_replicas,
-        .wait_timeout_ms = w->conf->redis_wait_timeout_ms,
+        .lease_ms = nc->conf->fallback_lease_ms,
+        .wait_replicas = nc->conf->redis_wait_replicas,
+        .wait_timeout_ms = nc->conf->redis_wait_timeout_ms,
         .journal_lost = lost,
-        .watch = &w->shm->lease_watch,
+        .watch = &nc->shm->lease_watch,
     };
-    if (reserve_admin_return(w->mc, w->rc, &o, id, inc, &res, err, sizeof(err)) != CS_OK) {
+    if (reserve_admin_return(nc->mc, nc->rc, &o, id, inc, &res, err, sizeof(err)) != CS_OK) {
         log_error("reserve return of activity %" PRId64 " incarnation %s: %s", id, inc, err);
         req_reply(r, CODE_UNAVAILABLE,
                   "return not finished: MySQL or Redis unavailable; repeat it (it is safe)", NULL,
@@ -210,11 +210,11 @@ void api_reserve_return(struct worker *w, struct req *r)
         break;
     }
     if (res.returned > 0)
-        shm_flag_clear(w->shm->soldout, id); /* the stock rose: no sold-out hint here */
+        shm_flag_clear(nc->shm->soldout, id); /* the stock rose: no sold-out hint here */
     if (lost) {
         /* Never silent: the grants the node made and did not replay are
          * gone with its journal (log, metric, alert, answer, audit). */
-        atomic_fetch_add(&w->shm->rsv.journals_lost, 1);
+        atomic_fetch_add(&nc->shm->rsv.journals_lost, 1);
         log_error("reserve of activity %" PRId64 " incarnation %s returned by admin %" PRId64
                   " with its journal declared lost: %" PRId64 " coupons back in stock; grants "
                   "that node made and did not replay are lost with its journal",

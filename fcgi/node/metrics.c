@@ -8,7 +8,7 @@
 #include "keys.h"
 #include "log.h"
 #include "rconn.h"
-#include "req.h"
+#include "req/req.h"
 #include "reserve.h"
 #include "shm.h"
 
