@@ -1,6 +1,6 @@
 /* super.c - prefork supervisor: bind, fork, reap, restart, reload, stop. */
 #include "super.h"
-#include "node/alist.h"
+#include "node/listcopy.h"
 #include "batch.h"
 #include "conf.h"
 #include "cs.h"
@@ -493,7 +493,7 @@ int super_run(struct cs_conf *conf, const char *conf_path, int listen_fd, int ow
     if (own_socket && path != NULL)
         unlink(path);
     close(listen_fd);
-    alist_unlink(shm, conf->fcgi_shm_name);
+    listcopy_unlink(shm, conf->fcgi_shm_name);
     shm_node_close(shm);
     shm_node_unlink(conf->fcgi_shm_name);
     free(s->slots);

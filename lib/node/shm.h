@@ -179,7 +179,7 @@ struct shm_node {
 
     _Atomic int64_t bucket_tat_us;           /* GCRA theoretical arrival time */
 
-    /* The list route's per-node copy of ACTIVITY:LIST (fcgi/node/alist.c):
+    /* The list route's per-node copy of ACTIVITY:LIST (fcgi/node/listcopy.c):
      * generation of the segment that holds it (0 = none yet), when it was
      * built (cs_mono_ms), and the lease of the one worker rebuilding it. */
     _Atomic uint64_t list_gen;
