@@ -92,11 +92,21 @@ static int sh_index(const struct batch_area *b, const struct batch_shard *sh)
     return (int)(sh - b->shard);
 }
 
+/* sh->leader := pid (0: nobody leads). Every write of leader and
+ * lead_until is atomic, though made under the lock: a waiting seize reads
+ * them without it (batch_join()), and a plain store racing with that read is
+ * undefined behaviour (torn or invented stores), even if every decision is
+ * judged again under the lock. */
+static void leader_store(struct batch_shard *sh, int32_t pid)
+{
+    __atomic_store_n(&sh->leader, pid, __ATOMIC_RELEASE);
+}
+
 /* The lead of sh goes to pid, whose call must end by until_ms. */
 static void lead_set(struct batch_shard *sh, int32_t pid, int64_t until_ms)
 {
     __atomic_store_n(&sh->lead_until, until_ms + BATCH_LEASE_GRACE_MS, __ATOMIC_RELAXED);
-    __atomic_store_n(&sh->leader, pid, __ATOMIC_RELEASE);
+    leader_store(sh, pid);
 }
 
 struct cand {
@@ -184,7 +194,7 @@ static struct batch_entry *bury_locked(struct batch_area *b, struct batch_shard 
 
     if (sh->leader != dead)
         return NULL;
-    sh->leader = 0;
+    leader_store(sh, 0);
     atomic_fetch_add_explicit(&b->m.leader_deaths, 1, memory_order_relaxed);
     for (int i = 0; i < hi; i++) {
         struct batch_entry *e = &b->entry[i];
@@ -370,7 +380,7 @@ static enum batch_result give_up(struct batch_area *b, struct batch_shard *sh,
         /* Handed the lead with no time left to use it: the next one leads. */
         atomic_store(&e->state, BATCH_IDLE);
         if (sh->leader == e->pid)
-            sh->leader = 0;
+            leader_store(sh, 0);
         if (wake == NULL)
             wake = elect_locked(b, sh);
         /* fall through */
@@ -424,7 +434,7 @@ static struct batch_entry *reclaim_locked(struct batch_area *b, struct batch_sha
     if (owner != pid && sh->leader == owner && pid_gone(owner))
         return bury_locked(b, sh, owner);
     if (owner == pid && sh->leader == pid) {
-        sh->leader = 0;
+        leader_store(sh, 0);
         return elect_locked(b, sh);
     }
     return NULL;
@@ -481,7 +491,7 @@ enum batch_result batch_join(struct batch_area *b, int shard, int slot, int max,
     /* A leader that is this very process is a lead left behind (its
      * request ended without batch_finish()); it is stale. */
     if (sh->leader == pid)
-        sh->leader = 0;
+        leader_store(sh, 0);
     sh->max = max;
     mine->outcome = BATCH_OUT_NONE;
     e->item = *mine;
@@ -494,7 +504,7 @@ enum batch_result batch_join(struct batch_area *b, int shard, int slot, int max,
     if (sh->leader == 0) {
         /* No call in flight: it goes out now, with whatever waits. A wake
          * pending from a repair is moot: this worker leads. */
-        sh->leader = pid;
+        leader_store(sh, pid);
         take_locked(b, sh, slot, max, pid, take);
         sh_unlock(sh, wake == e ? NULL : wake);
         return BATCH_LEADER;
@@ -520,7 +530,7 @@ enum batch_result batch_join(struct batch_area *b, int shard, int slot, int max,
             /* Re-read under the lock: a repair may have changed the lead. */
             if (atomic_load(&e->state) == BATCH_LEAD) {
                 if (sh->leader == 0)
-                    sh->leader = pid;
+                    leader_store(sh, pid);
                 if (sh->leader == pid) {
                     take_locked(b, sh, slot, max, pid, take);
                     sh_unlock(sh, wake == e ? NULL : wake);
@@ -574,7 +584,7 @@ enum batch_result batch_join(struct batch_area *b, int shard, int slot, int max,
                 wake = bury_locked(b, sh, l);
             } else {
                 atomic_fetch_add_explicit(&b->m.leader_stalls, 1, memory_order_relaxed);
-                sh->leader = 0;
+                leader_store(sh, 0);
                 wake = elect_locked(b, sh);
             }
         }
@@ -599,7 +609,7 @@ void batch_handoff(struct batch_area *b, struct batch_take *take)
     if (sh_lock_by(b, sh, lock_until(take->until), &wake) != 0)
         return; /* batch_finish() tries again */
     if (sh->leader == pid)
-        sh->leader = 0;
+        leader_store(sh, 0);
     if (wake == NULL)
         wake = elect_locked(b, sh);
     take->handed = 1;
@@ -650,7 +660,7 @@ void batch_finish(struct batch_area *b, struct batch_take *take)
     }
     if (!take->handed) {
         if (sh->leader == pid)
-            sh->leader = 0;
+            leader_store(sh, 0);
         if (wake == NULL)
             wake = elect_locked(b, sh);
     }
@@ -702,7 +712,7 @@ static struct batch_entry *reap_locked(struct batch_area *b, struct batch_shard 
     }
     if (sh->leader != pid)
         return NULL;
-    sh->leader = 0;
+    leader_store(sh, 0);
     if (waited)
         atomic_fetch_add_explicit(&b->m.leader_deaths, 1, memory_order_relaxed);
     return elect_locked(b, sh);

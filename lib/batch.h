@@ -101,6 +101,9 @@ struct batch_entry {
  *       lead_until, next_ticket and (but for a worker withdrawing its own
  *       entry) the state of any entry of this shard. It is never held across
  *       a Redis call or a sleep.
+ * MUST: every write of leader and lead_until is an atomic store (lead_set(),
+ *       leader_store()), made under the lock: a waiting seize reads them
+ *       without it (atomic loads), as a hint it judges again under the lock.
  * MUST: leader != 0 while a worker leads a call of this shard: it was the
  *       first to find leader == 0 or was handed the lead. While it leads, new
  *       seizes queue behind it; once Redis has run its call (batch_handoff())
@@ -125,10 +128,10 @@ struct batch_entry {
  */
 struct batch_shard {
     pthread_mutex_t lock;
-    int32_t leader;              /* pid of the worker leading a call; 0 none */
+    int32_t leader;              /* pid of the worker leading a call; 0 none (atomic stores) */
     _Atomic int32_t owner;       /* pid holding lock (read without it: a hint) */
     int32_t max;                 /* limits.batch_max as the last seize asked */
-    int64_t lead_until;          /* monotonic ms: past it, the lead is stale */
+    int64_t lead_until;          /* monotonic ms: past it, the lead is stale (atomic stores) */
     uint64_t next_ticket;
 };
 
