@@ -171,21 +171,21 @@ static struct batch_entry *elect_locked(struct batch_area *b, struct batch_shard
     }
 }
 
-/* Moves e from QUEUED or LEAD to IDLE unless its worker withdrew it first.
- * MUST be called with the lock of e's shard held. */
-static void drop_locked(struct batch_entry *e)
-{
-    uint32_t s = atomic_load(&e->state);
-    while ((s == BATCH_QUEUED || s == BATCH_LEAD)
-           && !atomic_compare_exchange_weak(&e->state, &s, BATCH_IDLE))
-        ;
-}
-
 /*
  * The leader `dead` of sh is gone: clears it, drops the entries of that
- * process still waiting (it answers nobody now) and elects the next one.
- * Returns the entry to wake, as elect_locked().
+ * process still waiting on sh (QUEUED or LEAD: it answers nobody now) and
+ * elects the next one. Returns the entry to wake, as elect_locked().
  * MUST be called with sh->lock held.
+ * MUST read an entry's state (acquire) before its shard and pid, and drop it
+ * by compare-and-swap from the state it read: a worker given the dead one's
+ * registry slot writes shard and pid before its QUEUED (release), so a
+ * state of that new seize brings its shard with it and the entry is
+ * skipped; read the other way round, a shard and pid of the dead seize
+ * could go with the QUEUED or LEAD of the new one on another shard
+ * (doc/internals.md G4: an entry leaves its shard only under that shard's
+ * lock). The state read cannot turn into another seize's before the
+ * compare-and-swap: a QUEUED or LEAD entry of sh is cleared for reuse only
+ * under sh's lock, held here.
  */
 static struct batch_entry *bury_locked(struct batch_area *b, struct batch_shard *sh,
                                        int32_t dead)
@@ -196,10 +196,20 @@ static struct batch_entry *bury_locked(struct batch_area *b, struct batch_shard 
         return NULL;
     leader_store(sh, 0);
     atomic_fetch_add_explicit(&b->m.leader_deaths, 1, memory_order_relaxed);
-    for (int i = 0; i < hi; i++) {
+    for (int i = 0, paused = 0; i < hi; i++) {
         struct batch_entry *e = &b->entry[i];
-        if (atomic_load(&e->shard) == shard && atomic_load(&e->pid) == dead)
-            drop_locked(e);
+        uint32_t st = atomic_load_explicit(&e->state, memory_order_acquire);
+        if (st != BATCH_QUEUED && st != BATCH_LEAD)
+            continue;
+        if (atomic_load(&e->shard) != shard || atomic_load(&e->pid) != dead)
+            continue;
+        /* The batch-bury pause point: a test stops here, between the reads
+         * and the drop of the first entry found, to queue a seize in that
+         * slot meanwhile. One getenv() per bury, none per entry. */
+        if (!paused++)
+            cs_pause_point("batch-bury");
+        /* Fails only if its worker withdrew it meanwhile (WITHDRAWN stays). */
+        atomic_compare_exchange_strong(&e->state, &st, BATCH_IDLE);
     }
     return elect_locked(b, sh);
 }
