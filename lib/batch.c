@@ -374,7 +374,12 @@ static enum batch_result give_up(struct batch_area *b, struct batch_shard *sh,
     if (sh_lock_by(b, sh, cs_mono_ms() + BATCH_LOCK_WAIT_MS, &wake) != 0)
         return give_up_unlocked(b, e, mine);
     uint32_t s = atomic_load_explicit(&e->state, memory_order_acquire);
-    if (gone_leader != 0 && wake == NULL)
+    /* Judged again under the lock, as the deposing in batch_join(): during
+     * the lock wait the dead leader may have been buried and reaped, and
+     * its pid given to a worker that now leads or waits here, whose seizes
+     * a bury would drop (doc/internals.md G4: a bury of a pid that runs
+     * touches nothing). */
+    if (gone_leader != 0 && wake == NULL && sh->leader == gone_leader && pid_gone(gone_leader))
         wake = bury_locked(b, sh, gone_leader);
     switch (s) {
     case BATCH_DONE:
