@@ -362,8 +362,21 @@ static enum batch_result give_up_unlocked(struct batch_area *b, struct batch_ent
     }
 }
 
+/* The lock wait of a seize giving up: BATCH_LOCK_WAIT_MS at most, and
+ * never past its deadline (doc/internals.md G5) but for the millisecond
+ * that lets a free lock be taken. */
+static int64_t give_up_until(int64_t deadline_ms)
+{
+    int64_t now = cs_mono_ms(), by = deadline_ms;
+
+    if (by > now + BATCH_LOCK_WAIT_MS)
+        by = now + BATCH_LOCK_WAIT_MS;
+    return by > now + 1 ? by : now + 1;
+}
+
 /* A waiting entry's deadline came (or its leader died while it was TAKEN,
- * gone_leader set): takes it out. An answer that came in the meantime wins. */
+ * gone_leader set): takes it out. An answer that came in the meantime wins.
+ * mine->deadline_ms: the seize's deadline. */
 static enum batch_result give_up(struct batch_area *b, struct batch_shard *sh,
                                  struct batch_entry *e, struct batch_item *mine,
                                  int32_t gone_leader)
@@ -371,7 +384,7 @@ static enum batch_result give_up(struct batch_area *b, struct batch_shard *sh,
     struct batch_entry *wake = NULL;
     enum batch_result res;
 
-    if (sh_lock_by(b, sh, cs_mono_ms() + BATCH_LOCK_WAIT_MS, &wake) != 0)
+    if (sh_lock_by(b, sh, give_up_until(mine->deadline_ms), &wake) != 0)
         return give_up_unlocked(b, e, mine);
     uint32_t s = atomic_load_explicit(&e->state, memory_order_acquire);
     /* Judged again under the lock, as the deposing in batch_join(): during

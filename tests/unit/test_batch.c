@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -581,6 +582,39 @@ START_TEST(leader_never_waits_past_its_deadline_in_finish)
 }
 END_TEST
 
+/* Seizes whose deadline comes while a running process holds their shard's
+ * lock give up by their deadline, not BATCH_LOCK_WAIT_MS past it: the lock
+ * wait of one giving up ends by its deadline (doc/internals.md G5). The
+ * least late of three, so that a starved machine's scheduling noise does
+ * not decide; each waited BATCH_LOCK_WAIT_MS before. */
+START_TEST(give_up_waits_for_no_lock_past_the_deadline)
+{
+    s->allow = 0;
+    pid_t h = worker(0, 100, 32, 8000);      /* call 0, held */
+    wait_state(0, BATCH_TAKEN);
+    pid_t p[3];
+    for (int i = 1; i <= 3; i++) {
+        p[i - 1] = worker(i, 100 + i, 32, 200 + 100 * i);
+        wait_state(i, BATCH_QUEUED);
+    }
+    pid_t holder = running_lock_holder(1500);
+    for (int i = 0; i < 3; i++)
+        reap(p[i]);
+    int64_t least = INT64_MAX;
+    for (int i = 1; i <= 3; i++) {
+        ck_assert_int_eq(s->result[i], BATCH_UNSENT);
+        if (s->finished[i] - s->deadline[i] < least)
+            least = s->finished[i] - s->deadline[i];
+    }
+    s->allow = 1000;
+    reap(holder);
+    reap(h);
+    ck_assert_msg(least < BATCH_LOCK_WAIT_MS * 3 / 4,
+                  "the least late of three seizes giving up answered %lld ms past its deadline",
+                  (long long)least);
+}
+END_TEST
+
 /* A worker stopped while it holds a shard's lock: a seize of that shard
  * waits BATCH_LOCK_WAIT_MS, not its budget, and goes alone. */
 START_TEST(stopped_lock_holder_sends_seizes_alone)
@@ -710,6 +744,7 @@ int main(void)
     tcase_add_test(tc, stopped_lock_holder_sends_seizes_alone);
     tcase_add_test(tc, stopped_leader_loses_the_lead);
     tcase_add_test(tc, leader_never_waits_past_its_deadline_in_finish);
+    tcase_add_test(tc, give_up_waits_for_no_lock_past_the_deadline);
     suite_add_tcase(su, tc);
     return cs_run_suite(su, 0);
 }
