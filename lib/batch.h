@@ -70,7 +70,10 @@ enum batch_state {
  *       the entry's next seize, so it stays on its shard until cleared
  *       under that shard's lock.
  * MUST: a leader reads an entry's state before its ticket (acquire): a
- *       TAKEN of a later seize in the entry brings that seize's ticket.
+ *       TAKEN of a later seize in the entry brings that seize's ticket. So
+ *       does a bury of a dead worker before the entry's shard and pid: a
+ *       QUEUED of a later seize brings its shard, and the bury drops only
+ *       the QUEUED or LEAD it read, by compare-and-swap.
  * MUST: item, pid, shard and ticket are written before state becomes
  *       QUEUED (a release store), and item's answer before it becomes DONE,
  *       so a reader that sees the state (acquire) sees them.
@@ -82,7 +85,11 @@ enum batch_state {
  * MUST NOT: a seize waits for a lock, or for its leader, past its own
  *       deadline: a lock held more than BATCH_LOCK_WAIT_MS by a stopped
  *       process, or BATCH_LOCK_MAX_MS by a running one, sends the seize
- *       alone (BATCH_BUSY), unqueued.
+ *       alone (BATCH_BUSY), unqueued. A seize giving up waits for the lock
+ *       by its deadline (1 ms at least, for a free lock), then withdraws
+ *       without it; a leader answering its call (batch_finish()) waits by
+ *       its own deadline, not its followers' (BATCH_LOCK_WAIT_MS at least:
+ *       the answers of the call are lost without the lock).
  */
 struct batch_entry {
     _Atomic uint32_t state;      /* enum batch_state; the futex word */
