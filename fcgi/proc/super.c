@@ -25,7 +25,6 @@
 #include <unistd.h>
 
 #define SUPER_STOP_GRACE_MS 30000
-#define SUPER_MAX_RETIRING 1024
 /* Reaped workers whose group-commit entries are still to be dropped (a
  * shard's lock was held when they were reaped). */
 #define SUPER_MAX_UNBURIED 64
@@ -174,8 +173,9 @@ struct super {
     struct shm_node *shm;
     int n;                     /* fcgi.workers */
     struct slot *slots;
-    struct retiree retiring[SUPER_MAX_RETIRING];
-    int nretiring;
+    struct retiree *retiring;  /* grown as needed: a child no list knows is never
+                                  killed at its grace, waited for at stop, nor buried */
+    int nretiring, capretiring;
     struct {
         int32_t pid;
         int64_t since_ms;
@@ -209,6 +209,17 @@ static void super_on_stop(struct super *s, int64_t now)
     s->stopping = 1;
     s->stop_deadline = now + SUPER_STOP_GRACE_MS;
     super_signal_all(s, SIGTERM); /* the keeper gives reserves back while workers finish */
+}
+
+/* Adds a worker told to go to those retiring; never refused. */
+static void super_retire(struct super *s, pid_t pid, int64_t now)
+{
+    if (s->nretiring == s->capretiring) {
+        s->capretiring = s->capretiring > 0 ? s->capretiring * 2 : 64;
+        s->retiring = xrealloc(s->retiring, (size_t)s->capretiring * sizeof(*s->retiring));
+    }
+    s->retiring[s->nretiring++] =
+        (struct retiree){.pid = pid, .kill_at_ms = now + SUPER_STOP_GRACE_MS};
 }
 
 /* SIGHUP: the configuration read again, and the workers replaced one by one. */
@@ -246,9 +257,7 @@ static void super_on_reload(struct super *s, int64_t now)
         s->slots[i].backoff_ms = 0;
         if (old > 0) {
             kill(old, SIGTERM);
-            if (s->nretiring < SUPER_MAX_RETIRING)
-                s->retiring[s->nretiring++] =
-                    (struct retiree){.pid = old, .kill_at_ms = now + SUPER_STOP_GRACE_MS};
+            super_retire(s, old, now);
         }
     }
     /* The keeper gives its reserves back and starts again with the new
@@ -357,25 +366,70 @@ static int super_exited(struct super *s, pid_t pid, int64_t now)
     return pid == s->keeper || super_bury(s, (int32_t)pid, now);
 }
 
+/* 1 when pid is a worker, a retiree or the keeper of s. */
+static int super_knows(const struct super *s, pid_t pid)
+{
+    if (pid == s->keeper)
+        return 1;
+    for (int i = 0; i < s->n; i++)
+        if (s->slots[i].pid == pid)
+            return 1;
+    for (int i = 0; i < s->nretiring; i++)
+        if (s->retiring[i].pid == pid)
+            return 1;
+    return 0;
+}
+
+/*
+ * Reaps the exited children that no list knows, buried first as a worker
+ * is (super_bury()): there should be none, but one forgotten would stay a
+ * zombie till the supervisor ends (and a worker's registry slot taken), and
+ * a process may have had children before it ran the supervisor. Asked by
+ * waitid(WNOWAIT), which reports, of the children that exited, the one
+ * forked first: a known one still kept for its bury (SUPER_BURY_MAX_MS at
+ * most) ends the sweep till a later tick.
+ */
+static void super_sweep(struct super *s, int64_t now)
+{
+    for (;;) {
+        siginfo_t ci;
+        int status;
+
+        memset(&ci, 0, sizeof(ci));
+        if (waitid(P_ALL, 0, &ci, WEXITED | WNOHANG | WNOWAIT) != 0 || ci.si_pid <= 0)
+            return;
+        pid_t pid = ci.si_pid;
+        if (super_knows(s, pid) || !super_bury(s, (int32_t)pid, now)
+            || waitpid(pid, &status, WNOHANG) != pid)
+            return;
+        log_warn("reaped child %d, which no list of the supervisor held (%s %d)", (int)pid,
+                 WIFSIGNALED(status) ? "signal" : "status",
+                 WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+    }
+}
+
 /* Reaps every child that exited and may be: the workers, those retiring
  * and the keeper, each by its own pid (a zombie kept for its bury must not
- * be taken by a wait for any child). */
+ * be taken by a wait for any child), then any other (super_sweep()). */
 static void super_reap(struct super *s, int64_t now)
 {
-    pid_t pids[SUPER_MAX_RETIRING + 1];
-    int n = 0, status;
+    int status;
 
-    for (int i = 0; i < s->nretiring; i++)
-        pids[n++] = s->retiring[i].pid;
-    pids[n++] = s->keeper;
-    for (int i = 0; i < n; i++)
-        if (super_exited(s, pids[i], now) && waitpid(pids[i], &status, WNOHANG) == pids[i])
-            super_on_exit(s, pids[i], status, now);
+    /* From the last: super_on_exit() moves the last retiree into the place
+     * of the one reaped, and that one was seen already. */
+    for (int i = s->nretiring - 1; i >= 0; i--) {
+        pid_t pid = s->retiring[i].pid;
+        if (super_exited(s, pid, now) && waitpid(pid, &status, WNOHANG) == pid)
+            super_on_exit(s, pid, status, now);
+    }
+    if (super_exited(s, s->keeper, now) && waitpid(s->keeper, &status, WNOHANG) == s->keeper)
+        super_on_exit(s, s->keeper, status, now);
     for (int i = 0; i < s->n; i++) {
         pid_t pid = s->slots[i].pid;
         if (super_exited(s, pid, now) && waitpid(pid, &status, WNOHANG) == pid)
             super_on_exit(s, pid, status, now);
     }
+    super_sweep(s, now);
 }
 
 /* While stopping: 1 once every child is gone; those past the grace are killed. */
@@ -497,6 +551,7 @@ int super_run(struct cs_conf *conf, const char *conf_path, int listen_fd, int ow
     shm_node_close(shm);
     shm_node_unlink(conf->fcgi_shm_name);
     free(s->slots);
+    free(s->retiring);
     free(s);
     log_notice("coupon-fcgi stopped");
     return 0;

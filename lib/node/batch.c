@@ -92,11 +92,21 @@ static int sh_index(const struct batch_area *b, const struct batch_shard *sh)
     return (int)(sh - b->shard);
 }
 
+/* sh->leader := pid (0: nobody leads). Every write of leader and
+ * lead_until is atomic, though made under the lock: a waiting seize reads
+ * them without it (batch_join()), and a plain store racing with that read is
+ * undefined behaviour (torn or invented stores), even if every decision is
+ * judged again under the lock. */
+static void leader_store(struct batch_shard *sh, int32_t pid)
+{
+    __atomic_store_n(&sh->leader, pid, __ATOMIC_RELEASE);
+}
+
 /* The lead of sh goes to pid, whose call must end by until_ms. */
 static void lead_set(struct batch_shard *sh, int32_t pid, int64_t until_ms)
 {
     __atomic_store_n(&sh->lead_until, until_ms + BATCH_LEASE_GRACE_MS, __ATOMIC_RELAXED);
-    __atomic_store_n(&sh->leader, pid, __ATOMIC_RELEASE);
+    leader_store(sh, pid);
 }
 
 struct cand {
@@ -161,21 +171,21 @@ static struct batch_entry *elect_locked(struct batch_area *b, struct batch_shard
     }
 }
 
-/* Moves e from QUEUED or LEAD to IDLE unless its worker withdrew it first.
- * MUST be called with the lock of e's shard held. */
-static void drop_locked(struct batch_entry *e)
-{
-    uint32_t s = atomic_load(&e->state);
-    while ((s == BATCH_QUEUED || s == BATCH_LEAD)
-           && !atomic_compare_exchange_weak(&e->state, &s, BATCH_IDLE))
-        ;
-}
-
 /*
  * The leader `dead` of sh is gone: clears it, drops the entries of that
- * process still waiting (it answers nobody now) and elects the next one.
- * Returns the entry to wake, as elect_locked().
+ * process still waiting on sh (QUEUED or LEAD: it answers nobody now) and
+ * elects the next one. Returns the entry to wake, as elect_locked().
  * MUST be called with sh->lock held.
+ * MUST read an entry's state (acquire) before its shard and pid, and drop it
+ * by compare-and-swap from the state it read: a worker given the dead one's
+ * registry slot writes shard and pid before its QUEUED (release), so a
+ * state of that new seize brings its shard with it and the entry is
+ * skipped; read the other way round, a shard and pid of the dead seize
+ * could go with the QUEUED or LEAD of the new one on another shard
+ * (doc/internals.md G4: an entry leaves its shard only under that shard's
+ * lock). The state read cannot turn into another seize's before the
+ * compare-and-swap: a QUEUED or LEAD entry of sh is cleared for reuse only
+ * under sh's lock, held here.
  */
 static struct batch_entry *bury_locked(struct batch_area *b, struct batch_shard *sh,
                                        int32_t dead)
@@ -184,12 +194,22 @@ static struct batch_entry *bury_locked(struct batch_area *b, struct batch_shard 
 
     if (sh->leader != dead)
         return NULL;
-    sh->leader = 0;
+    leader_store(sh, 0);
     atomic_fetch_add_explicit(&b->m.leader_deaths, 1, memory_order_relaxed);
-    for (int i = 0; i < hi; i++) {
+    for (int i = 0, paused = 0; i < hi; i++) {
         struct batch_entry *e = &b->entry[i];
-        if (atomic_load(&e->shard) == shard && atomic_load(&e->pid) == dead)
-            drop_locked(e);
+        uint32_t st = atomic_load_explicit(&e->state, memory_order_acquire);
+        if (st != BATCH_QUEUED && st != BATCH_LEAD)
+            continue;
+        if (atomic_load(&e->shard) != shard || atomic_load(&e->pid) != dead)
+            continue;
+        /* The batch-bury pause point: a test stops here, between the reads
+         * and the drop of the first entry found, to queue a seize in that
+         * slot meanwhile. One getenv() per bury, none per entry. */
+        if (!paused++)
+            cs_pause_point("batch-bury");
+        /* Fails only if its worker withdrew it meanwhile (WITHDRAWN stays). */
+        atomic_compare_exchange_strong(&e->state, &st, BATCH_IDLE);
     }
     return elect_locked(b, sh);
 }
@@ -342,8 +362,21 @@ static enum batch_result give_up_unlocked(struct batch_area *b, struct batch_ent
     }
 }
 
+/* The lock wait of a seize giving up: BATCH_LOCK_WAIT_MS at most, and
+ * never past its deadline (doc/internals.md G5) but for the millisecond
+ * that lets a free lock be taken. */
+static int64_t give_up_until(int64_t deadline_ms)
+{
+    int64_t now = cs_mono_ms(), by = deadline_ms;
+
+    if (by > now + BATCH_LOCK_WAIT_MS)
+        by = now + BATCH_LOCK_WAIT_MS;
+    return by > now + 1 ? by : now + 1;
+}
+
 /* A waiting entry's deadline came (or its leader died while it was TAKEN,
- * gone_leader set): takes it out. An answer that came in the meantime wins. */
+ * gone_leader set): takes it out. An answer that came in the meantime wins.
+ * mine->deadline_ms: the seize's deadline. */
 static enum batch_result give_up(struct batch_area *b, struct batch_shard *sh,
                                  struct batch_entry *e, struct batch_item *mine,
                                  int32_t gone_leader)
@@ -351,10 +384,15 @@ static enum batch_result give_up(struct batch_area *b, struct batch_shard *sh,
     struct batch_entry *wake = NULL;
     enum batch_result res;
 
-    if (sh_lock_by(b, sh, cs_mono_ms() + BATCH_LOCK_WAIT_MS, &wake) != 0)
+    if (sh_lock_by(b, sh, give_up_until(mine->deadline_ms), &wake) != 0)
         return give_up_unlocked(b, e, mine);
     uint32_t s = atomic_load_explicit(&e->state, memory_order_acquire);
-    if (gone_leader != 0 && wake == NULL)
+    /* Judged again under the lock, as the deposing in batch_join(): during
+     * the lock wait the dead leader may have been buried and reaped, and
+     * its pid given to a worker that now leads or waits here, whose seizes
+     * a bury would drop (doc/internals.md G4: a bury of a pid that runs
+     * touches nothing). */
+    if (gone_leader != 0 && wake == NULL && sh->leader == gone_leader && pid_gone(gone_leader))
         wake = bury_locked(b, sh, gone_leader);
     switch (s) {
     case BATCH_DONE:
@@ -370,7 +408,7 @@ static enum batch_result give_up(struct batch_area *b, struct batch_shard *sh,
         /* Handed the lead with no time left to use it: the next one leads. */
         atomic_store(&e->state, BATCH_IDLE);
         if (sh->leader == e->pid)
-            sh->leader = 0;
+            leader_store(sh, 0);
         if (wake == NULL)
             wake = elect_locked(b, sh);
         /* fall through */
@@ -424,7 +462,7 @@ static struct batch_entry *reclaim_locked(struct batch_area *b, struct batch_sha
     if (owner != pid && sh->leader == owner && pid_gone(owner))
         return bury_locked(b, sh, owner);
     if (owner == pid && sh->leader == pid) {
-        sh->leader = 0;
+        leader_store(sh, 0);
         return elect_locked(b, sh);
     }
     return NULL;
@@ -481,7 +519,7 @@ enum batch_result batch_join(struct batch_area *b, int shard, int slot, int max,
     /* A leader that is this very process is a lead left behind (its
      * request ended without batch_finish()); it is stale. */
     if (sh->leader == pid)
-        sh->leader = 0;
+        leader_store(sh, 0);
     sh->max = max;
     mine->outcome = BATCH_OUT_NONE;
     e->item = *mine;
@@ -494,7 +532,7 @@ enum batch_result batch_join(struct batch_area *b, int shard, int slot, int max,
     if (sh->leader == 0) {
         /* No call in flight: it goes out now, with whatever waits. A wake
          * pending from a repair is moot: this worker leads. */
-        sh->leader = pid;
+        leader_store(sh, pid);
         take_locked(b, sh, slot, max, pid, take);
         sh_unlock(sh, wake == e ? NULL : wake);
         return BATCH_LEADER;
@@ -520,7 +558,7 @@ enum batch_result batch_join(struct batch_area *b, int shard, int slot, int max,
             /* Re-read under the lock: a repair may have changed the lead. */
             if (atomic_load(&e->state) == BATCH_LEAD) {
                 if (sh->leader == 0)
-                    sh->leader = pid;
+                    leader_store(sh, pid);
                 if (sh->leader == pid) {
                     take_locked(b, sh, slot, max, pid, take);
                     sh_unlock(sh, wake == e ? NULL : wake);
@@ -574,7 +612,7 @@ enum batch_result batch_join(struct batch_area *b, int shard, int slot, int max,
                 wake = bury_locked(b, sh, l);
             } else {
                 atomic_fetch_add_explicit(&b->m.leader_stalls, 1, memory_order_relaxed);
-                sh->leader = 0;
+                leader_store(sh, 0);
                 wake = elect_locked(b, sh);
             }
         }
@@ -599,7 +637,7 @@ void batch_handoff(struct batch_area *b, struct batch_take *take)
     if (sh_lock_by(b, sh, lock_until(take->until), &wake) != 0)
         return; /* batch_finish() tries again */
     if (sh->leader == pid)
-        sh->leader = 0;
+        leader_store(sh, 0);
     if (wake == NULL)
         wake = elect_locked(b, sh);
     take->handed = 1;
@@ -650,7 +688,7 @@ void batch_finish(struct batch_area *b, struct batch_take *take)
     }
     if (!take->handed) {
         if (sh->leader == pid)
-            sh->leader = 0;
+            leader_store(sh, 0);
         if (wake == NULL)
             wake = elect_locked(b, sh);
     }
@@ -702,7 +740,7 @@ static struct batch_entry *reap_locked(struct batch_area *b, struct batch_shard 
     }
     if (sh->leader != pid)
         return NULL;
-    sh->leader = 0;
+    leader_store(sh, 0);
     if (waited)
         atomic_fetch_add_explicit(&b->m.leader_deaths, 1, memory_order_relaxed);
     return elect_locked(b, sh);
