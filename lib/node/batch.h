@@ -117,10 +117,11 @@ struct batch_entry {
  *       or when it finishes, it hands the lead on, or sets leader = 0 when
  *       none waits: one call of a shard unanswered by Redis at a time per
  *       node, while its leader runs.
- * MUST: the lead goes to the seize with the most time left among those the
- *       next call carries (the oldest max), and the call ends by that
- *       seize's deadline: the call of many seizes is never cut short by the
- *       one that waited longest.
+ * MUST: the lead goes to the seize with the most time left among the
+ *       oldest max, the call ends by that seize's deadline, and it carries
+ *       no seize with a later deadline (those wait for the next call): the
+ *       call of many seizes is never cut short by the one that waited
+ *       longest, whatever batch_max each worker asked.
  * MUST: an entry taken into a call (TAKEN) is never sent again by another
  *       leader, and never answered NOT_SENT after its leader sent the call:
  *       a worker that loses its leader (dead, or past its own deadline)
@@ -168,7 +169,7 @@ struct batch_take {
     int n;
     int self;                    /* index of the leader's own seize in item[] */
     int handed;                  /* the lead was handed on (batch_handoff()) */
-    int64_t until;               /* the latest deadline of the entries taken */
+    int64_t until;               /* the leader's deadline: the latest of the entries taken */
     int32_t entry[BATCH_MAX];
     uint64_t ticket[BATCH_MAX];
     struct batch_item item[BATCH_MAX];
