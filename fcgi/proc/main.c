@@ -6,6 +6,7 @@
 #include "sdnotify.h"
 #include "shm.h"
 #include "super.h"
+#include "upgrade.h"
 #include "worker.h"
 
 #include <getopt.h>
@@ -22,6 +23,8 @@ static void usage(FILE *f)
             "  -c PATH  configuration file (default %s)\n"
             "  -t       check the configuration file and exit (0 good, 1 bad)\n"
             "  -h       this help\n"
+            "Signals to the supervisor: TERM stop, HUP reload the configuration,\n"
+            "  USR2 upgrade in place to the binary now on disk (see coupon-fcgi(8))\n"
             "Process model:\n"
             "  fd 0 a listening socket (spawn-fcgi -F N): serve it as one worker\n"
             "  LISTEN_FDS set (systemd socket activation): supervise workers on it\n"
@@ -45,6 +48,7 @@ int main(int argc, char **argv)
     char err[512];
 
     cs_init();
+    upgrade_init(argc, argv);
 
     while ((opt = getopt(argc, argv, "c:th")) != -1) {
         switch (opt) {
@@ -83,8 +87,19 @@ int main(int argc, char **argv)
         return 1;
     }
 
+    /* The new binary of an in-place upgrade: it checked the configuration
+     * and the schema above like any start, and a refusal exits non-zero,
+     * which the old supervisor logs while it keeps serving. */
+    struct upgrade_from from;
+    int up = upgrade_inherited(&from);
+    if (up < 0) {
+        conf_free(&conf);
+        return 1;
+    }
     int rc;
-    if (is_listening_socket(0)) {
+    if (up == 0) {
+        rc = super_run(&conf, path, from.fd, from.own_socket, &from);
+    } else if (is_listening_socket(0)) {
         /* spawn-fcgi: we are one worker; the first one creates the segment. */
         struct shm_node *shm = shm_node_open(conf.fcgi_shm_name, 0, err, sizeof(err));
         if (shm == NULL) {
@@ -96,14 +111,14 @@ int main(int argc, char **argv)
         shm_node_close(shm);
     } else if (sdnotify_listen_fds() >= 1) {
         /* systemd socket activation: the socket is fd 3. */
-        rc = super_run(&conf, path, 3, 0);
+        rc = super_run(&conf, path, 3, 0, NULL);
     } else {
         int fd = super_listen(&conf);
         if (fd < 0) {
             conf_free(&conf);
             return 1;
         }
-        rc = super_run(&conf, path, fd, 1);
+        rc = super_run(&conf, path, fd, 1, NULL);
     }
     conf_free(&conf);
     return rc;
