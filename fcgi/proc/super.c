@@ -330,13 +330,15 @@ static int super_takeover_tick(struct super *s, int64_t now)
                   "on", UPGRADE_READY_MS, (int)s->from_pid);
         return 1;
     }
+    /* Said before the signal: the old one may be gone a moment after it. */
+    log_notice("upgrade: supervisor %d took over from %d: %d of %d workers accept",
+               (int)getpid(), (int)s->from_pid, ready, s->n);
     if (kill(s->from_pid, SIGQUIT) != 0) {
-        log_error("upgrade: kill(%d, SIGQUIT) failed: %s", (int)s->from_pid, strerror(errno));
+        log_error("upgrade: kill(%d, SIGQUIT) failed: %s; supervisor %d serves on",
+                  (int)s->from_pid, strerror(errno), (int)s->from_pid);
         return 1;
     }
     s->takeover_sent = 1;
-    log_notice("upgrade: supervisor %d took over from %d: %d of %d workers accept",
-               (int)getpid(), (int)s->from_pid, ready, s->n);
     return 0;
 }
 
@@ -410,7 +412,8 @@ static void super_keeper_exited(struct super *s, pid_t pid, int status, int64_t 
         log_notice("upgrade: reserve keeper (pid %d) handed over (%s %d)", (int)pid,
                    WIFSIGNALED(status) ? "signal" : "status",
                    WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
-        kill(s->upgrade_pid, SIGUSR1);
+        if (s->upgrade_pid > 0) /* never 0: kill(0, ...) is the whole process group */
+            kill(s->upgrade_pid, SIGUSR1);
         return;
     }
     if (s->stopping)

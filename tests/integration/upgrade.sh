@@ -13,6 +13,14 @@
 # time without an answer (the gap), the answers meanwhile and their codes,
 # and p99 during against before.
 #
+# (r) Then the reserve across an upgrade made during a Redis outage: users
+# granted from the node's reserve (journaled) before the upgrade, the upgrade
+# taken while Redis is still down, Redis back: the new keeper replays each
+# grant once (every user told SEIZED holds one coupon), a granted user
+# asking the new binary again is not granted twice, the epoch stays the one
+# set aside (not given back, not set aside again), and the reserve spends
+# on from amount - granted.
+#
 # A "build" here is a copy of the build tree's coupon-fcgi with bytes
 # appended (a new file at the path the node was started from, as a package
 # or "make" leaves it): the new supervisor's /proc/PID/exe is compared with
@@ -33,7 +41,12 @@ build() {
 }
 build 1 || exit 99
 export COUPON_STACK_FCGI_CMD="exec '$BIN/coupon-fcgi' -c \"\$COUPON_CONF\""
-export COUPON_CONF_OVERRIDES="fallback.reserve=20
+K=20
+# Section (r)'s grants must come within the lease of the last renewal
+# before the outage: it scales with the machine, as in reserve_crash.sh.
+LEASE=$((30000 * CS_TIME_SCALE))
+export COUPON_CONF_OVERRIDES="fallback.reserve=$K
+fallback.lease_ms=$LEASE
 ${COUPON_CONF_OVERRIDES:-}"
 cs_stack_up
 cs_defer rm -rf "$BIN"
@@ -148,4 +161,62 @@ check_eq "Redis stock + reserves held + MySQL rows = total" "$TOTAL" \
 check "rows: at least the users told SEIZED, at most those and the UNKNOWN_OUTCOMEs" \
     test "$SEIZED" -le "$rows" -a "$rows" -le $((SEIZED + UNKNOWN))
 check_eq "health 200 on the upgraded node" 200 "$(http_code GET /market/health)"
+
+# --- (r) the reserve across an upgrade during a Redis outage ------------------------
+section "(r)"
+ID2=6202 BASE2=6202000000
+health_seize_is() { http GET /market/health; [[ $(json_get "$HTTP_BODY" seize 2>/dev/null) == "$1" ]]; }
+mk_activity "$ID2" 1000 -60 3600
+http POST /market/admin/coupon/preheat '' "$ADMIN"
+require "(r) the keeper set a reserve of $K aside" wait_for 20 field_is "$ID2" "" "$K"
+require "(r) ... opened it, with more than half its lease left" \
+    wait_for 20 eval 'reserves_open_on "" && lease_left_ms "" $((LEASE / 2))'
+epoch2=$(mysql_q "SELECT CONCAT(incarnation, ':', epoch) FROM reserve_epoch WHERE activity_id = $ID2")
+stack stop-redis --kill
+require "(r) the node sells from its reserve while Redis is down" wait_for 5 health_seize_is reserve
+told=()
+for u in 1 2 3 4 5; do
+    seize_settled "$ID2" "$(mint_jwt $((BASE2 + u)))"
+    told+=("$SEIZE_CODE")
+done
+check_eq "(r) five users granted from the reserve" "SEIZED SEIZED SEIZED SEIZED SEIZED" "${told[*]}"
+check "(r) five records in the journal" wait_for 5 metric_is couponseize_journal_depth 5
+rc=0
+stack upgrade-fcgi 2>"$COUPON_DIR/r.err" || rc=$?
+sed 's/^/# /' "$COUPON_DIR/r.err"
+check_eq "(r) the upgrade is taken while Redis is down" 0 "$rc"
+check "(r) the new keeper counts the five records" \
+    wait_for 10 metric_is couponseize_journal_depth 5
+seize_settled "$ID2" "$(mint_jwt $((BASE2 + 1)))"
+check_match "(r) a granted user asking the new binary: not granted twice, not UNAVAILABLE" \
+    '^(ALREADY_SEIZED|UNKNOWN_OUTCOME)$' "$SEIZE_CODE"
+for u in 6 7 8; do
+    seize_settled "$ID2" "$(mint_jwt $((BASE2 + u)))"
+    told+=("$SEIZE_CODE")
+done
+diag "(r) three users after the upgrade, Redis still down: ${told[*]:5}"
+stack start-redis
+check "(r) the journal is replayed" wait_for 30 metric_is couponseize_journal_depth 0
+check "(r) coupon-sync drained the queue" wait_for 60 drained $((ID2 % 10))
+wrong=""
+for u in 1 2 3 4 5 6 7 8; do
+    n=$(coupons_of "$ID2" $((BASE2 + u)))
+    case ${told[u - 1]} in
+    SEIZED) [[ $n == 1 ]] ;;
+    UNKNOWN_OUTCOME) [[ $n == 0 || $n == 1 ]] ;;
+    *) [[ $n == 0 ]] ;;
+    esac || wrong+="user $u told ${told[u - 1]} holds $n; "
+done
+check_eq "(r) every user holds what they were told (SEIZED: one coupon, else none)" "" "$wrong"
+check_eq "(r) the epoch is the one set aside before the outage" "$epoch2" \
+    "$(mysql_q "SELECT CONCAT(incarnation, ':', epoch) FROM reserve_epoch WHERE activity_id = $ID2")"
+check_eq "(r) ... still open" 1 "$(mysql_q "SELECT state FROM reserve_epoch WHERE activity_id = $ID2")"
+spent=$(printf '%s\n' "${told[@]}" | grep -c '^SEIZED$')
+check "(r) the reserve in Redis is down by the $spent grants" \
+    wait_for 10 field_is "$ID2" "" $((K - spent))
+check "(r) the node spends on: $((K - spent)) left" \
+    wait_for 10 metric_is couponseize_reserve_held $((K - spent))
+check "(r) stock + reserves + coupons = total" balanced "$ID2" 1000
+check_eq "(r) nothing went to the dead letters" 0 "$(metric couponseize_reserve_dead_letters_total)"
+check_eq "(r) $spent users told SEIZED, $spent coupons" "$spent" "$(rows_of "$ID2")"
 finish
