@@ -1,4 +1,7 @@
 /* main.c - coupon-fcgi: command line, and the choice of process model. */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
 #include "conf.h"
 #include "cs.h"
 #include "log.h"
@@ -19,9 +22,10 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: coupon-fcgi [-c PATH] [-t] [-h]\n"
+            "usage: coupon-fcgi [-c PATH] [-t] [-V] [-h]\n"
             "  -c PATH  configuration file (default %s)\n"
             "  -t       check the configuration file and exit (0 good, 1 bad)\n"
+            "  -V       print the version, hand-over protocol and segment layout\n"
             "  -h       this help\n"
             "Signals to the supervisor: TERM stop, HUP reload the configuration,\n"
             "  USR2 upgrade in place to the binary now on disk (see coupon-fcgi(8))\n"
@@ -50,10 +54,11 @@ int main(int argc, char **argv)
     cs_init();
     upgrade_init(argc, argv);
 
-    while ((opt = getopt(argc, argv, "c:th")) != -1) {
+    while ((opt = getopt(argc, argv, "c:thV")) != -1) {
         switch (opt) {
         case 'c': path = optarg; break;
         case 't': test = 1; break;
+        case 'V': upgrade_print_version(stdout); return 0;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 1;
         }

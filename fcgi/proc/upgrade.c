@@ -1,15 +1,24 @@
 /* upgrade.c - the in-place binary upgrade: the exec of the new binary, and
  * what the new binary reads of it (doc/operations.md, "Upgrading in place"). */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
 #include "upgrade.h"
 #include "cs.h"
 #include "log.h"
+#include "shm.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#ifndef PACKAGE_VERSION
+#define PACKAGE_VERSION "unknown"
+#endif
 
 static char **upgrade_argv;
 static char upgrade_path[PATH_MAX];
@@ -33,6 +42,65 @@ void upgrade_init(int argc, char **argv)
     }
 }
 
+void upgrade_print_version(FILE *f)
+{
+    fprintf(f, "coupon-fcgi %s upgrade-protocol %d segment-layout %u\n", PACKAGE_VERSION,
+            UPGRADE_PROTO, (unsigned)shm_layout_version());
+}
+
+/* In the upgrade's child: runs "path -V" and checks its answer against this
+ * build. 0 when they match; -1 after saying why on stderr. */
+static int upgrade_probe(const char *path)
+{
+    char out[256];
+    size_t got = 0;
+    int p[2], status = 0, proto;
+    unsigned layout;
+
+    if (pipe2(p, O_CLOEXEC) != 0)
+        return -1;
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(p[0]);
+        close(p[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        dup2(p[1], STDOUT_FILENO);
+        execl(path, path, "-V", (char *)NULL);
+        _exit(127);
+    }
+    close(p[1]);
+    for (;;) {
+        ssize_t n = read(p[0], out + got, sizeof(out) - 1 - got);
+        if (n > 0 && (got += (size_t)n) < sizeof(out) - 1)
+            continue;
+        if (n < 0 && errno == EINTR)
+            continue;
+        break;
+    }
+    out[got] = '\0';
+    close(p[0]);
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    out[strcspn(out, "\n")] = '\0';
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0
+        || upgrade_parse_version(out, &proto, &layout) != 0) {
+        fprintf(stderr, "coupon-fcgi: upgrade: %s -V does not name a hand-over protocol (a "
+                        "build before in-place upgrades?): stop and start the service "
+                        "instead\n", path);
+        return -1;
+    }
+    if (proto != UPGRADE_PROTO || layout != shm_layout_version()) {
+        fprintf(stderr, "coupon-fcgi: upgrade: %s speaks hand-over protocol %d with segment "
+                        "layout %u, this build %d with %u: it cannot run beside this one; stop "
+                        "and start the service instead\n", path, proto, layout, UPGRADE_PROTO,
+                (unsigned)shm_layout_version());
+        return -1;
+    }
+    return 0;
+}
+
 pid_t upgrade_exec(int listen_fd, int own_socket)
 {
     char val[64];
@@ -54,9 +122,12 @@ pid_t upgrade_exec(int listen_fd, int own_socket)
     }
     if (pid > 0)
         return pid;
-    /* The child: the socket survives the exec, nothing else of ours does
-     * (every other descriptor of the supervisor is close-on-exec). The
-     * blocked signals stay blocked across the exec on purpose. */
+    /* The child: first the new binary says what it speaks. */
+    if (upgrade_probe(upgrade_path) != 0)
+        _exit(125);
+    /* The socket survives the exec, nothing else of ours does (every other
+     * descriptor of the supervisor is close-on-exec). The blocked signals
+     * stay blocked across the exec on purpose. */
     int flags = fcntl(listen_fd, F_GETFD);
     if (flags < 0 || fcntl(listen_fd, F_SETFD, flags & ~FD_CLOEXEC) != 0)
         _exit(126);

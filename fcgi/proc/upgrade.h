@@ -48,6 +48,25 @@ static inline int upgrade_parse(const char *text, struct upgrade_from *u)
     return 0;
 }
 
+/* What -V prints: "coupon-fcgi VERSION upgrade-protocol N segment-layout M".
+ * The old supervisor of an upgrade runs the new binary with -V before it
+ * hands it anything, and goes no further unless both numbers are its own: a
+ * build that does not know the hand-over (one before it, which would bind
+ * the socket and make a segment of its own beside the running ones) or
+ * that lays the segment out otherwise is refused before it starts. */
+void upgrade_print_version(FILE *f);
+
+/* Parses a -V line: 0 with *proto and *layout, or -1. */
+static inline int upgrade_parse_version(const char *line, int *proto, unsigned *layout)
+{
+    char version[64];
+    return line != NULL
+                   && sscanf(line, "coupon-fcgi %63s upgrade-protocol %d segment-layout %u",
+                             version, proto, layout) == 3
+               ? 0
+               : -1;
+}
+
 /* Remembers this process's command line and the path of its executable as
  * it is now (the new build is the file at that path when the upgrade
  * comes, not the inode this process runs). Called once from main(). */
@@ -58,7 +77,9 @@ void upgrade_init(int argc, char **argv);
  * of close-on-exec in the child only) and UPGRADE_ENV. The child keeps the
  * supervisor's blocked signals (so a hand-over signal that comes early is
  * never fatal) and is not tied to the parent's death. Returns the child's
- * pid, or -1 after logging why. */
+ * pid, or -1 after logging why. The child first asks the binary for its
+ * -V line and exits 125 (saying why on stderr) unless it speaks this
+ * build's protocol and segment layout. */
 pid_t upgrade_exec(int listen_fd, int own_socket);
 
 /* The new binary's half: 0 with *u filled when this process is the new

@@ -62,6 +62,23 @@ START_TEST(upgrade_variable_refuses_junk)
 }
 END_TEST
 
+START_TEST(upgrade_version_line_parses)
+{
+    int proto = 0;
+    unsigned layout = 0;
+    ck_assert_int_eq(upgrade_parse_version("coupon-fcgi 0.2.0 upgrade-protocol 1 segment-layout 14",
+                                           &proto, &layout), 0);
+    ck_assert_int_eq(proto, 1);
+    ck_assert_uint_eq(layout, 14);
+    /* A build before -V printed its usage on stderr and nothing here. */
+    ck_assert_int_ne(upgrade_parse_version("", &proto, &layout), 0);
+    ck_assert_int_ne(upgrade_parse_version(NULL, &proto, &layout), 0);
+    ck_assert_int_ne(upgrade_parse_version("usage: coupon-fcgi [-c PATH]", &proto, &layout), 0);
+    ck_assert_int_ne(upgrade_parse_version("coupon-fcgi 0.2.0 upgrade-protocol x", &proto, &layout),
+                     0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("super");
@@ -73,6 +90,7 @@ int main(void)
     TCase *up = tcase_create("upgrade");
     tcase_add_test(up, upgrade_variable_parses);
     tcase_add_test(up, upgrade_variable_refuses_junk);
+    tcase_add_test(up, upgrade_version_line_parses);
     suite_add_tcase(s, up);
     return cs_run_suite(s, 0);
 }
