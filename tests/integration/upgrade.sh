@@ -180,6 +180,8 @@ check_eq "Redis stock + reserves held + MySQL rows = total" "$TOTAL" \
 check "rows: at least the users told SEIZED, at most those and the UNKNOWN_OUTCOMEs" \
     test "$SEIZED" -le "$rows" -a "$rows" -le $((SEIZED + UNKNOWN))
 check_eq "health 200 on the upgraded node" 200 "$(http_code GET /market/health)"
+check_eq "every supervisor knew its children (the new binary of an upgrade too)" 0 \
+    "$(grep -c 'which no list of the supervisor held' "$COUPON_DIR/fcgi.log")"
 
 # --- (r) the reserve across an upgrade during a Redis outage ------------------------
 section "(r)"
