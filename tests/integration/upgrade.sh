@@ -23,6 +23,10 @@
 # set aside (not given back, not set aside again), and the reserve spends
 # on from amount - granted.
 #
+# (s) Last, under socket activation (systemd-socket-activate: the socket is
+# fd 3, LISTEN_FDS): an upgrade while 4,000 users seize, every one SEIZED;
+# the socket file is left to its owner at the new supervisor's stop.
+#
 # A "build" here is a copy of the build tree's coupon-fcgi with bytes
 # appended (a new file at the path the node was started from, as a package
 # or "make" leaves it): the new supervisor's /proc/PID/exe is compared with
@@ -242,4 +246,44 @@ check "(r) the node spends on: $((K - spent)) left" \
 check "(r) stock + reserves + coupons = total" balanced "$ID2" 1000
 check_eq "(r) nothing went to the dead letters" 0 "$(metric couponseize_reserve_dead_letters_total)"
 check_eq "(r) $spent users told SEIZED, $spent coupons" "$spent" "$(rows_of "$ID2")"
+
+# --- (s) socket activation ----------------------------------------------------------------
+section -i "(s)"
+if skip_unless_cmd systemd-socket-activate >/dev/null; then
+    stack stop-fcgi
+    rm -f "$COUPON_FCGI_SOCK"
+    build 7 || not_ok "(s) build 7 made"
+    alog=$COUPON_DIR/activate.log
+    systemd-socket-activate -l "$COUPON_FCGI_SOCK" "$BIN/coupon-fcgi" -c "$COUPON_CONF" \
+        >>"$alog" 2>&1 &
+    act=$!
+    cs_defer stop_bg "$act"
+    wait_for 5 test -S "$COUPON_FCGI_SOCK"
+    # It execs the service on the first connection: $act is the supervisor.
+    check_eq "(s) the activated supervisor serves" 200 "$(http_code GET /market/health)"
+    ID3=6203
+    mk_activity "$ID3" 1000000 -60 3600
+    http POST /market/admin/coupon/preheat '' "$ADMIN"
+    seize_load_bg "$COUPON_DIR/s.json" "$ID3" 16 4000 6203000000 -R 500
+    spid=$LOAD_PID
+    cs_defer stop_bg "$spid"
+    s0=$(stock_of "$ID3")
+    check "(s) the load is under way" wait_for 30 eval '(($(stock_of "$ID3") <= s0 - 500))'
+    build 8 || not_ok "(s) build 8 made"
+    kill -USR2 "$act"
+    took() { sed -n "s/.*upgrade: supervisor \([0-9]*\) took over from $act:.*/\1/p" "$alog"; }
+    check "(s) a new supervisor took over" wait_for 20 eval '[[ -n $(took) ]]'
+    new=$(took)
+    wait "$act"
+    check_eq "(s) the old supervisor exited 0" 0 "$?"
+    check "(s) the new one runs build 8" cmp -s "/proc/$new/exe" "$BIN/build-8"
+    wait "$spid"
+    out=$(cat "$COUPON_DIR/s.json")
+    check_eq "(s) all 4,000 seizes SEIZED across the upgrade" 4000 "$(code_count "$out" SEIZED)"
+    kill -TERM "$new"
+    check "(s) the new supervisor stops on SIGTERM" wait_for 40 eval '! pid_alive "$new"'
+    check "(s) ... and leaves the socket file to its owner" test -S "$COUPON_FCGI_SOCK"
+else
+    diag "(s) skipped: systemd-socket-activate is not installed"
+fi
 finish
