@@ -47,6 +47,7 @@ build() {
 }
 # other_layout N: build N is a stand-in for a build whose segment layout is
 # not this one's: it answers -V so, and would leave a mark if run otherwise.
+# shellcheck disable=SC2317,SC2016 # called through upgrade's MAKE; $1 is the script's
 other_layout() {
     local proto layout
     read -r _ _ _ proto _ layout < <("$top_builddir/coupon-fcgi" -V)
@@ -88,9 +89,9 @@ WINDOWS=""
 # upgrades the node to build BUILD (made just before by MAKE, default
 # build); WANT_RC 0: taken, 1: refused.
 upgrade() {
-    local name=$1 b=$2 want=$3 old=$COUPON_FCGI_PID t0 t1 rc=0
+    local name=$1 bn=$2 want=$3 old=$COUPON_FCGI_PID t0 t1 rc=0
     wait_answers "$log" "${4:-2500}" || not_ok "$name: the load is answered"
-    "${5:-build}" "$b" || not_ok "$name: build $b made"
+    "${5:-build}" "$bn" || not_ok "$name: build $bn made"
     t0=$(date +%s%3N)
     stack upgrade-fcgi 2>"$COUPON_DIR/$name.err" || rc=$?
     t1=$(date +%s%3N)
@@ -99,7 +100,7 @@ upgrade() {
     check_eq "$name: upgrade-fcgi exits $want" "$want" "$rc"
     if ((want == 0)); then
         check "$name: a new supervisor ($old -> $COUPON_FCGI_PID)" test "$old" != "$COUPON_FCGI_PID"
-        check "$name: it runs build $b" cmp -s "/proc/$COUPON_FCGI_PID/exe" "$BIN/build-$b"
+        check "$name: it runs build $bn" cmp -s "/proc/$COUPON_FCGI_PID/exe" "$BIN/build-$bn"
         check "$name: the old supervisor has gone" eval "! pid_alive $old"
     else
         check_eq "$name: the old supervisor serves on" "$old" "$COUPON_FCGI_PID"
@@ -267,6 +268,7 @@ if skip_unless_cmd systemd-socket-activate >/dev/null; then
     seize_load_bg "$COUPON_DIR/s.json" "$ID3" 16 4000 6203000000 -R 500
     spid=$LOAD_PID
     cs_defer stop_bg "$spid"
+    # shellcheck disable=SC2034 # read by wait_for's eval
     s0=$(stock_of "$ID3")
     check "(s) the load is under way" wait_for 30 eval '(($(stock_of "$ID3") <= s0 - 500))'
     build 8 || not_ok "(s) build 8 made"

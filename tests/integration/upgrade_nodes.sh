@@ -59,11 +59,11 @@ done
 WINDOWS=""
 # upgrade N BUILD AFTER: after AFTER more answers on node N, node N to build BUILD.
 upgrade() {
-    local n=$1 b=$2 old t0 t1 rc=0 svc=fcgi
+    local n=$1 bn=$2 old t0 t1 rc=0 svc=fcgi
     ((n > 1)) && svc=fcgi$n
     old=$(fcgi_pid "$n")
     wait_answers "$COUPON_DIR/load$n.log" "$3" || not_ok "node $n: the load is answered"
-    build "$b" || not_ok "build $b made"
+    build "$bn" || not_ok "build $bn made"
     t0=$(date +%s%3N)
     stack "upgrade-$svc" 2>"$COUPON_DIR/up$n.err" || rc=$?
     t1=$(date +%s%3N)
@@ -71,11 +71,12 @@ upgrade() {
     WINDOWS+="node$n $t0 $t1"$'\n'
     check_eq "node $n: upgrade-$svc exits 0" 0 "$rc"
     check "node $n: a new supervisor ($old -> $(fcgi_pid "$n"))" test "$old" != "$(fcgi_pid "$n")"
-    check "node $n: it runs build $b" cmp -s "/proc/$(fcgi_pid "$n")/exe" "$BIN/build-$b"
+    check "node $n: it runs build $bn" cmp -s "/proc/$(fcgi_pid "$n")/exe" "$BIN/build-$bn"
 }
 
 upgrade 1 2 1000
 # The canary: node 1 on build 2, node 2 on build 1, one sale.
+# shellcheck disable=SC2034 # read by wait_for's eval
 a1=$(answers "$COUPON_DIR/load1.log") a2=$(answers "$COUPON_DIR/load2.log")
 check "side by side: node 2 still on build 1" cmp -s "/proc/$(fcgi_pid 2)/exe" "$BIN/build-1"
 check "side by side: both nodes answer" \
