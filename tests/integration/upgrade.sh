@@ -25,7 +25,10 @@
 #
 # (s) Last, under socket activation (systemd-socket-activate: the socket is
 # fd 3, LISTEN_FDS): an upgrade while 4,000 users seize, every one SEIZED;
-# the socket file is left to its owner at the new supervisor's stop.
+# the socket file is left to its owner at the new supervisor's stop. A
+# stand-in for systemd's notification socket (NOTIFY_SOCKET) records who
+# says what: the old supervisor, the unit's main process, names the new
+# one (MAINPID=, READY=1), as NotifyAccess=main requires.
 #
 # A "build" here is a copy of the build tree's coupon-fcgi with bytes
 # appended (a new file at the path the node was started from, as a package
@@ -255,8 +258,25 @@ if skip_unless_cmd systemd-socket-activate >/dev/null; then
     rm -f "$COUPON_FCGI_SOCK"
     build 7 || not_ok "(s) build 7 made"
     alog=$COUPON_DIR/activate.log
-    systemd-socket-activate -l "$COUPON_FCGI_SOCK" "$BIN/coupon-fcgi" -c "$COUPON_CONF" \
-        >>"$alog" 2>&1 &
+    # "PID MESSAGE" a line per datagram, the sender's pid from its credentials.
+    python3 - "$COUPON_DIR/notify.sock" "$COUPON_DIR/notify.log" <<'PY' &
+import socket, struct, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+s.bind(sys.argv[1])
+with open(sys.argv[2], "a", buffering=1) as out:
+    while True:
+        msg, anc, _, _ = s.recvmsg(4096, socket.CMSG_SPACE(12))
+        pid = [struct.unpack("iii", d[:12])[0] for lvl, typ, d in anc
+               if lvl == socket.SOL_SOCKET and typ == socket.SCM_CREDENTIALS]
+        out.write("%s %s\n" % (pid[0] if pid else "?", msg.decode().replace("\n", "|")))
+PY
+    npid=$!
+    cs_defer stop_bg "$npid"
+    wait_for 5 test -S "$COUPON_DIR/notify.sock"
+    # (It passes on only the environment it is told to, as systemd does.)
+    systemd-socket-activate -l "$COUPON_FCGI_SOCK" -E NOTIFY_SOCKET="$COUPON_DIR/notify.sock" \
+        "$BIN/coupon-fcgi" -c "$COUPON_CONF" >>"$alog" 2>&1 &
     act=$!
     cs_defer stop_bg "$act"
     wait_for 5 test -S "$COUPON_FCGI_SOCK"
@@ -279,6 +299,14 @@ if skip_unless_cmd systemd-socket-activate >/dev/null; then
     wait "$act"
     check_eq "(s) the old supervisor exited 0" 0 "$?"
     check "(s) the new one runs build 8" cmp -s "/proc/$new/exe" "$BIN/build-8"
+    check_match "(s) systemd heard the old supervisor say ready at its start" \
+        "(^|"$'\n'")$act READY=1" "$(cat "$COUPON_DIR/notify.log")"
+    check_match "(s) ... reloading at SIGUSR2" "(^|"$'\n'")$act RELOADING=1" \
+        "$(cat "$COUPON_DIR/notify.log")"
+    check_match "(s) ... then name the new one its main process, ready" \
+        "(^|"$'\n'")$act MAINPID=$new\|READY=1" "$(cat "$COUPON_DIR/notify.log")"
+    check_eq "(s) the new one said nothing before it was named (NotifyAccess=main)" "" \
+        "$(sed -n "/^$act MAINPID=/q; /^$new /p" "$COUPON_DIR/notify.log")"
     wait "$spid"
     out=$(cat "$COUPON_DIR/s.json")
     check_eq "(s) all 4,000 seizes SEIZED across the upgrade" 4000 "$(code_count "$out" SEIZED)"
