@@ -3,7 +3,9 @@
 # a canary goes out: 8,000 users (4,000 through each node's nginx, paced at
 # 250 a second each) seize a sale of 7,000 while node 1 is upgraded in place
 # (tests/stack upgrade-fcgi) to a second build, both builds then serve the
-# sale side by side, and node 2 follows (upgrade-fcgi2). Judged per user as
+# sale side by side, and node 2 follows (upgrade-fcgi2). Node 1 runs group
+# commit (limits.batch_max = 32, 8 workers): for the seconds of its upgrade
+# old and new workers share its shards' queues. Judged per user as
 # upgrade.sh does: no 502 or 504 (every user answered by the service), every
 # SEIZED holds a coupon, every holder was told SEIZED or UNKNOWN_OUTCOME,
 # nothing oversold; each node's reserve passes to its new keeper without
@@ -28,6 +30,9 @@ export COUPON_STACK_FCGI_CMD="exec '$BIN/coupon-fcgi' -c \"\$COUPON_CONF\""
 export COUPON_WORKERS=3
 export COUPON_CONF_OVERRIDES="fallback.reserve=20
 ${COUPON_CONF_OVERRIDES:-}"
+export COUPON_CONF_OVERRIDES_NODE1="limits.batch_max=32
+fcgi.workers=8
+${COUPON_CONF_OVERRIDES_NODE1:-}"
 cs_stack_up --nodes 2
 cs_defer rm -rf "$BIN"
 ADMIN=$(mint_jwt 1 admin)
@@ -120,6 +125,10 @@ for w in sys.argv[3].splitlines():
     print("%s upgraded in %d ms; %s" % (name, hi - lo, "; ".join(parts)))
 PY
 while read -r line; do diag "$line"; done <"$COUPON_DIR/windows.txt"
+body=$(curl -s --max-time 10 -H "Authorization: Bearer $ADMIN" "${URLS[0]}/market/admin/metrics")
+diag "node 1 (group commit): $(awk '$1 == "couponseize_batch_size_sum" { s = $2 }
+    $1 == "couponseize_batch_size_count" { c = $2 }
+    END { printf "%d seizes in %d calls", s, c }' <<<"$body")"
 
 { cat "$COUPON_DIR/load1.log"; grep -v '^#' "$COUPON_DIR/load2.log"; } >"$COUPON_DIR/load.log"
 seize_judge_all "rolling" "$ID" "$COUPON_DIR/load.log"
