@@ -719,7 +719,12 @@ int super_run(struct cs_conf *conf, const char *conf_path, int listen_fd, int ow
             super_on_stop(s, now);
         else if (sig == SIGHUP && !s->stopping && s->upgrade_pid > 0)
             log_warn("reload refused while an upgrade is under way");
-        else if (sig == SIGHUP && !s->stopping)
+        else if (sig == SIGHUP && !s->stopping && upgrade_binary_replaced()) {
+            /* systemctl reload after a package upgrade: rolling the
+             * workers would fork the old build again. */
+            log_notice("reload: the binary on disk is a new build; upgrading in place");
+            super_on_upgrade(s, now);
+        } else if (sig == SIGHUP && !s->stopping)
             super_on_reload(s, now);
         else if (sig == SIGUSR2 && !s->stopping)
             super_on_upgrade(s, now);

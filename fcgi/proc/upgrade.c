@@ -13,6 +13,7 @@
 #include <limits.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -40,6 +41,16 @@ void upgrade_init(int argc, char **argv)
     } else if (argc > 0) {
         snprintf(upgrade_path, sizeof(upgrade_path), "%s", argv[0]);
     }
+}
+
+int upgrade_binary_replaced(void)
+{
+    struct stat on_disk, running;
+
+    if (upgrade_path[0] == '\0' || stat(upgrade_path, &on_disk) != 0
+        || stat("/proc/self/exe", &running) != 0)
+        return 0;
+    return on_disk.st_dev != running.st_dev || on_disk.st_ino != running.st_ino;
 }
 
 void upgrade_print_version(FILE *f)
