@@ -44,8 +44,20 @@ LOCK=/run/lock
 exec 9>"$LOCK/couponseize-deb-test.lock"
 flock -w 600 9 || skip_all "another deb.sh has held $LOCK/couponseize-deb-test.lock for 10 minutes"
 # Never on a machine that has couponseize for real: the purge at the end
-# would take its configuration, journal and user.
+# would take its configuration, journal and user. A package this test
+# installed and could not purge (killed before its cleanup: the marker it
+# writes before it installs is still there) is its own: purged first, or
+# every later run would skip.
+MARK=/var/lib/couponseize-deb-test.installed
 st=$(dpkg-query -W -f='${db:Status-Status}' "$PKG" 2>/dev/null)
+if [[ -n $st && $st != not-installed && -e $MARK ]]; then
+    diag "a package an earlier deb.sh installed is still here ($st, since $(stat -c %y "$MARK")): purged first"
+    DEBIAN_FRONTEND=noninteractive dpkg --purge --force-all "$PKG" >&2 ||
+        skip_all "the package an earlier deb.sh left could not be purged"
+    rm -rf /var/lib/couponseize-journal.* /dev/shm/couponseize
+    rm -f "$MARK"
+    st=$(dpkg-query -W -f='${db:Status-Status}' "$PKG" 2>/dev/null)
+fi
 if [[ -n $st && $st != not-installed ]]; then
     skip_all "package $PKG is on this machine ($st); not touching it"
 fi
@@ -164,6 +176,8 @@ pkg_cleanup() {
     if [[ -n $st && $st != not-installed ]]; then
         dpkg_do --purge --force-all "$PKG" >&2 || echo "# cleanup: dpkg --purge $PKG failed" >&2
     fi
+    st=$(dpkg-query -W -f='${db:Status-Status}' "$PKG" 2>/dev/null)
+    [[ -n $st && $st != not-installed ]] || rm -f "$MARK"
     rm -f /dev/shm/couponseize
     rm -rf /var/lib/couponseize-journal.*
     ((POLICY_MADE)) && rm -f "$POLICY"
@@ -185,6 +199,7 @@ stack stop-fcgi >/dev/null 2>&1 9>&-
 # --- install --------------------------------------------------------------------------
 
 T0=$(date +%s%3N)
+date >"$MARK"
 check "dpkg -i installs the package" dpkg_do -i "$DEB"
 T_INST=$(date +%s%3N)
 diag "dpkg -i took $((T_INST - T0)) ms"
@@ -540,6 +555,20 @@ svc_stop() {
     for d in $(svc_lines "$unit" RuntimeDirectory); do rm -rf "/run/$d"; done
     return 0
 }
+# upgrade_child OLD: the supervisor that took over from OLD in an in-place
+# upgrade: the process whose environment names OLD in COUPON_FCGI_UPGRADE
+# and whose parent's does not (its workers inherit it).
+upgrade_child() {
+    local f pid ppid
+    for f in $(grep -laE "COUPON_FCGI_UPGRADE=[0-9]+:$1:" /proc/[0-9]*/environ 2>/dev/null); do
+        pid=${f#/proc/} pid=${pid%/environ}
+        ppid=$(awk '/^PPid:/ { print $2 }' "/proc/$pid/status" 2>/dev/null) || continue
+        [[ -n $ppid ]] || continue
+        grep -qaE "COUPON_FCGI_UPGRADE=[0-9]+:$1:" "/proc/$ppid/environ" 2>/dev/null && continue
+        echo "$pid"
+        return 0
+    done
+}
 # walk_systemctl VERB UNIT...: what systemctl VERB would do with UNIT.
 walk_systemctl() {
     local verb=$1 unit l
@@ -558,9 +587,19 @@ walk_systemctl() {
                 echo "systemctl: $unit is not active, cannot reload" >&2
                 return 1
             fi
+            local was replaced=0
+            was=$(svc_pid "$unit")
+            [[ $unit == coupon-fcgi.service ]] && ! [[ /proc/$was/exe -ef /usr/sbin/coupon-fcgi ]] &&
+                replaced=1
             while IFS= read -r l; do
                 svc_exec "$unit" "$l" || return 1
             done < <(svc_lines "$unit" ExecReload)
+            # A new build at the binary's path: the supervisor upgrades in
+            # place, and the new one becomes the main process (MAINPID=).
+            if ((replaced)); then
+                wait_for 60 eval '! pid_alive '"$was"' && [[ -n $(upgrade_child '"$was"') ]]' || return 1
+                upgrade_child "$was" >"$WALK/pid.$unit"
+            fi
             ;;
         enable | daemon-reload) ;;
         *) echo "systemctl $verb: not done by this test" >&2; return 1 ;;
@@ -910,6 +949,59 @@ if ((WALK_ON)); then
         "$(couponseize-admin --json status "$id" 2>&1)"
     code=$("$LOADGEN" -h "$A1" -p "$P1" -s "$SECRET" -a "$id" -c 1 -n 1 -b 3000000 -j 2>&1 9>&-)
     check_match "... and a new user seizes there, with the admin's key" '"SEIZED": *1' "$code"
+
+    # The package's upgrade of a running node, while users seize: dpkg -i
+    # of a next version neither stops nor restarts coupon-fcgi, and its
+    # postinst asks systemd for a reload (what systemd does with it is
+    # walk_systemctl's: the unit's ExecReload=, and the new main process),
+    # which finds a new build at the binary's path and upgrades in place.
+    # Judged per user: no answer from nginx instead of the service, every
+    # SEIZED a coupon in MySQL once coupon-sync (restarted by the package)
+    # drained it, every holder told SEIZED.
+    check_match "postinst reloads coupon-fcgi on an upgrade" \
+        'deb-systemd-invoke try-reload-or-restart coupon-fcgi.service' \
+        "$(cat "/var/lib/dpkg/info/$PKG.postinst")"
+    R2=$TMP/next2
+    dpkg-deb -R "$DEB" "$R2"
+    sed -i 's/^Version: .*/&+next2/' "$R2/DEBIAN/control"
+    echo "# a new default in the next version" >>"$R2$CONF"
+    echo "# and in the one after" >>"$R2$CONF"
+    printf '\n# a build of its own\n' >>"$R2/usr/sbin/coupon-fcgi"
+    (cd "$R2" && find . -path ./DEBIAN -prune -o -type f -printf '%P\0' | xargs -0 md5sum) \
+        >"$R2/DEBIAN/md5sums"
+    check "the version after builds (dpkg-deb -b)" quietly dpkg-deb --root-owner-group -b "$R2" "$TMP/next2.deb"
+    old_main=$(svc_pid coupon-fcgi.service)
+    ulog=$WALK/upgrade-load.log
+    "$LOADGEN" -h "$A1" -p "$P1" -s "$SECRET" -a "$id" -c 16 -D 300 -n 9000 -R 300 -b 4000000 \
+        -L "$ulog" -j >"$WALK/upgrade-load.json" 2>&1 9>&- &
+    echo $! >"$WALK/pid.bg-upload"
+    check "upgrade under load: the load is answered" wait_for 60 eval '(($(answers "$ulog") >= 300))'
+    check "upgrade under load: dpkg -i of the version after, stdin closed" \
+        dpkg_do -i "$TMP/next2.deb" </dev/null
+    check "... coupon-fcgi still runs the build it started with (not stopped, not restarted)" \
+        pid_alive "$old_main"
+    before=$(answers "$ulog")
+    check "... the postinst's reload upgrades it in place" \
+        walk_systemctl reload coupon-fcgi >>"$WALK/steps.log" 2>&1
+    new_main=$(svc_pid coupon-fcgi.service)
+    check "... a new supervisor ($old_main -> $new_main) on the new build" \
+        eval '[[ $new_main != "$old_main" && /proc/$new_main/exe -ef /usr/sbin/coupon-fcgi ]]'
+    check "... and the load is answered after it" \
+        wait_for 60 eval '(($(answers "$ulog") >= before + 300))'
+    wait "$(cat "$WALK/pid.bg-upload")"
+    rm -f "$WALK/pid.bg-upload"
+    walk_systemctl restart coupon-sync >>"$WALK/steps.log" 2>&1
+    told=$(awk 'NR > 1 && $3 == "SEIZED"' "$ulog" | wc -l)
+    check "upgrade under load: coupon-sync drains the grants into MySQL" wait_for 240 \
+        eval '[[ $(mdb "SELECT COUNT(*) FROM coupon WHERE activity_id = $id AND user_id >= 4000000 AND user_id < 5000000") -ge $told ]]'
+    read -r nans nseized nbad_s nbad_h nnone < <(
+        mdb "SELECT user_id FROM coupon WHERE activity_id = $id AND user_id >= 4000000 AND user_id < 5000000" |
+            python3 "$top_srcdir/tests/nemesis/checker.py" loadgen "$ulog" answers seized bad_seized \
+                bad_holders no_answer)
+    diag "upgrade under load: $nans answers, $nseized SEIZED; $(tr -d '\n' <"$WALK/upgrade-load.json" | head -c 300)"
+    check_eq "... no answer from nginx instead of the service (no 502, 504, nothing dropped)" 0 "$nnone"
+    check_eq "... every user told SEIZED holds a coupon" 0 "$nbad_s"
+    check_eq "... every holder was told SEIZED" 0 "$nbad_h"
     walk_cleanup
 fi
 
