@@ -23,6 +23,8 @@
 
 static char **upgrade_argv;
 static char upgrade_path[PATH_MAX];
+static struct stat upgrade_stat; /* the file at upgrade_path when this process started */
+static int upgrade_seen;
 
 void upgrade_init(int argc, char **argv)
 {
@@ -41,16 +43,23 @@ void upgrade_init(int argc, char **argv)
     } else if (argc > 0) {
         snprintf(upgrade_path, sizeof(upgrade_path), "%s", argv[0]);
     }
+    upgrade_seen = upgrade_path[0] != '\0' && stat(upgrade_path, &upgrade_stat) == 0;
 }
 
 int upgrade_binary_replaced(void)
 {
-    struct stat on_disk, running;
+    struct stat now;
 
-    if (upgrade_path[0] == '\0' || stat(upgrade_path, &on_disk) != 0
-        || stat("/proc/self/exe", &running) != 0)
+    if (!upgrade_seen || stat(upgrade_path, &now) != 0)
         return 0;
-    return on_disk.st_dev != running.st_dev || on_disk.st_ino != running.st_ino;
+    /* The file as it was at start, not /proc/self/exe: under valgrind that
+     * is the tool, not this program. A package renames a new file into
+     * place (a new inode); cp and some linkers write over the old one (the
+     * same inode, a new size or time). */
+    return now.st_dev != upgrade_stat.st_dev || now.st_ino != upgrade_stat.st_ino
+           || now.st_size != upgrade_stat.st_size
+           || now.st_mtim.tv_sec != upgrade_stat.st_mtim.tv_sec
+           || now.st_mtim.tv_nsec != upgrade_stat.st_mtim.tv_nsec;
 }
 
 void upgrade_print_version(FILE *f)

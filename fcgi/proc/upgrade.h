@@ -72,8 +72,9 @@ static inline int upgrade_parse_version(const char *line, int *proto, unsigned *
  * comes, not the inode this process runs). Called once from main(). */
 void upgrade_init(int argc, char **argv);
 
-/* 1 when the file at the remembered path is no longer the one this
- * process runs (a package or "make install" put a new build there), else 0.
+/* 1 when the file at the remembered path is no longer the one that was
+ * there when this process started (a package or "make install" put a new
+ * build there), else 0.
  * A reload (SIGHUP) then upgrades in place instead of rolling the workers
  * on the old build (super.c). */
 int upgrade_binary_replaced(void);
