@@ -102,10 +102,11 @@ for i in $(seq 1 12); do
         "$COUPON_URL/market/consumer/coupon/seize" >"$COUPON_DIR/stop.$i.code" &
     pids+=($!)
 done
-wait_for 10 bash -c "(( \$(ss -tnH state established '( sport = :$REDIS_PORT )' | awk '\$1 > 0' | wc -l) >= 12 ))"
+wait_for 2 bash -c "(( \$(ss -tnH state established '( sport = :$REDIS_PORT )' | awk '\$1 > 0' | wc -l) >= 12 ))"
 diag "stop: commands waiting in the stopped Redis: $(redis_waiting)"
 kill -TERM "$SUP"
-sleep 0.5
+# Short of the seize location's fastcgi_read_timeout (3 s) from the send.
+sleep 0.3
 check "stop: the supervisor waits for its workers' requests" pid_alive "$SUP"
 kill -CONT "$COUPON_REDIS_PID"
 for p in "${pids[@]}"; do wait "$p"; done
