@@ -124,4 +124,41 @@ wait_for 60 drained 3 || not_ok "stop: coupon-sync drained the queue"
 check_eq "stop: the 12 hold their coupons" 12 \
     "$(mysql_q "SELECT COUNT(*) FROM coupon WHERE activity_id = 6403 AND user_id > 6403200000")"
 
+# --- (e) spawn-fcgi and socket activation with threads ----------------------------------
+FCGI=$top_builddir/coupon-fcgi
+cs_defer bash -c "pkill -KILL -f -- '$FCGI -c $COUPON_CONF' || true"
+fcgi_count() { pgrep -fc -- "$FCGI -c $COUPON_CONF"; }
+fcgi_count_is() { [[ $(fcgi_count) -eq $1 ]]; }
+if skip_unless_cmd spawn-fcgi systemd-socket-activate; then
+    rm -f "$COUPON_FCGI_SOCK"
+    spawn-fcgi -s "$COUPON_FCGI_SOCK" -F 2 -- "$FCGI" -c "$COUPON_CONF" >/dev/null 2>&1
+    wait_for 10 fcgi_count_is 2
+    threads=""
+    for w in $(pgrep -f -- "$FCGI -c $COUPON_CONF"); do
+        wait_for 5 test "$(ls "/proc/$w/task" | wc -l)" -eq 5
+        threads+="$(($(ls "/proc/$w/task" | wc -l) - 1)) "
+    done
+    check_eq "spawn-fcgi: each worker runs its threads" "4 4 " "$threads"
+    mk_activity 6405 1000 -60 3600
+    http POST /market/admin/coupon/preheat '' "$ADMIN"
+    check_eq "spawn-fcgi: preheat" 200 "$HTTP_CODE"
+    check_eq "spawn-fcgi: seizes through kept connections" 40 \
+        "$(code_count "$(seize_load 6405 8 40 6405000000)" SEIZED)"
+    pkill -TERM -f -- "$FCGI -c $COUPON_CONF"
+    wait_for 10 fcgi_count_is 0
+    check_eq "spawn-fcgi: SIGTERM stops the workers and their threads" 0 "$(fcgi_count)"
+    rm -f "$COUPON_FCGI_SOCK"
+    systemd-socket-activate -l "$COUPON_FCGI_SOCK" "$FCGI" -c "$COUPON_CONF" \
+        >>"$COUPON_DIR/activate.log" 2>&1 &
+    act=$!
+    wait_for 5 test -S "$COUPON_FCGI_SOCK"
+    check_eq "socket activation: served by threaded workers" 200 "$(http_code GET /market/health)"
+    kill -TERM "$act"
+    wait_for 15 bash -c "! kill -0 $act 2>/dev/null"
+    check "socket activation: SIGTERM stops the supervisor" bash -c "! kill -0 $act 2>/dev/null"
+    check_eq "socket activation: no worker left" 0 "$(fcgi_count)"
+else
+    diag "spawn-fcgi or systemd-socket-activate missing: (e) left out"
+fi
+
 finish
