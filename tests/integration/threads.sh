@@ -126,8 +126,11 @@ check_eq "stop: the 12 hold their coupons" 12 \
 
 # --- (e) spawn-fcgi and socket activation with threads ----------------------------------
 FCGI=$top_builddir/coupon-fcgi
-cs_defer bash -c "pkill -KILL -f -- '$FCGI -c $COUPON_CONF' || true"
 fcgi_count() { pgrep -fc -- "$FCGI -c $COUPON_CONF"; }
+# The processes this part starts itself (their command line names this
+# test's own configuration), stopped on every exit path.
+kill_ours() { local p; for p in $(pgrep -f -- "$FCGI -c $COUPON_CONF"); do kill -KILL "$p"; done; return 0; }
+cs_defer kill_ours
 fcgi_count_is() { [[ $(fcgi_count) -eq $1 ]]; }
 if skip_unless_cmd spawn-fcgi systemd-socket-activate; then
     rm -f "$COUPON_FCGI_SOCK"
