@@ -83,6 +83,7 @@ int worker_init(struct node_ctx *w, const struct cs_conf *conf, struct shm_node 
     ro.no_backoff = 1; /* the node breaker is the backoff */
     ro.cluster_shared = &shm->cluster;
     memset(w, 0, sizeof(*w));
+    w->slot = -1; /* none till registered: worker_fini() frees no one else's */
     w->conf = conf;
     w->shm = shm;
     w->index = index;
