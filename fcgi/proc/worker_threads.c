@@ -141,11 +141,20 @@ static void *wt_run(void *arg)
 }
 
 /* Ends every thread's wait for a request (see the top of the file) and
- * waits for them to finish the requests they have. */
+ * waits for them to finish the requests they have.
+ * MUST: the stop flag is set before the dud goes in, and each thread's
+ *       accepting flag is read after: a thread that saw no stop has marked
+ *       itself accepting, and is signalled once the dud is in place, so its
+ *       accept() (resumed or not yet begun) meets the dud. One signal is
+ *       enough then.
+ * MUST NOT: signal a thread every round: a signal also ends libfcgi's wait
+ *       for a new connection's first bytes (a poll), which drops that
+ *       connection; the one-request worker takes that risk once, and so
+ *       does a thread here, but for a slow safety net once a second. */
 static void wt_stop(struct wt_pool *p)
 {
     uint64_t one = 1;
-    int dud = -1;
+    int dud = -1, placed = -1;
 
     atomic_store(&p->stop, 1);
     if (write(p->stop_fd, &one, sizeof(one)) != (ssize_t)sizeof(one))
@@ -153,22 +162,24 @@ static void wt_stop(struct wt_pool *p)
     for (int round = 0;; round++) {
         int left = 0;
         if (dud < 0) {
-            /* Should socket() fail, the next round tries again. */
+            /* Should socket() or dup2() fail, the next round tries again,
+             * and the threads are signalled each round meanwhile. */
             dud = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
             if (dud >= 0 && dup2(dud, p->listen_fd) < 0) {
                 log_error("worker %d: dup2() failed: %s", p->index, strerror(errno));
                 close(dud);
                 dud = -1;
             }
+            if (dud >= 0)
+                placed = round;
         }
+        int signal_now = placed < 0 || (round - placed) % 50 == 0;
         for (int i = 0; i < p->n; i++) {
             struct wt_thread *t = &p->t[i];
             if (!t->started || atomic_load(&t->done))
                 continue;
             left++;
-            /* Again each round: a thread may have been between its check
-             * and its accept() when the dud was not in place yet. */
-            if (atomic_load(&t->accepting))
+            if (signal_now && atomic_load(&t->accepting))
                 pthread_kill(t->tid, SIGUSR2);
         }
         if (left == 0)
