@@ -13,7 +13,7 @@
 #
 # WEBSERVERS_REUSE=1: the servers keep their FastCGI connections, as
 # doc/operations.md has an operator set them up for fcgi.threads > 1 (Apache
-# "enablereuse=on max=1" on each ProxyPass line; nginx by the stack's
+# "enablereuse=on max=1 ttl=10" on each ProxyPass line; nginx by the stack's
 # COUPON_NGINX_KEEPALIVE); run it so with COUPON_CONF_OVERRIDES=fcgi.threads=4.
 # shellcheck disable=SC2317 # helpers are called through check/wait_for/cs_defer
 set -u
@@ -159,7 +159,7 @@ snippet() {
     local body
     body=$(<"$top_srcdir/$1")
     body=${body//"/usr/share/couponseize/www"/"$top_srcdir/www"}
-    [[ ${WEBSERVERS_REUSE:-0} == 1 ]] && body=${body//"enablereuse=off"/"enablereuse=on max=1"}
+    [[ ${WEBSERVERS_REUSE:-0} == 1 ]] && body=${body//"enablereuse=off"/"enablereuse=on max=1 ttl=10"}
     printf '%s\n' "${body//"/run/couponseize/fcgi.sock"/"$COUPON_FCGI_SOCK"}" |
         sed -E '/^ *#(\$HTTP\["url"\] =~ "\^\/market\/service\/" \{|<Location "\/market\/service\/">)/,/^ *#(\}|<\/Location>)$/ s/^( *)#/\1/'
 }
@@ -536,7 +536,18 @@ lost_seize_once() {
         return 1
     }
     LOST_WHY=""
-    if ! CS_POLL=0.01 wait_for 2 worker_of_seize || [[ -z $pid ]]; then
+    if [[ ${WEBSERVERS_REUSE:-0} == 1 ]]; then
+        # On a kept connection no worker opens a file for the seize: every
+        # worker is killed instead, once the seize has had time to reach
+        # one (it then waits on the paused Redis).
+        sleep 0.3
+        if pid_alive "$cpid"; then
+            pid="${WORKERS[*]}"
+            kill -9 "${WORKERS[@]}"
+        else
+            LOST_WHY="the seize was answered within 0.3 s"
+        fi
+    elif ! CS_POLL=0.01 wait_for 2 worker_of_seize || [[ -z $pid ]]; then
         LOST_WHY="no worker took the seize while its client waited"
     else
         kill -9 "$pid"
