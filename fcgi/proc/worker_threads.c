@@ -32,7 +32,7 @@
  * blocked in every thread and taken by the main thread in sigwait(). It
  * sets the stop flag, makes the stop eventfd readable, puts a socket that
  * does not listen under the listening descriptor's number, and sends
- * SIGUSR2 (SA_RESTART, a handler that does nothing) to every thread that
+ * WT_SIGNAL (SA_RESTART, a handler that does nothing) to every thread that
  * may be blocked in accept(): the restarted accept() meets the dud and
  * fails (EINVAL), which ends FCGX_Accept_r(). The listening descriptor
  * stays open as long as the process serves, so its number never names
@@ -67,7 +67,12 @@ struct wt_pool {
     struct wt_thread *t;
 };
 
-static void wt_on_usr2(int sig)
+/* The threads' own wake-up: a real-time signal nobody else sends (SIGUSR1
+ * is libfcgi's, SIGUSR2 the supervisor's upgrade signal, ignored here as in
+ * the one-request worker). */
+#define WT_SIGNAL (SIGRTMIN + 2)
+
+static void wt_on_wake(int sig)
 {
     (void)sig;
 }
@@ -180,7 +185,7 @@ static void wt_stop(struct wt_pool *p)
                 continue;
             left++;
             if (signal_now && atomic_load(&t->accepting))
-                pthread_kill(t->tid, SIGUSR2);
+                pthread_kill(t->tid, WT_SIGNAL);
         }
         if (left == 0)
             break;
@@ -240,11 +245,14 @@ int worker_threads_main(const struct cs_conf *conf, int listen_fd, struct shm_no
     sigaddset(&stop, SIGINT);
     pthread_sigmask(SIG_BLOCK, &stop, NULL);
     memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = wt_on_usr2;
+    sa.sa_handler = wt_on_wake;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
-    sigaction(SIGUSR2, &sa, NULL);
+    sigaction(WT_SIGNAL, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
+    /* The supervisor's upgrade signal, should it reach every process of
+     * the unit: not this worker's business. */
+    signal(SIGUSR2, SIG_IGN);
     signal(SIGHUP, SIG_IGN);
     /* Otherwise FCGX_Init() installs libfcgi's SIGUSR1 handler, which would
      * fail the reads and writes of a request in flight. */
