@@ -35,6 +35,15 @@ void sdnotify_reloading(void)
 #endif
 }
 
+void sdnotify_mainpid(int pid)
+{
+#ifdef HAVE_LIBSYSTEMD
+    sd_notifyf(0, "MAINPID=%d\nREADY=1", pid);
+#else
+    (void)pid;
+#endif
+}
+
 void sdnotify_status(const char *fmt, ...)
 {
 #ifdef HAVE_LIBSYSTEMD

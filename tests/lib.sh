@@ -784,33 +784,16 @@ load_argv() {
 # seize_judge NAME ACTIVITY LOG [FIRST_USER [END_USER]]: checks the answers in
 # LOG (a loadgen -L log: one line per answer) against the coupon rows of
 # ACTIVITY (of users FIRST_USER up to, not including, END_USER), per user: told SEIZED => holds a
-# coupon; holds one => was told SEIZED or UNKNOWN_OUTCOME. Sets the counts
+# coupon; holds one => was told SEIZED or UNKNOWN_OUTCOME (the nemesis'
+# judge, tests/nemesis/checker.py judge_log()). Sets the counts
 # SEIZED UNKNOWN UNAVAILABLE SOLD (SOLD_OUT), the latencies P99_MS and MAX_MS,
 # N (answers) and BAD_SEIZED / BAD_HOLDERS.
 seize_judge() {
-    local rows
-    rows=$(mysql_q "SELECT user_id FROM coupon WHERE activity_id = $2 AND user_id >= ${4:-0}
-        AND user_id < ${5:-18446744073709551615}")
-    read -r SEIZED UNKNOWN UNAVAILABLE SOLD P99_MS MAX_MS BAD_SEIZED BAD_HOLDERS N < <(python3 - "$3" <<PY
-import sys
-rows = set(int(x) for x in """$rows""".split())
-told, lat = {}, []
-with open(sys.argv[1]) as f:
-    f.readline()
-    for line in f:
-        ms, status, code, user, us = line.split()
-        told[int(user)] = code
-        lat.append(int(us))
-lat.sort()
-count = lambda c: sum(1 for v in told.values() if v == c)
-bad_seized = sum(1 for u, c in told.items() if c == "SEIZED" and u not in rows)
-bad_holders = sum(1 for u in rows if told.get(u) not in ("SEIZED", "UNKNOWN_OUTCOME"))
-p99 = lat[int(len(lat) * 0.99)] // 1000 if lat else -1
-mx = lat[-1] // 1000 if lat else -1
-print(count("SEIZED"), count("UNKNOWN_OUTCOME"), count("UNAVAILABLE"), count("SOLD_OUT"), p99, mx,
-      bad_seized, bad_holders, len(lat))
-PY
-)
+    read -r SEIZED UNKNOWN UNAVAILABLE SOLD P99_MS MAX_MS BAD_SEIZED BAD_HOLDERS N < <(
+        mysql_q "SELECT user_id FROM coupon WHERE activity_id = $2 AND user_id >= ${4:-0}
+            AND user_id < ${5:-18446744073709551615}" |
+            python3 "$top_srcdir/tests/nemesis/checker.py" loadgen "$3" seized unknown \
+                unavailable sold_out p99_ms max_ms bad_seized bad_holders answers)
     diag "$1: $N answers: $SEIZED SEIZED, $UNKNOWN UNKNOWN_OUTCOME, $UNAVAILABLE UNAVAILABLE," \
         "$SOLD SOLD_OUT;" \
         "p99 $P99_MS ms, max $MAX_MS ms"
@@ -825,26 +808,10 @@ PY
 # connection); nobody told ALREADY_SEIZED; nobody holds two. Sets SEIZED
 # UNKNOWN UNAVAILABLE NOANSWER N.
 seize_judge_all() {
-    local rows
-    rows=$(mysql_q "SELECT user_id FROM coupon WHERE activity_id = $2")
-    read -r SEIZED UNKNOWN UNAVAILABLE NOANSWER ALREADY BAD_SEIZED BAD_HOLDERS N \
-        < <(python3 - "$3" <<PY
-import sys
-rows = set(int(x) for x in """$rows""".split())
-told = {}
-with open(sys.argv[1]) as f:
-    f.readline()
-    for line in f:
-        ms, status, code, user, us = line.split()
-        told[int(user)] = code
-none = lambda c: c.startswith("HTTP_5") or c == "CONNECTION_ERROR"
-count = lambda c: sum(1 for v in told.values() if v == c)
-bad_seized = sum(1 for u, c in told.items() if c == "SEIZED" and u not in rows)
-bad_holders = sum(1 for u in rows if u in told and not (told[u] in ("SEIZED", "UNKNOWN_OUTCOME") or none(told[u])))
-print(count("SEIZED"), count("UNKNOWN_OUTCOME"), count("UNAVAILABLE"),
-      sum(1 for v in told.values() if none(v)), count("ALREADY_SEIZED"), bad_seized, bad_holders, len(told))
-PY
-)
+    read -r SEIZED UNKNOWN UNAVAILABLE NOANSWER ALREADY BAD_SEIZED BAD_HOLDERS N < <(
+        mysql_q "SELECT user_id FROM coupon WHERE activity_id = $2" |
+            python3 "$top_srcdir/tests/nemesis/checker.py" loadgen "$3" --kills seized unknown \
+                unavailable no_answer already bad_seized bad_holders users)
     diag "$1: $N users: $SEIZED SEIZED, $UNKNOWN UNKNOWN_OUTCOME, $UNAVAILABLE UNAVAILABLE," \
         "$NOANSWER without an answer"
     check_eq "$1: every user told SEIZED holds a coupon in MySQL" 0 "$BAD_SEIZED"

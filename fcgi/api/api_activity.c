@@ -3,7 +3,7 @@
 #include "actinput.h"
 #include "activity.h"
 #include "activity_db.h"
-#include "node/alist.h"
+#include "node/listcopy.h"
 #include "api.h"
 #include "conf.h"
 #include "cs.h"
@@ -104,7 +104,7 @@ static int act_refresh(struct node_ctx *nc, int64_t id, struct preheat_result *r
     if (rc != CS_OK)
         log_error("preheat after an activity change failed: %s", err);
     meta_invalidate_node(nc->shm);
-    alist_invalidate(nc->conf, nc->shm);
+    listcopy_invalidate(nc->conf, nc->shm);
     return rc;
 }
 

@@ -1,5 +1,5 @@
 /* api_admin.c - preheat, revoke, reconcile and health routes. */
-#include "node/alist.h"
+#include "node/listcopy.h"
 #include "api.h"
 #include "node/breaker.h"
 #include "conf.h"
@@ -47,7 +47,7 @@ void api_admin_preheat(struct node_ctx *nc, struct req *r)
         return;
     }
     meta_invalidate_node(nc->shm);
-    alist_invalidate(nc->conf, nc->shm);
+    listcopy_invalidate(nc->conf, nc->shm);
     log_notice("preheat by admin %" PRId64 ": %d loaded, %d created, %d restored "
                "(MySQL %" PRId64 " ms, Redis %" PRId64 " ms)",
                who.user_id, res.loaded, res.created, res.restored, res.select_ms, res.write_ms);
@@ -83,7 +83,7 @@ void api_admin_revoke(struct node_ctx *nc, struct req *r)
     /* Every worker of this node answers VOIDED from now on. */
     shm_flag_set(nc->shm->voided, id, INT64_MAX);
     meta_invalidate_node(nc->shm);
-    alist_invalidate(nc->conf, nc->shm);
+    listcopy_invalidate(nc->conf, nc->shm);
     log_notice("activity %" PRId64 " revoked by admin %" PRId64, id, who.user_id);
     snprintf(extra, sizeof(extra), "\"activityId\":%" PRId64, id);
     req_reply(r, CODE_OK, "activity revoked", extra, 0);

@@ -1,7 +1,7 @@
 /* api_metrics.c - GET /market/admin/metrics: the node's metrics (metrics.c)
  * with what only a worker can read: the sync queues' depths, the live stock
  * of the activities on sale, the durability rule. */
-#include "node/alist.h"
+#include "node/listcopy.h"
 #include "api.h"
 #include "node/breaker.h"
 #include "conf.h"
@@ -75,8 +75,8 @@ static void api_metrics_activities(struct node_ctx *nc, struct metrics_out *o)
     if (atomic_load(&nc->shm->breaker.state) == BREAKER_OPEN)
         return;
     for (size_t page = 1; n < METRICS_MAX_ACTIVITIES; page++) {
-        struct alist_page pg;
-        if (alist_page(nc->conf, nc->shm, page, METRICS_LIST_PAGE, &pg) != CS_OK)
+        struct listcopy_page pg;
+        if (listcopy_page(nc->conf, nc->shm, page, METRICS_LIST_PAGE, &pg) != CS_OK)
             break;
         int last = pg.n < METRICS_LIST_PAGE || page * METRICS_LIST_PAGE >= pg.total;
         for (size_t i = 0; i < pg.n && n < METRICS_MAX_ACTIVITIES; i++) {
@@ -90,7 +90,7 @@ static void api_metrics_activities(struct node_ctx *nc, struct metrics_out *o)
             st[n] = (struct activity_stock){.id = pg.acts[i].id};
             total[n++] = pg.acts[i].total_num;
         }
-        alist_page_free(&pg);
+        listcopy_page_free(&pg);
         if (last)
             break;
     }

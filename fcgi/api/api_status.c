@@ -1,5 +1,5 @@
 /* api_status.c - GET /market/consumer/coupon/status[?id=N]. */
-#include "node/alist.h"
+#include "node/listcopy.h"
 #include "api.h"
 #include "node/breaker.h"
 #include "conf.h"
@@ -249,8 +249,8 @@ void api_status(struct node_ctx *nc, struct req *r)
     }
     if (size > STATUS_PAGE_MAX)
         size = STATUS_PAGE_MAX;
-    struct alist_page pg;
-    if (alist_page(nc->conf, nc->shm, page, size, &pg) != CS_OK) {
+    struct listcopy_page pg;
+    if (listcopy_page(nc->conf, nc->shm, page, size, &pg) != CS_OK) {
         req_reply(r, CODE_UNAVAILABLE, NULL, NULL, breaker_retry_after(nc->conf));
         return;
     }
@@ -267,6 +267,6 @@ void api_status(struct node_ctx *nc, struct req *r)
     for (size_t i = 0; i < pg.n; i++)
         cJSON_AddItemToArray(arr, status_activity_json(&pg.acts[i], now, rem[i]));
     free(rem);
-    alist_page_free(&pg);
+    listcopy_page_free(&pg);
     status_send(r, root);
 }

@@ -50,6 +50,12 @@ static void keeper_on_term(int sig)
     keeper_stop = 1;
 }
 
+static void keeper_on_handover(int sig)
+{
+    (void)sig;
+    keeper_handover = 1;
+}
+
 int keeper_wanted(const struct cs_conf *conf)
 {
     if (conf->fallback_reserve > 0)
@@ -212,6 +218,7 @@ int keeper_main(const struct cs_conf *conf, struct shm_node *shm)
     signal(SIGTERM, keeper_on_term);
     signal(SIGINT, keeper_on_term);
     signal(SIGHUP, SIG_IGN);
+    signal(SIGUSR2, keeper_on_handover);
 
     if (journal_dir_open(&k.jd, conf->fallback_journal, err, sizeof(err)) != CS_OK) {
         log_error("reserve keeper: %s; no reserves on this node", err);
@@ -241,6 +248,14 @@ int keeper_main(const struct cs_conf *conf, struct shm_node *shm)
     int64_t stop_by = 0;
     for (;;) {
         int64_t t0 = cs_mono_ms();
+        if (keeper_handover) {
+            /* Every grant is fsync'd before its answer and DIR/tokens
+             * before a segment goes: the journal holds all the next keeper
+             * needs. Nothing is given back, so nothing is set aside twice. */
+            log_notice("reserve keeper: handing over to the upgraded node's keeper; nothing "
+                       "given back");
+            break;
+        }
         if (keeper_stop && stop_by == 0) {
             log_notice("reserve keeper: stopping: giving every reserve back");
             stop_by = t0 + KEEPER_STOP_MS;

@@ -11,7 +11,10 @@ struct shm_node;
 int keeper_wanted(const struct cs_conf *conf);
 
 /* The keeper's main loop; returns the process exit code. SIGTERM gives every
- * reserve back (replayed first) and then returns. */
+ * reserve back (replayed first) and then returns. SIGUSR2 (an in-place
+ * upgrade) returns after the pass under way, giving nothing back: every
+ * slot stopped, the journal's lock released; the next keeper adopts the
+ * reserves as after a restart (doc/operations.md, "Upgrading in place"). */
 int keeper_main(const struct cs_conf *conf, struct shm_node *shm);
 
 #endif

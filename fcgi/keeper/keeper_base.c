@@ -22,6 +22,7 @@ static const char SQL_RSV_STATE[] =
     "WHERE activity_id = ? AND incarnation = ? AND epoch = ?";
 
 volatile sig_atomic_t keeper_stop;
+volatile sig_atomic_t keeper_handover;
 
 /* The durability rule for a write that ran at site (fence: it wrote nothing). */
 int keeper_durable(struct keeper *k, int shard, const struct rconn_site *site, int fence)

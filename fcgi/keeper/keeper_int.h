@@ -143,6 +143,9 @@ struct keeper {
 
 /* Set by SIGTERM: give everything back and stop. */
 extern volatile sig_atomic_t keeper_stop;
+/* Set by SIGUSR2 (an in-place upgrade): stop at once without giving
+ * anything back; the new supervisor's keeper adopts the journal. */
+extern volatile sig_atomic_t keeper_handover;
 
 /* ---- keeper_base.c ---- */
 /* The durability rule for a write that ran at site (fence: it wrote nothing). */

@@ -100,7 +100,7 @@ static int keeper_query_until(struct keeper *k, const char *sql, const struct mv
     while (mconn_query(k->mc, sql, p, 1, fn, k) != CS_OK) {
         log_warn("reserve keeper: reading this node's %s from MySQL: %s; again in 1 s", what,
                  k->mc->errstr);
-        if (keeper_stop)
+        if (keeper_stop || keeper_handover)
             return CS_ERR;
         sleep(1);
     }

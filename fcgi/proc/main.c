@@ -1,4 +1,7 @@
 /* main.c - coupon-fcgi: command line, and the choice of process model. */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
 #include "conf.h"
 #include "cs.h"
 #include "log.h"
@@ -6,6 +9,7 @@
 #include "sdnotify.h"
 #include "shm.h"
 #include "super.h"
+#include "upgrade.h"
 #include "worker.h"
 
 #include <getopt.h>
@@ -18,10 +22,13 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: coupon-fcgi [-c PATH] [-t] [-h]\n"
+            "usage: coupon-fcgi [-c PATH] [-t] [-V] [-h]\n"
             "  -c PATH  configuration file (default %s)\n"
             "  -t       check the configuration file and exit (0 good, 1 bad)\n"
+            "  -V       print the version, hand-over protocol and segment layout\n"
             "  -h       this help\n"
+            "Signals to the supervisor: TERM stop, HUP reload the configuration,\n"
+            "  USR2 upgrade in place to the binary now on disk (see coupon-fcgi(8))\n"
             "Process model:\n"
             "  fd 0 a listening socket (spawn-fcgi -F N): serve it as one worker\n"
             "  LISTEN_FDS set (systemd socket activation): supervise workers on it\n"
@@ -45,11 +52,13 @@ int main(int argc, char **argv)
     char err[512];
 
     cs_init();
+    upgrade_init(argc, argv);
 
-    while ((opt = getopt(argc, argv, "c:th")) != -1) {
+    while ((opt = getopt(argc, argv, "c:thV")) != -1) {
         switch (opt) {
         case 'c': path = optarg; break;
         case 't': test = 1; break;
+        case 'V': upgrade_print_version(stdout); return 0;
         case 'h': usage(stdout); return 0;
         default: usage(stderr); return 1;
         }
@@ -83,8 +92,19 @@ int main(int argc, char **argv)
         return 1;
     }
 
+    /* The new binary of an in-place upgrade: it checked the configuration
+     * and the schema above like any start, and a refusal exits non-zero,
+     * which the old supervisor logs while it keeps serving. */
+    struct upgrade_from from;
+    int up = upgrade_inherited(&from);
+    if (up < 0) {
+        conf_free(&conf);
+        return 1;
+    }
     int rc;
-    if (is_listening_socket(0)) {
+    if (up == 0) {
+        rc = super_run(&conf, path, from.fd, from.own_socket, &from);
+    } else if (is_listening_socket(0)) {
         /* spawn-fcgi: we are one worker; the first one creates the segment. */
         struct shm_node *shm = shm_node_open(conf.fcgi_shm_name, 0, err, sizeof(err));
         if (shm == NULL) {
@@ -96,14 +116,14 @@ int main(int argc, char **argv)
         shm_node_close(shm);
     } else if (sdnotify_listen_fds() >= 1) {
         /* systemd socket activation: the socket is fd 3. */
-        rc = super_run(&conf, path, 3, 0);
+        rc = super_run(&conf, path, 3, 0, NULL);
     } else {
         int fd = super_listen(&conf);
         if (fd < 0) {
             conf_free(&conf);
             return 1;
         }
-        rc = super_run(&conf, path, fd, 1);
+        rc = super_run(&conf, path, fd, 1, NULL);
     }
     conf_free(&conf);
     return rc;

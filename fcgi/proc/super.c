@@ -1,6 +1,6 @@
-/* super.c - prefork supervisor: bind, fork, reap, restart, reload, stop. */
+/* super.c - prefork supervisor: bind, fork, reap, restart, reload, upgrade, stop. */
 #include "super.h"
-#include "node/alist.h"
+#include "node/listcopy.h"
 #include "batch.h"
 #include "conf.h"
 #include "cs.h"
@@ -9,6 +9,7 @@
 #include "rconn.h"
 #include "sdnotify.h"
 #include "shm.h"
+#include "upgrade.h"
 #include "worker.h"
 
 #include <errno.h>
@@ -25,7 +26,6 @@
 #include <unistd.h>
 
 #define SUPER_STOP_GRACE_MS 30000
-#define SUPER_MAX_RETIRING 1024
 /* Reaped workers whose group-commit entries are still to be dropped (a
  * shard's lock was held when they were reaped). */
 #define SUPER_MAX_UNBURIED 64
@@ -174,8 +174,9 @@ struct super {
     struct shm_node *shm;
     int n;                     /* fcgi.workers */
     struct slot *slots;
-    struct retiree retiring[SUPER_MAX_RETIRING];
-    int nretiring;
+    struct retiree *retiring;  /* grown as needed: a child no list knows is never
+                                  killed at its grace, waited for at stop, nor buried */
+    int nretiring, capretiring;
     struct {
         int32_t pid;
         int64_t since_ms;
@@ -185,6 +186,20 @@ struct super {
     int64_t keeper_at, keeper_backoff, keeper_started;
     int stopping;
     int64_t stop_deadline;
+    int own_socket;            /* this supervisor (or the one it took over from) bound it */
+    /* The in-place upgrade, the old supervisor's side: the new binary
+     * while it starts, and whether it took over (then this one stops
+     * without giving reserves back or removing the segment and socket). */
+    pid_t upgrade_pid;
+    int handover;
+    /* ... and the new binary's side: the supervisor taken over from until
+     * it has gone, whether it was told to go, and until when its workers
+     * are waited for. The keeper is held back while the old one runs: one
+     * keeper per journal directory (internals.md rule 15). */
+    pid_t from_pid;
+    int takeover_sent;
+    int64_t takeover_by;
+    int keeper_hold;
 };
 
 /* Sends sig to every worker, retiring worker and the keeper. */
@@ -209,6 +224,133 @@ static void super_on_stop(struct super *s, int64_t now)
     s->stopping = 1;
     s->stop_deadline = now + SUPER_STOP_GRACE_MS;
     super_signal_all(s, SIGTERM); /* the keeper gives reserves back while workers finish */
+    /* A new binary still starting goes too (it has not taken over). */
+    if (s->upgrade_pid > 0)
+        kill(s->upgrade_pid, SIGTERM);
+}
+
+/*
+ * The in-place upgrade (doc/operations.md, "Upgrading in place"), after
+ * nginx's USR2 / WINCH / QUIT, with the steps in this order:
+ *
+ *   1. SIGUSR2 to the running (old) supervisor: it forks and execs the
+ *      binary now on disk with its command line, the listening socket and
+ *      UPGRADE_ENV (upgrade_exec()). Meanwhile it serves as before.
+ *   2. The new binary checks the configuration and the schema as any start
+ *      does, joins the node segment only if its layout is this build's
+ *      (SHM_OPEN_EXISTING), and forks its workers: both generations accept
+ *      on the one socket. Any refusal is an exit non-zero, which the old
+ *      supervisor logs (super_reap()); it never stopped serving.
+ *   3. Once every new worker is registered in the segment (about to
+ *      accept), the new supervisor sends SIGQUIT to the old one.
+ *   4. The old one names the new one the service's main process (systemd),
+ *      tells its workers to finish their requests and go (SIGTERM, as at a
+ *      stop or reload) and its keeper to hand over (SIGUSR2: stop without
+ *      giving anything back; every grant is fsync'd in the journal before
+ *      its answer, so nothing is left to write).
+ *   5. Once that keeper is reaped, the old supervisor sends SIGUSR1 to the
+ *      new one, which starts its keeper: it adopts the journal as a keeper
+ *      restarted under running workers does (keeper_journal_rebuild(),
+ *      internals.md rules 6, 14, 15). The old one exits once its workers
+ *      are gone, leaving the segment and the socket to the new one.
+ */
+static void super_on_upgrade(struct super *s, int64_t now)
+{
+    (void)now;
+    if (s->upgrade_pid > 0 || s->from_pid > 0) {
+        log_warn("upgrade: one is under way already; SIGUSR2 ignored");
+        return;
+    }
+    sdnotify_reloading();
+    s->upgrade_pid = upgrade_exec(s->listen_fd, s->own_socket);
+    if (s->upgrade_pid <= 0) {
+        s->upgrade_pid = 0;
+        sdnotify_ready();
+        return;
+    }
+    log_notice("upgrade: started the new binary as pid %d; serving until its workers accept",
+               (int)s->upgrade_pid);
+}
+
+/* SIGQUIT from the new binary (step 4): its workers accept. */
+static void super_on_handover(struct super *s, int64_t now)
+{
+    log_notice("upgrade: supervisor %d accepts; this one's workers finish their requests and "
+               "go, the reserve keeper hands over", (int)s->upgrade_pid);
+    sdnotify_mainpid((int)s->upgrade_pid);
+    s->handover = 1;
+    s->stopping = 1;
+    s->stop_deadline = now + SUPER_STOP_GRACE_MS;
+    for (int i = 0; i < s->n; i++)
+        if (s->slots[i].pid > 0)
+            kill(s->slots[i].pid, SIGTERM);
+    for (int i = 0; i < s->nretiring; i++)
+        kill(s->retiring[i].pid, SIGTERM);
+    if (s->keeper > 0)
+        kill(s->keeper, SIGUSR2);
+    else
+        kill(s->upgrade_pid, SIGUSR1); /* no keeper here: the new one may start its own */
+}
+
+/* The new binary's side (step 3): SIGQUIT to the old supervisor once every
+ * worker of this one is registered (or, past UPGRADE_READY_MS, at least
+ * one); 1 when it gave up (no worker came up): this one stops and the old
+ * one serves on. The old supervisor gone first (killed) is a take-over
+ * too: its workers and keeper die with it. */
+static int super_takeover_tick(struct super *s, int64_t now)
+{
+    if (s->from_pid == 0)
+        return 0;
+    if (getppid() != s->from_pid) {
+        log_notice("upgrade: supervisor %d has gone; this one serves alone", (int)s->from_pid);
+        s->from_pid = 0;
+        s->takeover_sent = 1;
+        if (s->keeper_hold) {
+            s->keeper_hold = 0;
+            s->keeper_at = keeper_wanted(s->conf) ? now : 0;
+        }
+        sdnotify_status("%d workers", s->n);
+        return 0;
+    }
+    if (s->takeover_sent)
+        return 0;
+    int ready = 0;
+    for (int i = 0; i < s->n; i++) {
+        int32_t pid = (int32_t)s->slots[i].pid;
+        for (int w = 0; pid > 0 && w < SHM_MAX_WORKERS; w++)
+            if (atomic_load(&s->shm->worker_pid[w]) == pid) {
+                ready++;
+                break;
+            }
+    }
+    if (ready < s->n && (now < s->takeover_by || ready == 0)) {
+        if (now < s->takeover_by)
+            return 0;
+        log_error("upgrade: no worker of this binary came up in %d ms; supervisor %d serves "
+                  "on", UPGRADE_READY_MS, (int)s->from_pid);
+        return 1;
+    }
+    /* Said before the signal: the old one may be gone a moment after it. */
+    log_notice("upgrade: supervisor %d took over from %d: %d of %d workers accept",
+               (int)getpid(), (int)s->from_pid, ready, s->n);
+    if (kill(s->from_pid, SIGQUIT) != 0) {
+        log_error("upgrade: kill(%d, SIGQUIT) failed: %s; supervisor %d serves on",
+                  (int)s->from_pid, strerror(errno), (int)s->from_pid);
+        return 1;
+    }
+    s->takeover_sent = 1;
+    return 0;
+}
+
+/* Adds a worker told to go to those retiring; never refused. */
+static void super_retire(struct super *s, pid_t pid, int64_t now)
+{
+    if (s->nretiring == s->capretiring) {
+        s->capretiring = s->capretiring > 0 ? s->capretiring * 2 : 64;
+        s->retiring = xrealloc(s->retiring, (size_t)s->capretiring * sizeof(*s->retiring));
+    }
+    s->retiring[s->nretiring++] =
+        (struct retiree){.pid = pid, .kill_at_ms = now + SUPER_STOP_GRACE_MS};
 }
 
 /* SIGHUP: the configuration read again, and the workers replaced one by one. */
@@ -246,9 +388,7 @@ static void super_on_reload(struct super *s, int64_t now)
         s->slots[i].backoff_ms = 0;
         if (old > 0) {
             kill(old, SIGTERM);
-            if (s->nretiring < SUPER_MAX_RETIRING)
-                s->retiring[s->nretiring++] =
-                    (struct retiree){.pid = old, .kill_at_ms = now + SUPER_STOP_GRACE_MS};
+            super_retire(s, old, now);
         }
     }
     /* The keeper gives its reserves back and starts again with the new
@@ -266,6 +406,16 @@ static void super_keeper_exited(struct super *s, pid_t pid, int status, int64_t 
 {
     s->keeper = 0;
     atomic_store(&s->shm->rsv.keeper_pid, 0);
+    if (s->handover) {
+        /* Gone and reaped: its claim is stale and the journal's lock free
+         * for the new supervisor's keeper (step 5). */
+        log_notice("upgrade: reserve keeper (pid %d) handed over (%s %d)", (int)pid,
+                   WIFSIGNALED(status) ? "signal" : "status",
+                   WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+        if (s->upgrade_pid > 0) /* never 0: kill(0, ...) is the whole process group */
+            kill(s->upgrade_pid, SIGUSR1);
+        return;
+    }
     if (s->stopping)
         return;
     int64_t lived = now - s->keeper_started;
@@ -318,6 +468,22 @@ static int super_bury(struct super *s, int32_t pid, int64_t now)
 /* A child ended: the keeper, a replaced worker, or a worker to start again. */
 static void super_on_exit(struct super *s, pid_t pid, int status, int64_t now)
 {
+    if (pid == s->upgrade_pid) {
+        /* Before it took over: it refused (step 2), and this one serves on. */
+        if (!s->handover) {
+            log_error("upgrade refused: the new binary (pid %d) %s %d; this supervisor "
+                      "keeps serving", (int)pid, WIFSIGNALED(status) ? "died of signal"
+                                                                      : "exited with status",
+                      WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+            if (!s->stopping)
+                sdnotify_ready();
+        } else {
+            log_error("upgrade: the new supervisor (pid %d) ended after taking over",
+                      (int)pid);
+        }
+        s->upgrade_pid = 0;
+        return;
+    }
     if (pid == s->keeper) {
         super_keeper_exited(s, pid, status, now);
         return;
@@ -354,28 +520,77 @@ static int super_exited(struct super *s, pid_t pid, int64_t now)
     if (pid <= 0 || waitid(P_PID, (id_t)pid, &ci, WEXITED | WNOHANG | WNOWAIT) != 0
         || ci.si_pid != pid)
         return 0;
-    return pid == s->keeper || super_bury(s, (int32_t)pid, now);
+    return pid == s->keeper || pid == s->upgrade_pid || super_bury(s, (int32_t)pid, now);
 }
 
-/* Reaps every child that exited and may be: the workers, those retiring
- * and the keeper, each by its own pid (a zombie kept for its bury must not
- * be taken by a wait for any child). */
+/* 1 when pid is a worker, a retiree, the keeper of s or the new binary of
+ * an upgrade under way. */
+static int super_knows(const struct super *s, pid_t pid)
+{
+    if (pid == s->keeper || (pid == s->upgrade_pid && pid > 0))
+        return 1;
+    for (int i = 0; i < s->n; i++)
+        if (s->slots[i].pid == pid)
+            return 1;
+    for (int i = 0; i < s->nretiring; i++)
+        if (s->retiring[i].pid == pid)
+            return 1;
+    return 0;
+}
+
+/*
+ * Reaps the exited children that no list knows, buried first as a worker
+ * is (super_bury()): there should be none, but one forgotten would stay a
+ * zombie till the supervisor ends (and a worker's registry slot taken), and
+ * a process may have had children before it ran the supervisor. Asked by
+ * waitid(WNOWAIT), which reports, of the children that exited, the one
+ * forked first: a known one still kept for its bury (SUPER_BURY_MAX_MS at
+ * most) ends the sweep till a later tick.
+ */
+static void super_sweep(struct super *s, int64_t now)
+{
+    for (;;) {
+        siginfo_t ci;
+        int status;
+
+        memset(&ci, 0, sizeof(ci));
+        if (waitid(P_ALL, 0, &ci, WEXITED | WNOHANG | WNOWAIT) != 0 || ci.si_pid <= 0)
+            return;
+        pid_t pid = ci.si_pid;
+        if (super_knows(s, pid) || !super_bury(s, (int32_t)pid, now)
+            || waitpid(pid, &status, WNOHANG) != pid)
+            return;
+        log_warn("reaped child %d, which no list of the supervisor held (%s %d)", (int)pid,
+                 WIFSIGNALED(status) ? "signal" : "status",
+                 WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+    }
+}
+
+/* Reaps every child that exited and may be: the workers, those retiring,
+ * the keeper and an upgrade's new binary, each by its own pid (a zombie kept for its bury must not
+ * be taken by a wait for any child), then any other (super_sweep()). */
 static void super_reap(struct super *s, int64_t now)
 {
-    pid_t pids[SUPER_MAX_RETIRING + 1];
-    int n = 0, status;
+    int status;
 
-    for (int i = 0; i < s->nretiring; i++)
-        pids[n++] = s->retiring[i].pid;
-    pids[n++] = s->keeper;
-    for (int i = 0; i < n; i++)
-        if (super_exited(s, pids[i], now) && waitpid(pids[i], &status, WNOHANG) == pids[i])
-            super_on_exit(s, pids[i], status, now);
+    /* From the last: super_on_exit() moves the last retiree into the place
+     * of the one reaped, and that one was seen already. */
+    for (int i = s->nretiring - 1; i >= 0; i--) {
+        pid_t pid = s->retiring[i].pid;
+        if (super_exited(s, pid, now) && waitpid(pid, &status, WNOHANG) == pid)
+            super_on_exit(s, pid, status, now);
+    }
+    if (super_exited(s, s->keeper, now) && waitpid(s->keeper, &status, WNOHANG) == s->keeper)
+        super_on_exit(s, s->keeper, status, now);
+    if (super_exited(s, s->upgrade_pid, now)
+        && waitpid(s->upgrade_pid, &status, WNOHANG) == s->upgrade_pid)
+        super_on_exit(s, s->upgrade_pid, status, now);
     for (int i = 0; i < s->n; i++) {
         pid_t pid = s->slots[i].pid;
         if (super_exited(s, pid, now) && waitpid(pid, &status, WNOHANG) == pid)
             super_on_exit(s, pid, status, now);
     }
+    super_sweep(s, now);
 }
 
 /* While stopping: 1 once every child is gone; those past the grace are killed. */
@@ -408,7 +623,7 @@ static void super_tick(struct super *s, int64_t now)
             s->retiring[i].kill_at_ms = now + 5000;
         }
     }
-    if (s->keeper == 0 && s->keeper_at != 0 && s->keeper_at <= now) {
+    if (s->keeper == 0 && !s->keeper_hold && s->keeper_at != 0 && s->keeper_at <= now) {
         s->keeper = keeper_wanted(conf) ? super_fork(conf, s->listen_fd, s->shm, -1) : 0;
         s->keeper_started = now;
         s->keeper_at = s->keeper == 0 && keeper_wanted(conf) ? now + 1000 : 0;
@@ -432,7 +647,9 @@ static void super_start(struct super *s, int64_t now)
         if (s->slots[i].pid == 0)
             s->slots[i].restart_at_ms = now + 1000;
     }
-    if (keeper_wanted(s->conf)) {
+    if (s->keeper_hold) {
+        s->keeper_at = keeper_wanted(s->conf) ? now : 0; /* once the old one has gone */
+    } else if (keeper_wanted(s->conf)) {
         s->keeper = super_fork(s->conf, s->listen_fd, s->shm, -1);
         s->keeper_started = now;
         if (s->keeper == 0)
@@ -440,20 +657,30 @@ static void super_start(struct super *s, int64_t now)
     }
 }
 
-int super_run(struct cs_conf *conf, const char *conf_path, int listen_fd, int own_socket)
+int super_run(struct cs_conf *conf, const char *conf_path, int listen_fd, int own_socket,
+              const struct upgrade_from *from)
 {
-    char err[256];
-    struct shm_node *shm = shm_node_open(conf->fcgi_shm_name, 1, err, sizeof(err));
+    char err[320];
+    /* The new binary of an upgrade shares the node segment with the old
+     * one's workers (the group commit's queues, the worker registry, the
+     * reserves' slots and grants): only one of this very layout will do. */
+    struct shm_node *shm = shm_node_open(conf->fcgi_shm_name,
+                                         from != NULL ? SHM_OPEN_EXISTING : SHM_OPEN_FRESH, err,
+                                         sizeof(err));
     if (shm == NULL) {
-        log_error("%s", err);
+        log_error("%s%s", from != NULL ? "upgrade refused: " : "", err);
         return 1;
     }
 
+    /* The new binary of an upgrade inherits these blocked (upgrade_exec()). */
     sigemptyset(&super_sigs);
     sigaddset(&super_sigs, SIGCHLD);
     sigaddset(&super_sigs, SIGTERM);
     sigaddset(&super_sigs, SIGINT);
     sigaddset(&super_sigs, SIGHUP);
+    sigaddset(&super_sigs, SIGUSR1);
+    sigaddset(&super_sigs, SIGUSR2);
+    sigaddset(&super_sigs, SIGQUIT);
     sigprocmask(SIG_BLOCK, &super_sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
@@ -461,26 +688,60 @@ int super_run(struct cs_conf *conf, const char *conf_path, int listen_fd, int ow
     s->conf = conf;
     s->conf_path = conf_path;
     s->listen_fd = listen_fd;
+    s->own_socket = own_socket;
     s->shm = shm;
     s->n = conf->fcgi_workers;
     s->slots = xcalloc((size_t)s->n, sizeof(*s->slots));
+    if (from != NULL) {
+        s->from_pid = from->old_pid;
+        s->keeper_hold = 1;
+        s->takeover_by = cs_mono_ms() + UPGRADE_READY_MS;
+    }
     super_start(s, cs_mono_ms());
-    log_notice("coupon-fcgi supervisor %d serving %s with %d workers", (int)getpid(),
-               conf->fcgi_listen, s->n);
-    sdnotify_ready();
-    sdnotify_status("%d workers", s->n);
+    log_notice("coupon-fcgi supervisor %d serving %s with %d workers%s", (int)getpid(),
+               conf->fcgi_listen, s->n, from != NULL ? " (upgrade)" : "");
+    /* The new binary of an upgrade is no main process yet: the old one
+     * names it (super_on_handover()). */
+    if (from == NULL) {
+        sdnotify_ready();
+        sdnotify_status("%d workers", s->n);
+    }
 
+    int rc = 0;
     for (;;) {
-        struct timespec ts = {0, 200 * 1000000};
+        /* Quick turns while the new binary waits for its workers. */
+        struct timespec ts = {0, (s->from_pid > 0 && !s->takeover_sent ? 10 : 200) * 1000000L};
         siginfo_t si;
         int sig = sigtimedwait(&super_sigs, &si, &ts);
         int64_t now = cs_mono_ms();
 
         if (sig == SIGTERM || sig == SIGINT)
             super_on_stop(s, now);
-        else if (sig == SIGHUP && !s->stopping)
+        else if (sig == SIGHUP && !s->stopping && s->upgrade_pid > 0)
+            log_warn("reload refused while an upgrade is under way");
+        else if (sig == SIGHUP && !s->stopping && upgrade_binary_replaced()) {
+            /* systemctl reload after a package upgrade: rolling the
+             * workers would fork the old build again. */
+            log_notice("reload: the binary on disk is a new build; upgrading in place");
+            super_on_upgrade(s, now);
+        } else if (sig == SIGHUP && !s->stopping)
             super_on_reload(s, now);
+        else if (sig == SIGUSR2 && !s->stopping)
+            super_on_upgrade(s, now);
+        else if (sig == SIGQUIT && s->upgrade_pid > 0 && si.si_pid == s->upgrade_pid
+                 && !s->stopping)
+            super_on_handover(s, now);
+        else if (sig == SIGUSR1 && s->keeper_hold && si.si_pid == s->from_pid) {
+            s->keeper_hold = 0;
+            s->keeper_at = keeper_wanted(conf) ? now : 0;
+        } else if (sig == SIGQUIT || sig == SIGUSR1)
+            log_warn("SIG%s from pid %d ignored (only an upgrade's own supervisors send it)",
+                     sig == SIGQUIT ? "QUIT" : "USR1", (int)si.si_pid);
         super_reap(s, now);
+        if (!s->stopping && super_takeover_tick(s, now)) {
+            super_on_stop(s, now);
+            rc = 1;
+        }
         if (s->stopping) {
             if (super_stop_tick(s, now))
                 break;
@@ -489,15 +750,25 @@ int super_run(struct cs_conf *conf, const char *conf_path, int listen_fd, int ow
         super_tick(s, now);
     }
 
+    /* Handed over, or never taken over: the segment and the socket are the
+     * other supervisor's. */
+    int keep = s->handover || (s->from_pid > 0 && !s->takeover_sent);
     const char *path = unix_path(conf->fcgi_listen);
-    if (own_socket && path != NULL)
+    if (!keep && own_socket && path != NULL)
         unlink(path);
     close(listen_fd);
-    alist_unlink(shm, conf->fcgi_shm_name);
+    if (!keep)
+        listcopy_unlink(shm, conf->fcgi_shm_name);
     shm_node_close(shm);
-    shm_node_unlink(conf->fcgi_shm_name);
+    if (!keep)
+        shm_node_unlink(conf->fcgi_shm_name);
     free(s->slots);
+    free(s->retiring);
     free(s);
-    log_notice("coupon-fcgi stopped");
-    return 0;
+    if (keep)
+        log_notice("coupon-fcgi %d stopped; the node is the other supervisor's",
+                   (int)getpid());
+    else
+        log_notice("coupon-fcgi stopped");
+    return rc;
 }

@@ -31,7 +31,15 @@ int super_listen(const struct cs_conf *conf);
  * fcgi.workers workers, replaces one that dies (with backoff, logging why it
  * died), stops gracefully on SIGTERM/SIGINT (workers finish their request in
  * flight) and on SIGHUP re-reads conf_path and replaces the workers one by
- * one. *conf is owned by the supervisor from here on. Returns the exit code. */
-int super_run(struct cs_conf *conf, const char *conf_path, int listen_fd, int own_socket);
+ * one. On SIGUSR2 it upgrades in place (doc/operations.md, "Upgrading in
+ * place"): it starts the binary now on disk on the same socket and, once
+ * that one's workers accept, lets its own finish and hands the reserves over.
+ * With from set this process is that new binary: it joins the node segment
+ * of the supervisor it takes over from instead of creating one, and starts
+ * its reserve keeper only once the old one has gone. *conf is owned by the
+ * supervisor from here on. Returns the exit code. */
+struct upgrade_from;
+int super_run(struct cs_conf *conf, const char *conf_path, int listen_fd, int own_socket,
+              const struct upgrade_from *from);
 
 #endif

@@ -179,6 +179,9 @@ int worker_main(const struct cs_conf *conf, int listen_fd, struct shm_node *shm,
     /* Otherwise FCGX_Init() installs libfcgi's SIGUSR1 handler, which would
      * fail the reads and writes of a request in flight. */
     signal(SIGUSR1, SIG_IGN);
+    /* The supervisor's upgrade signal: a "systemctl kill -s USR2" that
+     * reaches every process of the unit must not end the workers at once. */
+    signal(SIGUSR2, SIG_IGN);
 
     if (worker_init(&w, conf, shm, index) != CS_OK)
         return 1;

@@ -2,7 +2,9 @@
 #ifndef CS_PARAMS_H
 #define CS_PARAMS_H
 
-#include "req.h"
+#include <stdint.h>
+
+struct req;
 
 /* The FastCGI params auth.mode = "trusted-header" takes the caller from, set
  * by the web server. Not HTTP_*: no request header can produce them. */

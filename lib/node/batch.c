@@ -92,11 +92,21 @@ static int sh_index(const struct batch_area *b, const struct batch_shard *sh)
     return (int)(sh - b->shard);
 }
 
+/* sh->leader := pid (0: nobody leads). Every write of leader and
+ * lead_until is atomic, though made under the lock: a waiting seize reads
+ * them without it (batch_join()), and a plain store racing with that read is
+ * undefined behaviour (torn or invented stores), even if every decision is
+ * judged again under the lock. */
+static void leader_store(struct batch_shard *sh, int32_t pid)
+{
+    __atomic_store_n(&sh->leader, pid, __ATOMIC_RELEASE);
+}
+
 /* The lead of sh goes to pid, whose call must end by until_ms. */
 static void lead_set(struct batch_shard *sh, int32_t pid, int64_t until_ms)
 {
     __atomic_store_n(&sh->lead_until, until_ms + BATCH_LEASE_GRACE_MS, __ATOMIC_RELAXED);
-    __atomic_store_n(&sh->leader, pid, __ATOMIC_RELEASE);
+    leader_store(sh, pid);
 }
 
 struct cand {
@@ -161,21 +171,21 @@ static struct batch_entry *elect_locked(struct batch_area *b, struct batch_shard
     }
 }
 
-/* Moves e from QUEUED or LEAD to IDLE unless its worker withdrew it first.
- * MUST be called with the lock of e's shard held. */
-static void drop_locked(struct batch_entry *e)
-{
-    uint32_t s = atomic_load(&e->state);
-    while ((s == BATCH_QUEUED || s == BATCH_LEAD)
-           && !atomic_compare_exchange_weak(&e->state, &s, BATCH_IDLE))
-        ;
-}
-
 /*
  * The leader `dead` of sh is gone: clears it, drops the entries of that
- * process still waiting (it answers nobody now) and elects the next one.
- * Returns the entry to wake, as elect_locked().
+ * process still waiting on sh (QUEUED or LEAD: it answers nobody now) and
+ * elects the next one. Returns the entry to wake, as elect_locked().
  * MUST be called with sh->lock held.
+ * MUST read an entry's state (acquire) before its shard and pid, and drop it
+ * by compare-and-swap from the state it read: a worker given the dead one's
+ * registry slot writes shard and pid before its QUEUED (release), so a
+ * state of that new seize brings its shard with it and the entry is
+ * skipped; read the other way round, a shard and pid of the dead seize
+ * could go with the QUEUED or LEAD of the new one on another shard
+ * (doc/internals.md G4: an entry leaves its shard only under that shard's
+ * lock). The state read cannot turn into another seize's before the
+ * compare-and-swap: a QUEUED or LEAD entry of sh is cleared for reuse only
+ * under sh's lock, held here.
  */
 static struct batch_entry *bury_locked(struct batch_area *b, struct batch_shard *sh,
                                        int32_t dead)
@@ -184,12 +194,22 @@ static struct batch_entry *bury_locked(struct batch_area *b, struct batch_shard 
 
     if (sh->leader != dead)
         return NULL;
-    sh->leader = 0;
+    leader_store(sh, 0);
     atomic_fetch_add_explicit(&b->m.leader_deaths, 1, memory_order_relaxed);
-    for (int i = 0; i < hi; i++) {
+    for (int i = 0, paused = 0; i < hi; i++) {
         struct batch_entry *e = &b->entry[i];
-        if (atomic_load(&e->shard) == shard && atomic_load(&e->pid) == dead)
-            drop_locked(e);
+        uint32_t st = atomic_load_explicit(&e->state, memory_order_acquire);
+        if (st != BATCH_QUEUED && st != BATCH_LEAD)
+            continue;
+        if (atomic_load(&e->shard) != shard || atomic_load(&e->pid) != dead)
+            continue;
+        /* The batch-bury pause point: a test stops here, between the reads
+         * and the drop of the first entry found, to queue a seize in that
+         * slot meanwhile. One getenv() per bury, none per entry. */
+        if (!paused++)
+            cs_pause_point("batch-bury");
+        /* Fails only if its worker withdrew it meanwhile (WITHDRAWN stays). */
+        atomic_compare_exchange_strong(&e->state, &st, BATCH_IDLE);
     }
     return elect_locked(b, sh);
 }
@@ -258,8 +278,13 @@ static void sh_unlock(struct batch_shard *sh, struct batch_entry *wake)
 
 /*
  * Takes the leader's own entry `self` and the oldest other QUEUED entries of
- * sh, max in all, in ticket order, into take (state TAKEN, led by pid); the
- * lead is pid's until the latest of their deadlines.
+ * sh whose deadline is no later than its own, max in all, in ticket order,
+ * into take (state TAKEN, led by pid); the lead is pid's until its own
+ * deadline, which ends the call. A seize with more time than the leader
+ * waits for the next call instead of riding in one cut short by the
+ * leader's deadline: one that queued after the election, or one past the
+ * window the election judged (workers asking different batch_max after a
+ * reload). doc/internals.md G5.
  * MUST be called with sh->lock held, by the worker sh->leader names.
  */
 static void take_locked(struct batch_area *b, struct batch_shard *sh, int self, int max,
@@ -267,6 +292,7 @@ static void take_locked(struct batch_area *b, struct batch_shard *sh, int self, 
 {
     static _Thread_local struct cand c[BATCH_ENTRIES];
     int n = queued_locked(b, sh, self, c), bucket = 0;
+    int64_t by = b->entry[self].item.deadline_ms;
 
     cs_pause_point("batch-scan");
     take->shard = sh_index(b, sh);
@@ -280,7 +306,7 @@ static void take_locked(struct batch_area *b, struct batch_shard *sh, int self, 
         struct batch_entry *e = &b->entry[c[i].entry];
         if (c[i].entry != self) {
             uint32_t queued = BATCH_QUEUED;
-            if (left <= 0)
+            if (left <= 0 || e->item.deadline_ms > by)
                 continue;
             /* Its leader named before it can be seen TAKEN: a worker that
              * finds its leader dead must be able to tell. */
@@ -295,12 +321,11 @@ static void take_locked(struct batch_area *b, struct batch_shard *sh, int self, 
         take->entry[k] = c[i].entry;
         take->ticket[k] = c[i].ticket;
         take->item[k] = e->item;
-        if (e->item.deadline_ms > take->until)
-            take->until = e->item.deadline_ms;
         atomic_store(&e->leader, pid);
         if (c[i].entry == self)
             atomic_store_explicit(&e->state, BATCH_TAKEN, memory_order_release);
     }
+    take->until = by;
     lead_set(sh, pid, take->until);
     while (bucket < BATCH_SIZE_BUCKETS - 1 && take->n > (1 << bucket))
         bucket++;
@@ -342,8 +367,21 @@ static enum batch_result give_up_unlocked(struct batch_area *b, struct batch_ent
     }
 }
 
+/* The lock wait of a seize giving up: BATCH_LOCK_WAIT_MS at most, and
+ * never past its deadline (doc/internals.md G5) but for the millisecond
+ * that lets a free lock be taken. */
+static int64_t give_up_until(int64_t deadline_ms)
+{
+    int64_t now = cs_mono_ms(), by = deadline_ms;
+
+    if (by > now + BATCH_LOCK_WAIT_MS)
+        by = now + BATCH_LOCK_WAIT_MS;
+    return by > now + 1 ? by : now + 1;
+}
+
 /* A waiting entry's deadline came (or its leader died while it was TAKEN,
- * gone_leader set): takes it out. An answer that came in the meantime wins. */
+ * gone_leader set): takes it out. An answer that came in the meantime wins.
+ * mine->deadline_ms: the seize's deadline. */
 static enum batch_result give_up(struct batch_area *b, struct batch_shard *sh,
                                  struct batch_entry *e, struct batch_item *mine,
                                  int32_t gone_leader)
@@ -351,10 +389,15 @@ static enum batch_result give_up(struct batch_area *b, struct batch_shard *sh,
     struct batch_entry *wake = NULL;
     enum batch_result res;
 
-    if (sh_lock_by(b, sh, cs_mono_ms() + BATCH_LOCK_WAIT_MS, &wake) != 0)
+    if (sh_lock_by(b, sh, give_up_until(mine->deadline_ms), &wake) != 0)
         return give_up_unlocked(b, e, mine);
     uint32_t s = atomic_load_explicit(&e->state, memory_order_acquire);
-    if (gone_leader != 0 && wake == NULL)
+    /* Judged again under the lock, as the deposing in batch_join(): during
+     * the lock wait the dead leader may have been buried and reaped, and
+     * its pid given to a worker that now leads or waits here, whose seizes
+     * a bury would drop (doc/internals.md G4: a bury of a pid that runs
+     * touches nothing). */
+    if (gone_leader != 0 && wake == NULL && sh->leader == gone_leader && pid_gone(gone_leader))
         wake = bury_locked(b, sh, gone_leader);
     switch (s) {
     case BATCH_DONE:
@@ -370,7 +413,7 @@ static enum batch_result give_up(struct batch_area *b, struct batch_shard *sh,
         /* Handed the lead with no time left to use it: the next one leads. */
         atomic_store(&e->state, BATCH_IDLE);
         if (sh->leader == e->pid)
-            sh->leader = 0;
+            leader_store(sh, 0);
         if (wake == NULL)
             wake = elect_locked(b, sh);
         /* fall through */
@@ -424,7 +467,7 @@ static struct batch_entry *reclaim_locked(struct batch_area *b, struct batch_sha
     if (owner != pid && sh->leader == owner && pid_gone(owner))
         return bury_locked(b, sh, owner);
     if (owner == pid && sh->leader == pid) {
-        sh->leader = 0;
+        leader_store(sh, 0);
         return elect_locked(b, sh);
     }
     return NULL;
@@ -444,44 +487,52 @@ static void finish_pause(void)
     cs_pause_point("batch-finish");
 }
 
-enum batch_result batch_join(struct batch_area *b, int shard, int slot, int max,
-                             struct batch_item *mine, int64_t deadline_ms,
-                             struct batch_take *take)
+/*
+ * Clears this worker's entry e from another shard it is still live on (its
+ * slot inherited from a dead worker, or its own seize given up without the
+ * lock) under that shard's lock (batch.h: an entry leaves its shard only
+ * so). Returns 0, or -1 when that lock stayed held past the wait; *wake is
+ * an entry to wake after the caller's next unlock.
+ */
+static int join_leave_old(struct batch_area *b, struct batch_entry *e, int shard, int32_t pid,
+                          int64_t deadline_ms, struct batch_entry **wake)
 {
-    struct batch_shard *sh = &b->shard[shard];
-    struct batch_entry *e = &b->entry[slot], *wake = NULL;
-    int32_t pid = (int32_t)getpid();
-
-    if (max > BATCH_MAX)
-        max = BATCH_MAX;
-    hi_at_least(b, slot + 1);
-    mine->deadline_ms = deadline_ms;
-    /* An entry still live on another shard is cleared under that shard's
-     * lock first (batch.h: an entry leaves its shard only so). */
     int old = atomic_load(&e->shard);
-    if (entry_live(atomic_load(&e->state)) && old != shard && old >= 0 && old < BATCH_SHARDS) {
-        struct batch_shard *osh = &b->shard[old];
-        if (sh_lock_by(b, osh, lock_until(deadline_ms), &wake) != 0)
-            goto busy;
-        if (entry_live(atomic_load(&e->state)) && atomic_load(&e->shard) == old) {
-            struct batch_entry *w = reclaim_locked(b, osh, e, pid);
-            if (wake == NULL)
-                wake = w;
-        }
-        sh_unlock(osh, wake);
-        wake = NULL;
+
+    if (!entry_live(atomic_load(&e->state)) || old == shard || old < 0 || old >= BATCH_SHARDS)
+        return 0;
+    struct batch_shard *osh = &b->shard[old];
+    struct batch_entry *w = NULL;
+    if (sh_lock_by(b, osh, lock_until(deadline_ms), &w) != 0) {
+        *wake = w;
+        return -1;
     }
-    if (sh_lock_by(b, sh, lock_until(deadline_ms), &wake) != 0)
-        goto busy;
+    if (entry_live(atomic_load(&e->state)) && atomic_load(&e->shard) == old) {
+        struct batch_entry *r = reclaim_locked(b, osh, e, pid);
+        if (w == NULL)
+            w = r;
+    }
+    sh_unlock(osh, w);
+    return 0;
+}
+
+/*
+ * Queues *mine in entry e of shard sh, with a ticket after every other.
+ * MUST be called with sh->lock held; *wake as sh_lock_by() left it.
+ */
+static void join_queue_locked(struct batch_area *b, struct batch_shard *sh, struct batch_entry *e,
+                              int shard, int max, int32_t pid, struct batch_item *mine,
+                              struct batch_entry **wake)
+{
     if (entry_live(atomic_load(&e->state))) {
         struct batch_entry *w = reclaim_locked(b, sh, e, pid);
-        if (wake == NULL)
-            wake = w;
+        if (*wake == NULL)
+            *wake = w;
     }
     /* A leader that is this very process is a lead left behind (its
      * request ended without batch_finish()); it is stale. */
     if (sh->leader == pid)
-        sh->leader = 0;
+        leader_store(sh, 0);
     sh->max = max;
     mine->outcome = BATCH_OUT_NONE;
     e->item = *mine;
@@ -491,17 +542,85 @@ enum batch_result batch_join(struct batch_area *b, int shard, int slot, int max,
     atomic_store(&e->ticket, ++sh->next_ticket * BATCH_SHARDS + (uint64_t)shard);
     atomic_store(&e->leader, 0);
     atomic_store_explicit(&e->state, BATCH_QUEUED, memory_order_release);
-    if (sh->leader == 0) {
-        /* No call in flight: it goes out now, with whatever waits. A wake
-         * pending from a repair is moot: this worker leads. */
-        sh->leader = pid;
-        take_locked(b, sh, slot, max, pid, take);
-        sh_unlock(sh, wake == e ? NULL : wake);
-        return BATCH_LEADER;
+}
+
+/*
+ * Entry e was made LEAD: takes the next call under the lock. Returns 1 when
+ * this worker leads it (take filled, the lock released), 0 when the lead
+ * went elsewhere meanwhile or the lock stayed held (e waits on).
+ */
+static int join_take_lead(struct batch_area *b, struct batch_shard *sh, struct batch_entry *e,
+                          int slot, int max, int32_t pid, int64_t deadline_ms,
+                          struct batch_take *take)
+{
+    struct batch_entry *wake = NULL;
+
+    if (sh_lock_by(b, sh, lock_until(deadline_ms), &wake) != 0)
+        return 0; /* held past the wait: its deadline decides */
+    /* Re-read under the lock: a repair may have changed the lead. */
+    if (atomic_load(&e->state) == BATCH_LEAD) {
+        if (sh->leader == 0)
+            leader_store(sh, pid);
+        if (sh->leader == pid) {
+            take_locked(b, sh, slot, max, pid, take);
+            sh_unlock(sh, wake == e ? NULL : wake);
+            return 1;
+        }
+        atomic_store(&e->state, BATCH_QUEUED); /* someone else leads */
     }
     sh_unlock(sh, wake);
+    return 0;
+}
 
+/*
+ * A QUEUED seize slept a whole slice: nobody leads while it waits (a worker
+ * died between giving the lead up and handing it on), or the leader is
+ * dead, stopped, or past its lease. Then the lead is taken from it and
+ * handed on, judged again under the lock; otherwise nothing happens.
+ */
+static void join_check_leader(struct batch_area *b, struct batch_shard *sh, int64_t deadline_ms)
+{
+    int32_t l = __atomic_load_n(&sh->leader, __ATOMIC_ACQUIRE);
+    int64_t until = __atomic_load_n(&sh->lead_until, __ATOMIC_RELAXED);
+    enum pid_state ps = l != 0 ? pid_state(l) : PID_GONE;
+    struct batch_entry *wake = NULL;
+
+    if (l != 0 && ps == PID_RUNS && cs_mono_ms() <= until)
+        return;
+    if (sh_lock_by(b, sh, lock_until(deadline_ms), &wake) != 0)
+        return;
+    if (wake == NULL && sh->leader == l && l != 0) {
+        /* Judged again under the lock: the same pid may have taken the
+         * lead anew (a new lease) during the lock wait. */
+        ps = pid_state(l);
+        if (ps == PID_RUNS && cs_mono_ms() <= sh->lead_until)
+            l = -1;
+    }
+    if (wake == NULL && sh->leader == l) {
+        if (l == 0) {
+            wake = elect_locked(b, sh);
+        } else if (ps == PID_GONE) {
+            wake = bury_locked(b, sh, l);
+        } else {
+            atomic_fetch_add_explicit(&b->m.leader_stalls, 1, memory_order_relaxed);
+            leader_store(sh, 0);
+            wake = elect_locked(b, sh);
+        }
+    }
+    sh_unlock(sh, wake);
+}
+
+/*
+ * Waits, queued, until a leader answers entry e, e is made to lead, or its
+ * deadline: the half of batch_join() after the seize queued behind a leader.
+ */
+static enum batch_result join_wait(struct batch_area *b, struct batch_shard *sh,
+                                   struct batch_entry *e, int slot, int max, int32_t pid,
+                                   struct batch_item *mine, int64_t deadline_ms,
+                                   struct batch_take *take)
+{
     int taken_seen = 0;
+
     for (;;) {
         uint32_t s = atomic_load_explicit(&e->state, memory_order_acquire);
         if (s == BATCH_DONE) {
@@ -514,21 +633,8 @@ enum batch_result batch_join(struct batch_area *b, int shard, int slot, int max,
              * every seize in it "not sent". It passes the lead on instead. */
             if (deadline_ms - cs_mono_ms() < BATCH_LEAD_MIN_MS)
                 return give_up(b, sh, e, mine, 0);
-            wake = NULL;
-            if (sh_lock_by(b, sh, lock_until(deadline_ms), &wake) != 0)
-                continue; /* held past the wait: its deadline decides */
-            /* Re-read under the lock: a repair may have changed the lead. */
-            if (atomic_load(&e->state) == BATCH_LEAD) {
-                if (sh->leader == 0)
-                    sh->leader = pid;
-                if (sh->leader == pid) {
-                    take_locked(b, sh, slot, max, pid, take);
-                    sh_unlock(sh, wake == e ? NULL : wake);
-                    return BATCH_LEADER;
-                }
-                atomic_store(&e->state, BATCH_QUEUED); /* someone else leads */
-            }
-            sh_unlock(sh, wake);
+            if (join_take_lead(b, sh, e, slot, max, pid, deadline_ms, take))
+                return BATCH_LEADER;
             continue;
         }
         if (s != BATCH_QUEUED && s != BATCH_TAKEN) /* dropped by a repair */
@@ -549,43 +655,40 @@ enum batch_result batch_join(struct batch_area *b, int shard, int slot, int max,
                 return give_up_seen(b, sh, e, mine, l, 1);
             continue;
         }
-        /* Or nobody leads while it waits (a worker died between giving the
-         * lead up and handing it on), or the leader is dead, stopped, or
-         * past its lease: the lead is taken from it and handed on. */
-        int32_t l = __atomic_load_n(&sh->leader, __ATOMIC_ACQUIRE);
-        int64_t until = __atomic_load_n(&sh->lead_until, __ATOMIC_RELAXED);
-        enum pid_state ps = l != 0 ? pid_state(l) : PID_GONE;
-        if (l != 0 && ps == PID_RUNS && cs_mono_ms() <= until)
-            continue;
-        wake = NULL;
-        if (sh_lock_by(b, sh, lock_until(deadline_ms), &wake) != 0)
-            continue;
-        if (wake == NULL && sh->leader == l && l != 0) {
-            /* Judged again under the lock: the same pid may have taken
-             * the lead anew (a new lease) during the lock wait. */
-            ps = pid_state(l);
-            if (ps == PID_RUNS && cs_mono_ms() <= sh->lead_until)
-                l = -1;
-        }
-        if (wake == NULL && sh->leader == l) {
-            if (l == 0) {
-                wake = elect_locked(b, sh);
-            } else if (ps == PID_GONE) {
-                wake = bury_locked(b, sh, l);
-            } else {
-                atomic_fetch_add_explicit(&b->m.leader_stalls, 1, memory_order_relaxed);
-                sh->leader = 0;
-                wake = elect_locked(b, sh);
-            }
-        }
-        sh_unlock(sh, wake);
+        join_check_leader(b, sh, deadline_ms);
     }
+}
 
-busy:
-    atomic_fetch_add_explicit(&b->m.lock_busy, 1, memory_order_relaxed);
-    if (wake != NULL)
-        futex_wake(&wake->state);
-    return BATCH_BUSY;
+enum batch_result batch_join(struct batch_area *b, int shard, int slot, int max,
+                             struct batch_item *mine, int64_t deadline_ms,
+                             struct batch_take *take)
+{
+    struct batch_shard *sh = &b->shard[shard];
+    struct batch_entry *e = &b->entry[slot], *wake = NULL;
+    int32_t pid = (int32_t)getpid();
+
+    if (max > BATCH_MAX)
+        max = BATCH_MAX;
+    hi_at_least(b, slot + 1);
+    mine->deadline_ms = deadline_ms;
+    if (join_leave_old(b, e, shard, pid, deadline_ms, &wake) != 0
+        || sh_lock_by(b, sh, lock_until(deadline_ms), &wake) != 0) {
+        atomic_fetch_add_explicit(&b->m.lock_busy, 1, memory_order_relaxed);
+        if (wake != NULL)
+            futex_wake(&wake->state);
+        return BATCH_BUSY;
+    }
+    join_queue_locked(b, sh, e, shard, max, pid, mine, &wake);
+    if (sh->leader == 0) {
+        /* No call in flight: it goes out now, with whatever waits. A wake
+         * pending from a repair is moot: this worker leads. */
+        leader_store(sh, pid);
+        take_locked(b, sh, slot, max, pid, take);
+        sh_unlock(sh, wake == e ? NULL : wake);
+        return BATCH_LEADER;
+    }
+    sh_unlock(sh, wake);
+    return join_wait(b, sh, e, slot, max, pid, mine, deadline_ms, take);
 }
 
 void batch_handoff(struct batch_area *b, struct batch_take *take)
@@ -599,7 +702,7 @@ void batch_handoff(struct batch_area *b, struct batch_take *take)
     if (sh_lock_by(b, sh, lock_until(take->until), &wake) != 0)
         return; /* batch_finish() tries again */
     if (sh->leader == pid)
-        sh->leader = 0;
+        leader_store(sh, 0);
     if (wake == NULL)
         wake = elect_locked(b, sh);
     take->handed = 1;
@@ -650,7 +753,7 @@ void batch_finish(struct batch_area *b, struct batch_take *take)
     }
     if (!take->handed) {
         if (sh->leader == pid)
-            sh->leader = 0;
+            leader_store(sh, 0);
         if (wake == NULL)
             wake = elect_locked(b, sh);
     }
@@ -702,7 +805,7 @@ static struct batch_entry *reap_locked(struct batch_area *b, struct batch_shard 
     }
     if (sh->leader != pid)
         return NULL;
-    sh->leader = 0;
+    leader_store(sh, 0);
     if (waited)
         atomic_fetch_add_explicit(&b->m.leader_deaths, 1, memory_order_relaxed);
     return elect_locked(b, sh);

@@ -70,7 +70,10 @@ enum batch_state {
  *       the entry's next seize, so it stays on its shard until cleared
  *       under that shard's lock.
  * MUST: a leader reads an entry's state before its ticket (acquire): a
- *       TAKEN of a later seize in the entry brings that seize's ticket.
+ *       TAKEN of a later seize in the entry brings that seize's ticket. So
+ *       does a bury of a dead worker before the entry's shard and pid: a
+ *       QUEUED of a later seize brings its shard, and the bury drops only
+ *       the QUEUED or LEAD it read, by compare-and-swap.
  * MUST: item, pid, shard and ticket are written before state becomes
  *       QUEUED (a release store), and item's answer before it becomes DONE,
  *       so a reader that sees the state (acquire) sees them.
@@ -82,7 +85,11 @@ enum batch_state {
  * MUST NOT: a seize waits for a lock, or for its leader, past its own
  *       deadline: a lock held more than BATCH_LOCK_WAIT_MS by a stopped
  *       process, or BATCH_LOCK_MAX_MS by a running one, sends the seize
- *       alone (BATCH_BUSY), unqueued.
+ *       alone (BATCH_BUSY), unqueued. A seize giving up waits for the lock
+ *       by its deadline (1 ms at least, for a free lock), then withdraws
+ *       without it; a leader answering its call (batch_finish()) waits by
+ *       its own deadline, not its followers' (BATCH_LOCK_WAIT_MS at least:
+ *       the answers of the call are lost without the lock).
  */
 struct batch_entry {
     _Atomic uint32_t state;      /* enum batch_state; the futex word */
@@ -101,16 +108,20 @@ struct batch_entry {
  *       lead_until, next_ticket and (but for a worker withdrawing its own
  *       entry) the state of any entry of this shard. It is never held across
  *       a Redis call or a sleep.
+ * MUST: every write of leader and lead_until is an atomic store (lead_set(),
+ *       leader_store()), made under the lock: a waiting seize reads them
+ *       without it (atomic loads), as a hint it judges again under the lock.
  * MUST: leader != 0 while a worker leads a call of this shard: it was the
  *       first to find leader == 0 or was handed the lead. While it leads, new
  *       seizes queue behind it; once Redis has run its call (batch_handoff())
  *       or when it finishes, it hands the lead on, or sets leader = 0 when
  *       none waits: one call of a shard unanswered by Redis at a time per
  *       node, while its leader runs.
- * MUST: the lead goes to the seize with the most time left among those the
- *       next call carries (the oldest max), and the call ends by that
- *       seize's deadline: the call of many seizes is never cut short by the
- *       one that waited longest.
+ * MUST: the lead goes to the seize with the most time left among the
+ *       oldest max, the call ends by that seize's deadline, and it carries
+ *       no seize with a later deadline (those wait for the next call): the
+ *       call of many seizes is never cut short by the one that waited
+ *       longest, whatever batch_max each worker asked.
  * MUST: an entry taken into a call (TAKEN) is never sent again by another
  *       leader, and never answered NOT_SENT after its leader sent the call:
  *       a worker that loses its leader (dead, or past its own deadline)
@@ -125,10 +136,10 @@ struct batch_entry {
  */
 struct batch_shard {
     pthread_mutex_t lock;
-    int32_t leader;              /* pid of the worker leading a call; 0 none */
+    int32_t leader;              /* pid of the worker leading a call; 0 none (atomic stores) */
     _Atomic int32_t owner;       /* pid holding lock (read without it: a hint) */
     int32_t max;                 /* limits.batch_max as the last seize asked */
-    int64_t lead_until;          /* monotonic ms: past it, the lead is stale */
+    int64_t lead_until;          /* monotonic ms: past it, the lead is stale (atomic stores) */
     uint64_t next_ticket;
 };
 
@@ -158,7 +169,7 @@ struct batch_take {
     int n;
     int self;                    /* index of the leader's own seize in item[] */
     int handed;                  /* the lead was handed on (batch_handoff()) */
-    int64_t until;               /* the latest deadline of the entries taken */
+    int64_t until;               /* the leader's deadline: the latest of the entries taken */
     int32_t entry[BATCH_MAX];
     uint64_t ticket[BATCH_MAX];
     struct batch_item item[BATCH_MAX];

@@ -27,15 +27,26 @@ int shm_node_unlink(const char *name)
     return shm_unlink(name) == 0 || errno == ENOENT ? CS_OK : CS_ERR;
 }
 
-struct shm_node *shm_node_open(const char *name, int fresh, char *err, size_t errlen)
+uint32_t shm_layout_version(void)
+{
+    return SHM_VERSION;
+}
+
+struct shm_node *shm_node_open(const char *name, int mode, char *err, size_t errlen)
 {
     size_t size = sizeof(struct shm_node);
-    int created = 0, fd;
+    int created = 0, fresh = mode == SHM_OPEN_FRESH, fd;
 
     if (fresh)
         shm_node_unlink(name);
-    fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
-    if (fd >= 0) {
+    if (mode == SHM_OPEN_EXISTING) {
+        fd = shm_open(name, O_RDWR, 0600);
+        if (fd < 0) {
+            snprintf(err, errlen, "shm_open(%s) failed: %s (fcgi.shm_name changes only on "
+                     "restart)", name, strerror(errno));
+            return NULL;
+        }
+    } else if ((fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600)) >= 0) {
         created = 1;
         if (ftruncate(fd, (off_t)size) != 0) {
             snprintf(err, errlen, "ftruncate(%s) failed: %s", name, strerror(errno));
@@ -57,11 +68,17 @@ struct shm_node *shm_node_open(const char *name, int fresh, char *err, size_t er
     for (int i = 0; !created && i < 1000 && fstat(fd, &st) == 0 && st.st_size == 0; i++)
         usleep(1000);
     if (!created && (fstat(fd, &st) != 0 || (size_t)st.st_size != size)) {
-        /* A segment of another layout (older version): start over. */
         close(fd);
+        if (mode == SHM_OPEN_EXISTING) {
+            snprintf(err, errlen, "shared memory %s is of another layout (%lld bytes, this "
+                     "build's version %d is %zu): the running coupon-fcgi cannot run beside "
+                     "this build", name, (long long)st.st_size, SHM_VERSION, size);
+            return NULL;
+        }
+        /* A segment of another layout (older version): start over. */
         if (fresh)
             return NULL;
-        return shm_node_open(name, 1, err, errlen);
+        return shm_node_open(name, SHM_OPEN_FRESH, err, errlen);
     }
     struct shm_node *node = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
@@ -86,8 +103,9 @@ struct shm_node *shm_node_open(const char *name, int fresh, char *err, size_t er
         for (int i = 0; i < 1000 && __atomic_load_n(&node->magic, __ATOMIC_ACQUIRE) != SHM_MAGIC; i++)
             usleep(1000);
         if (node->magic != SHM_MAGIC || node->version != SHM_VERSION) {
-            snprintf(err, errlen, "shared memory %s is not a couponseize segment of version %d",
-                     name, SHM_VERSION);
+            snprintf(err, errlen, "shared memory %s is not a couponseize segment of version %d "
+                     "(it says %u): the running coupon-fcgi cannot run beside this build",
+                     name, SHM_VERSION, node->magic == SHM_MAGIC ? node->version : 0);
             munmap(node, size);
             return NULL;
         }

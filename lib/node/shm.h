@@ -179,7 +179,7 @@ struct shm_node {
 
     _Atomic int64_t bucket_tat_us;           /* GCRA theoretical arrival time */
 
-    /* The list route's per-node copy of ACTIVITY:LIST (fcgi/node/alist.c):
+    /* The list route's per-node copy of ACTIVITY:LIST (fcgi/node/listcopy.c):
      * generation of the segment that holds it (0 = none yet), when it was
      * built (cs_mono_ms), and the lease of the one worker rebuilding it. */
     _Atomic uint64_t list_gen;
@@ -224,12 +224,23 @@ struct shm_node {
 /* Latency bucket upper bounds in microseconds (the last is +Inf). */
 extern const int64_t shm_lat_bounds_us[SHM_LAT_BUCKETS];
 
-/* Maps the segment NAME ("/couponseize"). With fresh set, any old segment of
- * that name is removed and a zeroed one created (the supervisor). Otherwise an
- * existing segment is joined, or created if none exists (spawn-fcgi workers:
- * the first one creates it). Returns the mapping or NULL with a message in
- * err. The mapping lives until the process exits or shm_node_close(). */
-struct shm_node *shm_node_open(const char *name, int fresh, char *err, size_t errlen);
+/* How shm_node_open() treats a segment already there. */
+#define SHM_OPEN_JOIN 0          /* join it, or create one if none (spawn-fcgi workers) */
+#define SHM_OPEN_FRESH 1         /* remove it, create a zeroed one (the supervisor) */
+#define SHM_OPEN_EXISTING 2      /* join it only if it is there and of this layout (the
+                                  * new supervisor of an in-place upgrade): never
+                                  * create, never remove */
+
+/* The segment's layout version: two builds of coupon-fcgi may share a node
+ * segment (an in-place upgrade) only when theirs are the same. */
+uint32_t shm_layout_version(void);
+
+/* Maps the segment NAME ("/couponseize"), as mode (SHM_OPEN_*) says. With
+ * SHM_OPEN_JOIN a segment of another layout is replaced; with
+ * SHM_OPEN_EXISTING it is refused. Returns the mapping or NULL with a
+ * message in err. The mapping lives until the process exits or
+ * shm_node_close(). */
+struct shm_node *shm_node_open(const char *name, int mode, char *err, size_t errlen);
 void shm_node_close(struct shm_node *node);
 int shm_node_unlink(const char *name);
 

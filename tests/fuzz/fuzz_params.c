@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "req/params.h"
+#include "req/req.h"
 
 #define MAX_PARAMS 64
 

@@ -165,6 +165,10 @@ diag "kill: $KILLED leaders killed; $deaths found dead by their followers"
 check "kill: leaders were killed mid-call ($KILLED)" test "$KILLED" -ge 4
 check "kill: their followers saw them die and went on ($deaths)" test "$deaths" -ge 1
 check "kill: seizes went on after it ($SEIZED SEIZED)" test "$SEIZED" -gt 100
+# Each killed worker buried, then reaped: no zombie stays (a bury held up
+# by a busy lock keeps one for a second at most).
+no_zombie() { ! ps -o stat= --ppid "$COUPON_FCGI_PID" | grep -q '^Z'; }
+check "kill: the supervisor left no zombie" wait_for 5 no_zombie
 
 # --- (f) a write pause of 1.5 budgets: waited out, not fled ------------------------------
 # Seizes queued behind the call in flight wait their whole budget, as a lone

@@ -8,9 +8,15 @@ read_stores() reads it:
                       "status": 2, "stock": 0, "held": 0,
                       "seize_list": [users], "rows": [[user, status, seized_ms], ..]}}}
 Each anomaly is {"kind": ..., "sale": A, "user": U (when about one), "msg": ...}.
+
+The rules one user's answers keep against the coupons that user holds are
+user_faults(); the integration tests judge a loadgen log by them too
+(judge_log(), and `checker.py loadgen LOG` for the shell: tests/lib.sh's
+seize_judge and seize_judge_all), so one tested judge decides per user.
 """
 import json
 import subprocess
+import sys
 
 # Answers that leave the outcome open (see client.py), and answers that
 # promise nothing was granted.
@@ -21,6 +27,24 @@ SLACK_MS = 1000
 
 def _open(code):
     return code in INDETERMINATE or code.startswith("HTTP_")
+
+
+def user_faults(codes, n, is_open=_open):
+    """What is wrong with one user's answers CODES (every answer to that
+    user for one sale) when the user holds N coupons of it: a list of
+    kinds, empty when nothing is. double: holds two or more; lost: told
+    SEIZED (or ALREADY_SEIZED) and holds none; false-negative: holds one
+    but was told neither SEIZED nor an answer that leaves the outcome open
+    (IS_OPEN)."""
+    faults = []
+    if n > 1:
+        faults.append("double")
+    granted = any(c in GRANTS for c in codes)
+    if n == 0 and (granted or "ALREADY_SEIZED" in codes):
+        faults.append("lost")
+    if n >= 1 and not granted and not any(is_open(c) for c in codes):
+        faults.append("false-negative")
+    return faults
 
 
 def check(history, stores):
@@ -62,15 +86,16 @@ def check(history, stores):
             ops = by_pair.get((user, sale), [])
             n = len(held.get(user, []))
             codes = [o["code"] for o in ops]
-            if n > 1:
+            if n > 1:  # user_faults() says "double" too; the message names the count
                 bad("double", sale, user, "holds %d coupons of sale %d" % (n, sale))
             granted = [o for o in ops if o["code"] in GRANTS]
-            if granted and n == 0:
+            faults = user_faults(codes, n)
+            if "lost" in faults and granted:
                 bad("lost", sale, user, "told SEIZED (node %d, sent %d) and holds no coupon"
                     % (granted[0]["node"], granted[0]["t0"]))
-            elif "ALREADY_SEIZED" in codes and n == 0:
+            elif "lost" in faults:
                 bad("lost", sale, user, "told ALREADY_SEIZED and holds no coupon")
-            if n >= 1 and not granted and not any(_open(c) for c in codes):
+            if "false-negative" in faults:
                 bad("false-negative", sale, user, "holds a coupon but was only told %s"
                     % ",".join(sorted(set(codes))) if codes else "holds a coupon it never asked for")
             if any(_open(c) for c in codes):
@@ -247,13 +272,83 @@ def load_history(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
+
+# --- a loadgen log, for the integration tests -------------------------------------
+
+def _no_answer(code):
+    """A load whose workers are killed: a 5xx without a code of ours or a
+    dropped connection tells the user nothing either way."""
+    return code.startswith("HTTP_5") or code == "CONNECTION_ERROR"
+
+
+def judge_log(path, rows, kills=False):
+    """Judges the answers of a loadgen -L log (a header line, then one
+    "ms status code user us" line per answer) per user with user_faults(),
+    against ROWS (the user of every coupon row of the sale, a user once per
+    coupon). Without KILLS every user of ROWS is judged, asked or not, and
+    only UNKNOWN_OUTCOME leaves an outcome open; with KILLS only the users
+    of the log are, and an answer without a code of ours (_no_answer) leaves
+    it open too. Counts are of each user's last answer. Returns a dict:
+    seized unknown unavailable sold_out already no_answer (users), answers,
+    users, p99_ms max_ms, bad_seized (told SEIZED or ALREADY_SEIZED, holds
+    none), bad_holders (holds one, told nothing that allows it), doubles."""
+    told, lat = {}, []
+    with open(path) as f:
+        f.readline()
+        for line in f:
+            _ms, _status, code, user, us = line.split()
+            told.setdefault(int(user), []).append(code)
+            lat.append(int(us))
+    held = {}
+    for u in rows:
+        held[u] = held.get(u, 0) + 1
+    is_open = (lambda c: c in INDETERMINATE or _no_answer(c)) if kills else (
+        lambda c: c == "UNKNOWN_OUTCOME")
+    users = set(told) if kills else set(told) | set(held)
+    out = {"bad_seized": 0, "bad_holders": 0, "doubles": 0}
+    for u in users:
+        faults = user_faults(told.get(u, []), held.get(u, 0), is_open)
+        out["bad_seized"] += "lost" in faults
+        out["bad_holders"] += "false-negative" in faults
+        out["doubles"] += "double" in faults
+    last = [c[-1] for c in told.values()]
+    for key, code in (("seized", "SEIZED"), ("unknown", "UNKNOWN_OUTCOME"),
+                      ("unavailable", "UNAVAILABLE"), ("sold_out", "SOLD_OUT"),
+                      ("already", "ALREADY_SEIZED")):
+        out[key] = last.count(code)
+    out["no_answer"] = sum(1 for c in last if _no_answer(c))
+    lat.sort()
+    out["p99_ms"] = lat[int(len(lat) * 0.99)] // 1000 if lat else -1
+    out["max_ms"] = lat[-1] // 1000 if lat else -1
+    out["answers"], out["users"] = len(lat), len(told)
+    return out
+
+
+def main(argv):
+    """checker.py HISTORY STORES: check() of a nemesis run; exit 1 on an
+    anomaly. checker.py loadgen LOG [--kills] FIELD...: judge_log() of LOG
+    against the coupon rows' users on stdin (whitespace separated); prints
+    the FIELDs asked for on one line."""
+    if len(argv) == 3 and argv[1] != "loadgen":
+        hist = load_history(argv[1])
+        with open(argv[2]) as f:
+            st = json.load(f)
+        an, s = check(hist, st)
+        for a in an:
+            print(json.dumps(a))
+        print("%s: %d anomalies, %d seizes" % ("INVALID" if an else "VALID", len(an), s["seizes"]))
+        return 1 if an else 0
+    if len(argv) < 3 or argv[1] != "loadgen":
+        sys.stderr.write("usage: checker.py HISTORY STORES\n"
+                         "       checker.py loadgen LOG [--kills] FIELD...\n")
+        return 2
+    kills = "--kills" in argv[3:]
+    fields = [a for a in argv[3:] if a != "--kills"]
+    rows = [int(x) for x in sys.stdin.read().split()]
+    r = judge_log(argv[2], rows, kills)
+    print(" ".join(str(r[f]) for f in fields))
+    return 0
+
+
 if __name__ == "__main__":
-    import sys
-    hist = load_history(sys.argv[1])
-    with open(sys.argv[2]) as f:
-        st = json.load(f)
-    an, s = check(hist, st)
-    for a in an:
-        print(json.dumps(a))
-    print("%s: %d anomalies, %d seizes" % ("INVALID" if an else "VALID", len(an), s["seizes"]))
-    sys.exit(1 if an else 0)
+    sys.exit(main(sys.argv))

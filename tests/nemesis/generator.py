@@ -55,6 +55,16 @@ WORKER_KINDS = {
     "stop-worker": (1, (0.2, 2.0)),
 }
 
+# Drawn from a stream of its own as well: an in-place upgrade of one web
+# node (tests/stack upgrade-fcgiN: SIGUSR2, the binary then in the build
+# tree; doc/operations.md "Upgrading in place") at a random moment, tried about
+# every 8 s (every 6 s when it is the only kind asked for). It lasts as long
+# as it takes (counted as UPGRADE_S), none on a node while another of its
+# process faults, a slow journal or a worker fault acts on it, so it meets
+# the Redis, MySQL and partition faults, the reserves and group commit.
+UPGRADE = "upgrade-node"
+UPGRADE_S = 3.0
+
 REDIS_NODES = 6
 
 
@@ -105,6 +115,9 @@ def schedule(seed, secs, nodes=2, kinds=None, batch=None):
     if asked:
         only = kinds is not None and all(k in WORKER_KINDS for k in kinds)
         events += _worker_faults(seed, secs, nodes, on, asked, only, events)
+    if kinds is None or UPGRADE in kinds:
+        only = kinds is not None and all(k == UPGRADE for k in kinds)
+        events += _upgrades(seed, secs, nodes, only, events)
     for n in on:
         events.append(dict({"at": 0.0, "kind": GROUP_COMMIT, "target": "node%d" % n, "dur": 0.0},
                            **BATCH))
@@ -184,9 +197,27 @@ def _worker_faults(seed, secs, nodes, batched, asked, only, others):
     return events
 
 
+def _upgrades(seed, secs, nodes, only, others):
+    """The in-place upgrades of a run (UPGRADE), one at a time, none on a
+    node while one of others' process faults, slow journals or worker faults
+    acts on it (before, during or after the UPGRADE_S it is counted)."""
+    rng = random.Random("nemesis-upgrade:%d" % seed)
+    busy = [(e["target"], e["at"], e["at"] + e["dur"] + 0.3) for e in others
+            if e["kind"] in NODE_PROCESS_KINDS or e["kind"] == SLOW_JOURNAL[0]
+            or e["kind"] in WORKER_KINDS]
+    events = []
+    t = rng.uniform(2.0, 6.0)
+    while t < secs - UPGRADE_S:
+        target = "node%d" % rng.randint(1, nodes)
+        if not any(n == target and a < t + UPGRADE_S and t < b for n, a, b in busy):
+            events.append({"at": round(t, 2), "kind": UPGRADE, "target": target, "dur": 0.0})
+        t += UPGRADE_S + rng.expovariate(1.0 / (3.0 if only else 5.0))
+    return events
+
+
 def all_kinds():
     """Every fault kind a schedule may hold."""
-    return sorted(KINDS) + [SLOW_JOURNAL[0]] + sorted(WORKER_KINDS)
+    return sorted(KINDS) + [SLOW_JOURNAL[0]] + sorted(WORKER_KINDS) + [UPGRADE]
 
 
 def sales(secs):

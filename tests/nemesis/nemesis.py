@@ -435,6 +435,10 @@ class Nemesis:
                                    ("127.0.0.1", "127.0.0.1", ["tcp", "sport", port])])
         elif kind == "slow-journal":
             self.slow_journal(node, idx, ev["delay_ms"])
+        elif kind == "upgrade-node":
+            # As an operator does it; returns once the new binary serves and
+            # the old supervisor has gone (a refusal raises: recorded).
+            self.stackcmd("upgrade-" + self.fcgi_svc(node))
         elif kind == "skew":
             off = ev["offset_s"]
             self.stackcmd("restart-" + self.fcgi_svc(node),

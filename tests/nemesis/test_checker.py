@@ -188,5 +188,55 @@ class TestChecker(unittest.TestCase):
         self.assertEqual(kinds([], st), ["not-drained"])
 
 
+class LoadgenLog(unittest.TestCase):
+    """judge_log(): the integration tests' per-user judge of a loadgen log."""
+
+    def judge(self, answers, rows, kills=False):
+        import tempfile
+        with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as f:
+            f.write("ms status code user us\n")
+            for i, (user, code) in enumerate(answers):
+                f.write("%d 200 %s %d %d\n" % (i, code, user, 1000 * (i + 1)))
+        try:
+            return checker.judge_log(f.name, rows, kills)
+        finally:
+            os.unlink(f.name)
+
+    def test_truthful_log(self):
+        r = self.judge([(1, "SEIZED"), (2, "SOLD_OUT"), (3, "UNKNOWN_OUTCOME"), (4, "UNKNOWN_OUTCOME")],
+                       [1, 3])
+        self.assertEqual((r["bad_seized"], r["bad_holders"], r["doubles"]), (0, 0, 0))
+        self.assertEqual((r["seized"], r["sold_out"], r["unknown"], r["answers"]), (1, 1, 2, 4))
+
+    def test_seized_without_a_coupon(self):
+        self.assertEqual(self.judge([(1, "SEIZED"), (2, "SEIZED")], [1])["bad_seized"], 1)
+
+    def test_a_coupon_told_unavailable(self):
+        self.assertEqual(self.judge([(1, "UNAVAILABLE")], [1])["bad_holders"], 1)
+
+    def test_a_coupon_never_asked_for(self):
+        # Without kills every holder of the rows is judged, asked or not.
+        self.assertEqual(self.judge([(1, "SEIZED")], [1, 9])["bad_holders"], 1)
+        self.assertEqual(self.judge([(1, "SEIZED")], [1, 9], kills=True)["bad_holders"], 0)
+
+    def test_a_dropped_connection_leaves_it_open_only_under_kills(self):
+        self.assertEqual(self.judge([(1, "HTTP_502")], [1])["bad_holders"], 1)
+        r = self.judge([(1, "HTTP_502"), (2, "CONNECTION_ERROR")], [1, 2], kills=True)
+        self.assertEqual((r["bad_holders"], r["no_answer"]), (0, 2))
+
+    def test_two_coupons(self):
+        self.assertEqual(self.judge([(1, "SEIZED")], [1, 1])["doubles"], 1)
+
+    def test_an_early_seized_is_judged_though_a_later_answer_differs(self):
+        self.assertEqual(self.judge([(1, "SEIZED"), (1, "ALREADY_SEIZED")], [])["bad_seized"], 1)
+
+    def test_user_faults(self):
+        self.assertEqual(checker.user_faults(["SEIZED"], 1), [])
+        self.assertEqual(checker.user_faults(["SEIZED"], 0), ["lost"])
+        self.assertEqual(checker.user_faults(["SOLD_OUT"], 1), ["false-negative"])
+        self.assertEqual(checker.user_faults(["TIMEOUT"], 1), [])
+        self.assertEqual(checker.user_faults(["SEIZED"], 2), ["double"])
+
+
 if __name__ == "__main__":
     unittest.main()

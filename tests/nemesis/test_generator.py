@@ -12,7 +12,7 @@ import generator  # noqa: E402
 
 OTHERS = sorted(generator.KINDS)
 # Kinds drawn from streams of their own, and the group-commit setting.
-OWN = {"slow-journal", generator.GROUP_COMMIT} | set(generator.WORKER_KINDS)
+OWN = {"slow-journal", generator.GROUP_COMMIT, generator.UPGRADE} | set(generator.WORKER_KINDS)
 
 # sha256 of the schedules (the kinds of OWN left out) of seeds 1-40, 12 and 30 s,
 # as the generator drew them when the campaigns in doc/nemesis.md ran: the
@@ -160,7 +160,32 @@ class TestGenerator(unittest.TestCase):
 
     def test_every_kind_is_known(self):
         self.assertEqual(generator.all_kinds(), OTHERS + ["slow-journal", "kill-batch-worker",
-                                                          "stop-worker"])
+                                                          "stop-worker", "upgrade-node"])
+
+    def test_upgrades_beside_no_process_fault_of_their_node(self):
+        seen = 0
+        for seed in range(1, 200):
+            evs = generator.schedule(seed, 30)
+            procs = [e for e in evs if e["kind"] in generator.NODE_PROCESS_KINDS
+                     or e["kind"] == "slow-journal" or e["kind"] in generator.WORKER_KINDS]
+            ups = [e for e in evs if e["kind"] == generator.UPGRADE]
+            seen += len(ups)
+            for u in ups:
+                self.assertIn(u["target"], ("node1", "node2"))
+                for p in procs:
+                    if p["target"] == u["target"]:
+                        self.assertFalse(p["at"] < u["at"] + generator.UPGRADE_S
+                                         and u["at"] < p["at"] + p["dur"] + 0.3, (seed, u, p))
+            for a, b in zip(ups, ups[1:]):
+                self.assertGreaterEqual(b["at"] - a["at"], generator.UPGRADE_S)
+        self.assertGreater(seen, 150)
+
+    def test_upgrades_alone(self):
+        for seed in range(1, 50):
+            evs = [e for e in generator.schedule(seed, 30, 2, [generator.UPGRADE])
+                   if e["target"] != "admin" and e["kind"] != generator.GROUP_COMMIT]
+            self.assertTrue(evs)
+            self.assertEqual({e["kind"] for e in evs}, {generator.UPGRADE})
 
 
 if __name__ == "__main__":

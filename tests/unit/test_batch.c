@@ -1,12 +1,13 @@
 /* test_batch.c - the group commit queue (lib/node/batch.c) on a segment of the
  * test's own, with real processes: election, arrival order, the cap, a
  * leader killed with kill -9 while queued or taken, deadlines, a dead lock
- * owner, a stopped lock holder or leader, and a dead follower's entry
- * reused while a stale leader still holds it. */
+ * owner, a stopped or running lock holder, a stopped leader, and a dead
+ * follower's entry reused while a stale leader still holds it. */
 #include <check.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,12 +25,15 @@ struct shared {
     struct batch_area b;
     _Atomic int result[64];
     _Atomic int64_t res[64];
+    _Atomic int64_t deadline[64];   /* per child slot: its seize's deadline (monotonic) */
+    _Atomic int64_t finished[64];   /* ... and when its join (and its lead) ended */
     _Atomic int ncalls;
     _Atomic int calls[16][64];
     _Atomic int callsize[16];
     _Atomic int handoff;         /* leaders hand the lead on before they are held */
     _Atomic int allow;           /* calls 0..allow-1 may finish; the others are held */
     _Atomic int pause_call;      /* that call's leader stops in batch_finish() (0: none) */
+    _Atomic int locked;          /* running_lock_holder() holds shard 1's lock */
 };
 
 static struct shared *s;
@@ -79,8 +83,9 @@ static pid_t worker_on(int slot, int shard, int user, int max, int budget_ms)
         return pid;
     static struct batch_take t;
     struct batch_item mine = {.activity_id = 11, .user_id = user};
-    enum batch_result r = batch_join(&s->b, shard, slot, max, &mine, cs_mono_ms() + budget_ms,
-                                     &t);
+    int64_t deadline = cs_mono_ms() + budget_ms;
+    s->deadline[slot] = deadline;
+    enum batch_result r = batch_join(&s->b, shard, slot, max, &mine, deadline, &t);
     if (r == BATCH_LEADER) {
         s->res[slot] = t.item[t.self].user_id * 10;
         s->result[slot] = r;
@@ -89,6 +94,7 @@ static pid_t worker_on(int slot, int shard, int user, int max, int budget_ms)
         s->res[slot] = mine.res;
         s->result[slot] = r;
     }
+    s->finished[slot] = cs_mono_ms();
     _exit(0);
 }
 
@@ -270,6 +276,25 @@ static pid_t stopped_lock_holder(void)
     int st;
     ck_assert_int_eq(waitpid(h, &st, WUNTRACED), h);
     ck_assert(WIFSTOPPED(st));
+    return h;
+}
+
+/* A process that holds shard 1's lock for ms, running (asleep in sleep(),
+ * not stopped), then lets it go; returns once it holds it. */
+static pid_t running_lock_holder(int ms)
+{
+    pid_t h = fork();
+    if (h == 0) {
+        if (pthread_mutex_lock(&s->b.shard[1].lock) == EOWNERDEAD)
+            pthread_mutex_consistent(&s->b.shard[1].lock);
+        s->locked = 1;
+        usleep((useconds_t)ms * 1000);
+        pthread_mutex_unlock(&s->b.shard[1].lock);
+        _exit(0);
+    }
+    for (int i = 0; i < 5000 && !atomic_load(&s->locked); i++)
+        usleep(1000);
+    ck_assert(atomic_load(&s->locked));
     return h;
 }
 
@@ -517,6 +542,107 @@ START_TEST(reused_entry_never_takes_a_stale_answer)
 }
 END_TEST
 
+/*
+ * A leader's own user waits on batch_finish(): its wait for the shard's lock
+ * ends by the leader's own deadline, not by the latest of the call (a
+ * follower past its own answers UNKNOWN_OUTCOME). The election judged "most
+ * time left" among the first sh->max entries, and the last joiner set
+ * sh->max = 1, so the leader l (1.5 s) carries f and z (6 s); a running
+ * process then holds the lock 3 s (doc/internals.md G5: no wait for a lock
+ * outlasts a seize's deadline).
+ */
+START_TEST(leader_never_waits_past_its_deadline_in_finish)
+{
+    s->allow = 0;
+    pid_t h = worker(0, 100, 32, 8000);      /* call 0, held */
+    wait_state(0, BATCH_TAKEN);
+    pid_t l = worker(1, 101, 32, 1500);      /* the oldest waiting, the most time */
+    wait_state(1, BATCH_QUEUED);
+    pid_t f = worker(2, 102, 32, 900);
+    wait_state(2, BATCH_QUEUED);
+    s->allow = 1;                            /* call 0 ends: l elected */
+    wait_state(2, BATCH_TAKEN);              /* l took l and f */
+    ck_assert_int_eq(s->result[1], BATCH_LEADER);
+    pid_t holder = running_lock_holder(3000);
+    s->allow = 1000;                         /* l calls batch_finish() */
+    reap(l);
+    reap(holder);
+    reap(h);
+    reap(f);
+    int64_t late = s->finished[1] - s->deadline[1];
+    ck_assert_msg(late <= BATCH_LOCK_MAX_MS,
+                  "leader l returned %lld ms past its own deadline, waiting in batch_finish() "
+                  "for a lock held by a running process", (long long)late);
+    /* Its follower lost the answer (the lock never came in time). */
+    ck_assert_int_eq(s->result[2], BATCH_UNKNOWN);
+}
+END_TEST
+
+/* The election judges the oldest sh->max, which the last joiner set (1
+ * here); the elected seize l asked for 32. l's call carries no seize with a
+ * later deadline than l's: f and z, with four times l's time left, wait for
+ * the next call instead of riding in one that ends by l's deadline
+ * (doc/internals.md G5). */
+START_TEST(a_call_carries_no_seize_with_more_time)
+{
+    s->allow = 0;
+    pid_t h = worker(0, 100, 32, 8000);      /* call 0, held */
+    wait_state(0, BATCH_TAKEN);
+    pid_t l = worker(1, 101, 32, 1500);      /* the oldest waiting */
+    wait_state(1, BATCH_QUEUED);
+    pid_t f = worker(2, 102, 32, 6000);
+    wait_state(2, BATCH_QUEUED);
+    pid_t z = worker(3, 103, 1, 6000);       /* its max 1 becomes sh->max */
+    wait_state(3, BATCH_QUEUED);
+    s->allow = 1000;                         /* call 0 ends: l elected among the first 1 */
+    reap(h);
+    reap(l);
+    reap(f);
+    reap(z);
+    ck_assert_int_eq(s->result[1], BATCH_LEADER);
+    ck_assert_int_eq(s->callsize[1], 1);     /* l's call: l alone */
+    ck_assert_int_eq(s->calls[1][0], 101);
+    for (int i = 2; i <= 3; i++) {
+        ck_assert_msg(s->result[i] == BATCH_LEADER || s->result[i] == BATCH_ANSWERED,
+                      "seize %d ended %d", i, (int)s->result[i]);
+        ck_assert_int_eq(s->res[i], (100 + i) * 10);
+    }
+}
+END_TEST
+
+/* Seizes whose deadline comes while a running process holds their shard's
+ * lock give up by their deadline, not BATCH_LOCK_WAIT_MS past it: the lock
+ * wait of one giving up ends by its deadline (doc/internals.md G5). The
+ * least late of three, so that a starved machine's scheduling noise does
+ * not decide; each waited BATCH_LOCK_WAIT_MS before. */
+START_TEST(give_up_waits_for_no_lock_past_the_deadline)
+{
+    s->allow = 0;
+    pid_t h = worker(0, 100, 32, 8000);      /* call 0, held */
+    wait_state(0, BATCH_TAKEN);
+    pid_t p[3];
+    for (int i = 1; i <= 3; i++) {
+        p[i - 1] = worker(i, 100 + i, 32, 200 + 100 * i);
+        wait_state(i, BATCH_QUEUED);
+    }
+    pid_t holder = running_lock_holder(1500);
+    for (int i = 0; i < 3; i++)
+        reap(p[i]);
+    int64_t least = INT64_MAX;
+    for (int i = 1; i <= 3; i++) {
+        ck_assert_int_eq(s->result[i], BATCH_UNSENT);
+        if (s->finished[i] - s->deadline[i] < least)
+            least = s->finished[i] - s->deadline[i];
+    }
+    s->allow = 1000;
+    reap(holder);
+    reap(h);
+    ck_assert_msg(least < BATCH_LOCK_WAIT_MS * 3 / 4,
+                  "the least late of three seizes giving up answered %lld ms past its deadline",
+                  (long long)least);
+}
+END_TEST
+
 /* A worker stopped while it holds a shard's lock: a seize of that shard
  * waits BATCH_LOCK_WAIT_MS, not its budget, and goes alone. */
 START_TEST(stopped_lock_holder_sends_seizes_alone)
@@ -645,6 +771,9 @@ int main(void)
     tcase_add_test(tc, reused_entry_never_takes_a_stale_answer);
     tcase_add_test(tc, stopped_lock_holder_sends_seizes_alone);
     tcase_add_test(tc, stopped_leader_loses_the_lead);
+    tcase_add_test(tc, leader_never_waits_past_its_deadline_in_finish);
+    tcase_add_test(tc, a_call_carries_no_seize_with_more_time);
+    tcase_add_test(tc, give_up_waits_for_no_lock_past_the_deadline);
     suite_add_tcase(su, tc);
     return cs_run_suite(su, 0);
 }

@@ -5,6 +5,8 @@
  *                 follower's state and ticket and its answer
  *   batch-scan    in take_locked(), between the scan and the takes
  *   batch-elect   in elect_locked(), between the scan and the election
+ *   batch-bury    in bury_locked(), between the reads of a dead leader's
+ *                 entry and its drop
  * Each workers seizes on shard k an activity 1000 + k, so a call that
  * carries a seize of another shard is seen.
  *
@@ -18,6 +20,9 @@
  *      election: shard 1's lead never goes to a worker waiting on shard 2.
  *   late_reap_never_clears_a_running_pid: a bury of a pid that runs (given
  *      anew) never clears that worker's entry taken into a call.
+ *   bury_never_drops_another_shards_seize: a bury of a dead leader never
+ *      drops the seize that a worker given its registry slot queued on
+ *      another shard meanwhile.
  */
 #include <check.h>
 #include <errno.h>
@@ -164,6 +169,22 @@ static void reap(pid_t pid)
 {
     int st;
     ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+}
+
+/* 1 if process pid stops within ms (it must not exit meanwhile). */
+static int stopped_within(pid_t pid, int ms)
+{
+    for (int i = 0; i < ms; i++) {
+        int st;
+        pid_t r = waitpid(pid, &st, WUNTRACED | WNOHANG);
+        ck_assert_int_ne(r, -1);
+        if (r == pid) {
+            ck_assert(WIFSTOPPED(st));
+            return 1;
+        }
+        usleep(1000);
+    }
+    return 0;
 }
 
 /*
@@ -319,6 +340,49 @@ START_TEST(late_reap_never_clears_a_running_pid)
 }
 END_TEST
 
+/*
+ * d led shard 1 and died after its own seize was over (IDLE: what its
+ * batch_finish() leaves when it finds the lock held), and the supervisor
+ * reaped it unburied; its registry slot goes to n. q, queued behind d,
+ * finds it dead and buries it; preempted between its reads of d's old
+ * entry and its drop, it must not drop n's seize, queued on shard 2
+ * meanwhile: n would answer UNSENT, and shard 2 stall. With the state read
+ * first, that entry is no waiting seize of d's and nothing stops there.
+ */
+START_TEST(bury_never_drops_another_shards_seize)
+{
+    pid_t d = fork();
+    if (d == 0)
+        _exit(0);
+    reap(d);
+    s->b.shard[1].leader = d;
+    s->b.shard[1].lead_until = cs_mono_ms() + 8000;
+    atomic_store(&s->b.entry[1].pid, d);
+    atomic_store(&s->b.entry[1].shard, 1);
+    atomic_store(&s->b.entry[1].state, BATCH_IDLE);
+    s->allow = 0;
+    pid_t g0 = worker(4, 2, 300, 8000, NULL);           /* call 0 on shard 2, held */
+    wait_state(4, BATCH_TAKEN);
+    pid_t q = worker(3, 1, 103, 3000, "batch-bury");    /* queues behind d, buries it */
+    int stopped = stopped_within(q, 1000);
+    pid_t n = worker(1, 2, 301, 4000, NULL);            /* d's slot, queued on shard 2 */
+    wait_state(1, BATCH_QUEUED);
+    if (stopped)
+        kill(q, SIGCONT);
+    usleep(100 * 1000);
+    s->allow = 1000;
+    reap(g0);
+    reap(n);
+    reap(q);
+    ck_assert_msg(s->result[1] == BATCH_LEADER && s->res[1] == 3010,
+                  "n, queued on shard 2 in a dead leader's old slot, ended %d (2 UNSENT) after "
+                  "a bury of shard 1", s->result[1]);
+    ck_assert_int_eq(s->result[3], BATCH_LEADER);
+    ck_assert_int_eq(s->b.shard[1].leader, 0);
+    ck_assert_int_eq(s->b.shard[2].leader, 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *su = suite_create("batch_races");
@@ -329,6 +393,7 @@ int main(void)
     tcase_add_test(tc, withdrawn_entry_never_taken_into_another_shard);
     tcase_add_test(tc, withdrawn_entry_never_elected_for_another_shard);
     tcase_add_test(tc, late_reap_never_clears_a_running_pid);
+    tcase_add_test(tc, bury_never_drops_another_shards_seize);
     suite_add_tcase(su, tc);
     return cs_run_suite(su, 0);
 }

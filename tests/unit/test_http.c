@@ -12,6 +12,7 @@
 #include "cs.h"
 #include "req/http.h"
 #include "req/params.h"
+#include "req/req.h"
 #include "runner.h"
 
 static const char SECRET[] = "unit-test-secret-0123456789abcdefghijkl";

@@ -130,6 +130,32 @@ START_TEST(concurrent_first_open_shares_one_segment)
 }
 END_TEST
 
+/* An in-place upgrade's new binary joins only a segment of its own layout,
+ * and never makes or replaces one (the old one's workers are in it). */
+START_TEST(existing_only_joins_this_layout)
+{
+    char err[256], other[80];
+    node->soldout[0].id = 77;
+    struct shm_node *n = shm_node_open(name, SHM_OPEN_EXISTING, err, sizeof(err));
+    ck_assert_msg(n != NULL, "%s", err);
+    ck_assert_int_eq(atomic_load(&n->soldout[0].id), 77); /* the same segment */
+    ck_assert_uint_eq(n->version, shm_layout_version());
+    shm_node_close(n);
+
+    snprintf(other, sizeof(other), "%s-none", name);
+    ck_assert(shm_node_open(other, SHM_OPEN_EXISTING, err, sizeof(err)) == NULL);
+    ck_assert(strstr(err, "shm_open") != NULL);
+
+    /* A segment of another version: refused, left as it is. */
+    node->version = shm_layout_version() + 1;
+    ck_assert(shm_node_open(name, SHM_OPEN_EXISTING, err, sizeof(err)) == NULL);
+    ck_assert_msg(strstr(err, "cannot run beside") != NULL, "%s", err);
+    ck_assert_uint_eq(node->version, shm_layout_version() + 1);
+    ck_assert_int_eq(atomic_load(&node->soldout[0].id), 77);
+    node->version = shm_layout_version();
+}
+END_TEST
+
 START_TEST(latency_histogram)
 {
     shm_observe_latency(node, 100);
@@ -178,6 +204,7 @@ int main(void)
     tcase_add_test(tc, flags_are_seen_by_other_processes);
     tcase_add_test(tc, latency_histogram);
     tcase_add_test(tc, registry_slots_of_threads);
+    tcase_add_test(tc, existing_only_joins_this_layout);
     tcase_add_test(tc, concurrent_first_open_shares_one_segment);
     suite_add_tcase(s, tc);
     return cs_run_suite(s, 0);

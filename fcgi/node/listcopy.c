@@ -1,5 +1,5 @@
-/* alist.c - per-node copy of ACTIVITY:LIST in shared memory, for the list route. */
-#include "alist.h"
+/* listcopy.c - per-node copy of ACTIVITY:LIST in shared memory, for the list route. */
+#include "listcopy.h"
 #include "breaker.h"
 #include "conf.h"
 #include "cs.h"
@@ -21,34 +21,34 @@
 #include <time.h>
 #include <unistd.h>
 
-#define ALIST_MAGIC 0x3154534c41534355ULL /* "UCSALST1" */
+#define LISTCOPY_MAGIC 0x3154534c41534355ULL /* "UCSALST1" */
 /* A rebuild taking longer than this is presumed dead; another worker may try. */
-#define ALIST_LEASE_MS 10000
+#define LISTCOPY_LEASE_MS 10000
 /* A copy this old means refreshes are failing: answers say "stale". */
-#define ALIST_STALE_MS 5000
+#define LISTCOPY_STALE_MS 5000
 /* How long a worker waits for the first copy another worker is building. */
-#define ALIST_FIRST_WAIT_MS 3000
+#define LISTCOPY_FIRST_WAIT_MS 3000
 
 /* Segment layout: header, off[count + 1] (into text), text. */
-struct alist_hdr {
+struct listcopy_hdr {
     uint64_t magic;
     uint64_t count;
     uint64_t text_len;
 };
 
-static void alist_name(char *buf, size_t size, const char *shm_name, uint64_t gen)
+static void listcopy_name(char *buf, size_t size, const char *shm_name, uint64_t gen)
 {
     snprintf(buf, size, "%s.list.%" PRIu64, shm_name, gen);
 }
 
-struct alist_build {
+struct listcopy_build {
     char *text;
     size_t len, cap;
     uint64_t *off;
     size_t n, ocap;
 };
 
-static void alist_add(struct alist_build *b, const char *s, size_t n)
+static void listcopy_add(struct listcopy_build *b, const char *s, size_t n)
 {
     b->off = cs_grow(b->off, &b->ocap, b->n + 2, sizeof(*b->off));
     b->text = cs_grow(b->text, &b->cap, b->len + n, 1);
@@ -63,7 +63,7 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static const char *alist_skip_ws(const char *p, const char *end)
+static const char *listcopy_skip_ws(const char *p, const char *end)
 {
     while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
         p++;
@@ -73,14 +73,14 @@ static const char *alist_skip_ws(const char *p, const char *end)
 /* Splits the ACTIVITY:LIST value into b, one element at a time (a cJSON tree
  * of the whole list would cost tens of megabytes); an element whose id is in
  * voided (sorted) is rewritten with status VOIDED. */
-static int alist_split(const char *json, size_t len, const int64_t *voided, size_t nvoided,
-                       struct alist_build *b)
+static int listcopy_split(const char *json, size_t len, const int64_t *voided, size_t nvoided,
+                       struct listcopy_build *b)
 {
-    const char *p = alist_skip_ws(json, json + len), *end = json + len;
+    const char *p = listcopy_skip_ws(json, json + len), *end = json + len;
 
     if (p == end || *p != '[')
         return CS_ERR;
-    p = alist_skip_ws(p + 1, end);
+    p = listcopy_skip_ws(p + 1, end);
     while (p < end && *p != ']') {
         const char *next = NULL;
         struct activity a;
@@ -93,19 +93,19 @@ static int alist_split(const char *json, size_t len, const int64_t *voided, size
         if (nvoided > 0 && bsearch(&a.id, voided, nvoided, sizeof(int64_t), cmp_i64)) {
             a.status = ACT_VOIDED;
             char *txt = activity_to_text(&a);
-            alist_add(b, txt, strlen(txt));
+            listcopy_add(b, txt, strlen(txt));
             cJSON_free(txt);
         } else {
-            alist_add(b, p, (size_t)(next - p));
+            listcopy_add(b, p, (size_t)(next - p));
         }
-        p = alist_skip_ws(next, end);
+        p = listcopy_skip_ws(next, end);
         if (p < end && *p == ',')
-            p = alist_skip_ws(p + 1, end);
+            p = listcopy_skip_ws(p + 1, end);
     }
     return p < end ? CS_OK : CS_ERR;
 }
 
-static int alist_write_all(int fd, const void *buf, size_t n)
+static int listcopy_write_all(int fd, const void *buf, size_t n)
 {
     const char *p = buf;
     while (n > 0) {
@@ -121,23 +121,23 @@ static int alist_write_all(int fd, const void *buf, size_t n)
 }
 
 /* Writes segment GEN from b. */
-static int alist_write_segment(const char *shm_name, uint64_t gen, const struct alist_build *b)
+static int listcopy_write_segment(const char *shm_name, uint64_t gen, const struct listcopy_build *b)
 {
     char name[256];
-    struct alist_hdr h = {ALIST_MAGIC, b->n, b->len};
+    struct listcopy_hdr h = {LISTCOPY_MAGIC, b->n, b->len};
     uint64_t last = b->len;
 
-    alist_name(name, sizeof(name), shm_name, gen);
+    listcopy_name(name, sizeof(name), shm_name, gen);
     shm_unlink(name); /* a leftover of a rebuild that died */
     int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0) {
         log_error("shm_open(%s) failed: %s", name, strerror(errno));
         return CS_ERR;
     }
-    int ok = alist_write_all(fd, &h, sizeof(h)) == CS_OK
-             && (b->n == 0 || alist_write_all(fd, b->off, b->n * sizeof(*b->off)) == CS_OK)
-             && alist_write_all(fd, &last, sizeof(last)) == CS_OK
-             && (b->len == 0 || alist_write_all(fd, b->text, b->len) == CS_OK);
+    int ok = listcopy_write_all(fd, &h, sizeof(h)) == CS_OK
+             && (b->n == 0 || listcopy_write_all(fd, b->off, b->n * sizeof(*b->off)) == CS_OK)
+             && listcopy_write_all(fd, &last, sizeof(last)) == CS_OK
+             && (b->len == 0 || listcopy_write_all(fd, b->text, b->len) == CS_OK);
     if (!ok) {
         log_error("writing %s failed: %s", name, strerror(errno));
         shm_unlink(name);
@@ -149,16 +149,16 @@ static int alist_write_segment(const char *shm_name, uint64_t gen, const struct 
 /* Reads ACTIVITY:LIST and ACTIVITY:VOIDED and publishes them as the next
  * generation, begun at START (cs_mono_ms). The caller holds the lease. When
  * the list's generation in Redis is the one the copy was read at, and the
- * list was read less than ALIST_FULL_MS ago, only the copy's time moves: one
+ * list was read less than LISTCOPY_FULL_MS ago, only the copy's time moves: one
  * small GET instead of megabytes. On a connection of its own, with
  * coupon-sync's longer timeout: a list of megabytes may take longer than a
  * seize may wait, and the connection's read buffer (as big as the list)
  * goes away with it instead of staying in the worker. */
-static int alist_rebuild(const struct cs_conf *conf, struct shm_node *shm, int64_t start)
+static int listcopy_rebuild(const struct cs_conf *conf, struct shm_node *shm, int64_t start)
 {
     struct rconn *rc;
     redisReply *list = NULL, *vs = NULL, *gr = NULL;
-    struct alist_build b = {0};
+    struct listcopy_build b = {0};
     int64_t *voided = NULL;
     size_t nvoided = 0;
     long long rgen = -1;
@@ -176,7 +176,7 @@ static int alist_rebuild(const struct cs_conf *conf, struct shm_node *shm, int64
         goto out; /* LOADING, BUSY ...: the copy there is stands */
     rgen = gr->type == REDIS_REPLY_STRING ? strtoll(gr->str, NULL, 10) : 0;
     if (atomic_load(&shm->list_gen) != 0 && rgen == atomic_load(&shm->list_redis_gen)
-        && start - atomic_load(&shm->list_full_ms) < ALIST_FULL_MS) {
+        && start - atomic_load(&shm->list_full_ms) < LISTCOPY_FULL_MS) {
         atomic_store(&shm->list_built_ms, start);
         ret = CS_OK;
         goto out;
@@ -203,7 +203,7 @@ static int alist_rebuild(const struct cs_conf *conf, struct shm_node *shm, int64
         qsort(voided, nvoided, sizeof(*voided), cmp_i64);
     }
     if (list->type == REDIS_REPLY_STRING) {
-        if (alist_split(list->str, list->len, voided, nvoided, &b) != CS_OK) {
+        if (listcopy_split(list->str, list->len, voided, nvoided, &b) != CS_OK) {
             log_error("%s holds malformed JSON; listing nothing", KEY_ACTIVITY_LIST);
             b.n = b.len = 0;
         }
@@ -218,7 +218,7 @@ static int alist_rebuild(const struct cs_conf *conf, struct shm_node *shm, int64
     rc = NULL;
 
     uint64_t old = atomic_load(&shm->list_gen), gen = old + 1;
-    if (alist_write_segment(conf->fcgi_shm_name, gen, &b) != CS_OK)
+    if (listcopy_write_segment(conf->fcgi_shm_name, gen, &b) != CS_OK)
         goto out;
     atomic_store(&shm->list_redis_gen, rgen);
     atomic_store(&shm->list_full_ms, start);
@@ -226,7 +226,7 @@ static int alist_rebuild(const struct cs_conf *conf, struct shm_node *shm, int64
     atomic_store(&shm->list_built_ms, start);
     if (old != 0) {
         char name[256];
-        alist_name(name, sizeof(name), conf->fcgi_shm_name, old);
+        listcopy_name(name, sizeof(name), conf->fcgi_shm_name, old);
         shm_unlink(name); /* readers that opened it keep it until they close */
     }
     ret = CS_OK;
@@ -251,7 +251,7 @@ out:
 /* Rebuilds the copy when it is older than cache.refresh_ms, or was read
  * before an admin change on this node, and no other worker is at it.
  * *failed when this worker tried and failed. */
-static void alist_refresh(const struct cs_conf *conf, struct shm_node *shm, int *failed)
+static void listcopy_refresh(const struct cs_conf *conf, struct shm_node *shm, int *failed)
 {
     int64_t now = cs_mono_ms();
     int64_t built = atomic_load(&shm->list_built_ms);
@@ -262,25 +262,25 @@ static void alist_refresh(const struct cs_conf *conf, struct shm_node *shm, int 
         return;
     int64_t lease = atomic_load(&shm->list_lease_until_ms);
     if (lease > now || !atomic_compare_exchange_strong(&shm->list_lease_until_ms, &lease,
-                                                       now + ALIST_LEASE_MS))
+                                                       now + LISTCOPY_LEASE_MS))
         return; /* someone else rebuilds; their copy or the current one serves */
-    if (alist_rebuild(conf, shm, now) != CS_OK)
+    if (listcopy_rebuild(conf, shm, now) != CS_OK)
         *failed = 1;
     /* Failing, the lease is kept until the refresh interval is over, so a
      * dead Redis is asked once a second per node, not once per request. */
-    atomic_store(&shm->list_lease_until_ms, *failed ? now + ALIST_REFRESH_MS : 0);
+    atomic_store(&shm->list_lease_until_ms, *failed ? now + LISTCOPY_REFRESH_MS : 0);
 }
 
-void alist_invalidate(const struct cs_conf *conf, struct shm_node *shm)
+void listcopy_invalidate(const struct cs_conf *conf, struct shm_node *shm)
 {
-    int64_t now = cs_mono_ms(), deadline = now + ALIST_FIRST_WAIT_MS;
+    int64_t now = cs_mono_ms(), deadline = now + LISTCOPY_FIRST_WAIT_MS;
     int failed = 0;
 
     atomic_store(&shm->list_invalid_ms, now);
     /* A rebuild another worker began before now may be publishing: wait
      * for the lease, then read again. */
     while (!failed && atomic_load(&shm->list_built_ms) <= now && cs_mono_ms() < deadline) {
-        alist_refresh(conf, shm, &failed);
+        listcopy_refresh(conf, shm, &failed);
         if (atomic_load(&shm->list_built_ms) <= now) {
             struct timespec ts = {0, 5 * 1000000L};
             nanosleep(&ts, NULL);
@@ -290,18 +290,18 @@ void alist_invalidate(const struct cs_conf *conf, struct shm_node *shm)
 
 /* Reads the page from segment GEN. CS_ERR with errno ENOENT when the segment
  * was replaced meanwhile. */
-static int alist_read(const char *shm_name, uint64_t gen, size_t page, size_t size,
-                      struct alist_page *out)
+static int listcopy_read(const char *shm_name, uint64_t gen, size_t page, size_t size,
+                      struct listcopy_page *out)
 {
     char name[256];
     struct stat st;
     int ret = CS_ERR;
 
-    alist_name(name, sizeof(name), shm_name, gen);
+    listcopy_name(name, sizeof(name), shm_name, gen);
     int fd = shm_open(name, O_RDONLY, 0);
     if (fd < 0)
         return CS_ERR;
-    if (fstat(fd, &st) != 0 || (size_t)st.st_size < sizeof(struct alist_hdr) + 8) {
+    if (fstat(fd, &st) != 0 || (size_t)st.st_size < sizeof(struct listcopy_hdr) + 8) {
         close(fd);
         errno = EINVAL;
         return CS_ERR;
@@ -311,10 +311,10 @@ static int alist_read(const char *shm_name, uint64_t gen, size_t page, size_t si
     close(fd);
     if (map == MAP_FAILED)
         return CS_ERR;
-    const struct alist_hdr *h = (const void *)map;
+    const struct listcopy_hdr *h = (const void *)map;
     const uint64_t *off = (const void *)(map + sizeof(*h));
     const char *text = (const char *)(off + h->count + 1);
-    if (h->magic != ALIST_MAGIC || sizeof(*h) + (h->count + 1) * 8 + h->text_len != len) {
+    if (h->magic != LISTCOPY_MAGIC || sizeof(*h) + (h->count + 1) * 8 + h->text_len != len) {
         errno = EINVAL;
         goto out;
     }
@@ -339,14 +339,14 @@ out:
     return ret;
 }
 
-int alist_page(const struct cs_conf *conf, struct shm_node *shm, size_t page, size_t size,
-               struct alist_page *out)
+int listcopy_page(const struct cs_conf *conf, struct shm_node *shm, size_t page, size_t size,
+               struct listcopy_page *out)
 {
     int failed;
 
     memset(out, 0, sizeof(*out));
-    alist_refresh(conf, shm, &failed);
-    int64_t deadline = cs_mono_ms() + ALIST_FIRST_WAIT_MS;
+    listcopy_refresh(conf, shm, &failed);
+    int64_t deadline = cs_mono_ms() + LISTCOPY_FIRST_WAIT_MS;
     for (int tries = 0; tries < 1000; tries++) {
         uint64_t gen = atomic_load(&shm->list_gen);
         if (gen == 0) {
@@ -355,12 +355,12 @@ int alist_page(const struct cs_conf *conf, struct shm_node *shm, size_t page, si
                 return CS_ERR;
             struct timespec ts = {0, 10 * 1000000L};
             nanosleep(&ts, NULL);
-            alist_refresh(conf, shm, &failed);
+            listcopy_refresh(conf, shm, &failed);
             continue;
         }
-        if (alist_read(conf->fcgi_shm_name, gen, page, size, out) == CS_OK) {
+        if (listcopy_read(conf->fcgi_shm_name, gen, page, size, out) == CS_OK) {
             out->stale = failed
-                         || cs_mono_ms() - atomic_load(&shm->list_built_ms) > ALIST_STALE_MS;
+                         || cs_mono_ms() - atomic_load(&shm->list_built_ms) > LISTCOPY_STALE_MS;
             return CS_OK;
         }
         if (errno != ENOENT) {
@@ -371,7 +371,7 @@ int alist_page(const struct cs_conf *conf, struct shm_node *shm, size_t page, si
             /* Not replaced, gone (removed by hand, or named after an
              * fcgi.shm_name a reload changed): build a new one now. */
             atomic_store(&shm->list_built_ms, 0);
-            alist_refresh(conf, shm, &failed);
+            listcopy_refresh(conf, shm, &failed);
             if (failed || cs_mono_ms() >= deadline)
                 return CS_ERR;
             if (atomic_load(&shm->list_gen) == gen) {
@@ -384,18 +384,18 @@ int alist_page(const struct cs_conf *conf, struct shm_node *shm, size_t page, si
     return CS_ERR;
 }
 
-void alist_page_free(struct alist_page *p)
+void listcopy_page_free(struct listcopy_page *p)
 {
     free(p->acts);
     memset(p, 0, sizeof(*p));
 }
 
-void alist_unlink(struct shm_node *shm, const char *shm_name)
+void listcopy_unlink(struct shm_node *shm, const char *shm_name)
 {
     char name[256];
     uint64_t gen = atomic_load(&shm->list_gen);
     if (gen == 0)
         return;
-    alist_name(name, sizeof(name), shm_name, gen);
+    listcopy_name(name, sizeof(name), shm_name, gen);
     shm_unlink(name);
 }
