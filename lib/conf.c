@@ -43,6 +43,7 @@ static const struct conf_key conf_keys[] = {
 
     S("fcgi.listen", fcgi_listen, 1, "/run/couponseize/fcgi.sock", NULL),
     I("fcgi.workers", fcgi_workers, 1, 512, 4),
+    I("fcgi.threads", fcgi_threads, 1, 64, 1),
     I("fcgi.backlog", fcgi_backlog, 1, 65535, 1024),
     S("fcgi.shm_name", fcgi_shm_name, 1, "/couponseize", NULL),
     /* The seize script is built in; a value is warned of, then ignored. */
@@ -322,6 +323,22 @@ static int conf_check_cross(const struct cs_conf *conf, const char *path, char *
         else
             snprintf(err, errlen, "%s: 'auth.jwt_secret' (or the file 'auth.jwt_secret_file' "
                      "names) must be at least 32 characters when auth.mode = \"jwt\"", path);
+        return CS_ERR;
+    }
+    /* Each request thread holds a slot of the node's worker registry, and a
+     * reload starts the new workers before the old ones leave: twice the
+     * node's threads must fit (SHM_MAX_WORKERS, lib/node/shm.h). */
+    if (conf->fcgi_workers * conf->fcgi_threads > 512) {
+        snprintf(err, errlen, "%s: 'fcgi.workers' x 'fcgi.threads' = %d x %d must be at most "
+                 "512", path, conf->fcgi_workers, conf->fcgi_threads);
+        return CS_ERR;
+    }
+    /* Group commit keys its queue entries by process (lib/node/batch.h):
+     * a worker with request threads would have many seizes in one entry. */
+    if (conf->fcgi_threads > 1 && conf->limits_batch_max > 1) {
+        snprintf(err, errlen, "%s: 'limits.batch_max' = %d (group commit) needs 'fcgi.threads' "
+                 "= 1; group commit does not work with request threads yet (fcgi.threads = %d)",
+                 path, conf->limits_batch_max, conf->fcgi_threads);
         return CS_ERR;
     }
     if (conf->redis_cluster) {

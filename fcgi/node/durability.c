@@ -48,7 +48,7 @@ int durability_single(const struct cs_conf *c, struct rconn *rc)
     static const struct {
         const char *name, *want;
     } need[] = {{"appendonly", "yes"}, {"appendfsync", "always"}};
-    static int64_t warned_ms; /* per process: each worker warns on its own */
+    static _Thread_local int64_t warned_ms; /* each worker (thread) warns on its own */
 
     if (c->redis_cluster)
         return -1;

@@ -314,10 +314,21 @@ void metrics_workers(const struct shm_node *node, struct metrics_out *o)
 
     metrics_emit(o, "# HELP couponseize_worker_rss_bytes Resident memory of each worker process, "
             "by registry slot.\n# TYPE couponseize_worker_rss_bytes gauge\n");
+    int32_t seen[SHM_MAX_WORKERS];
+    int nseen = 0;
+
     for (int i = 0; i < SHM_MAX_WORKERS; i++) {
         int32_t pid = atomic_load((_Atomic int32_t *)&node->worker_pid[i]);
         if (pid <= 0)
             continue;
+        /* A worker with request threads holds a slot per thread: one
+         * process, counted and measured once, under its first slot. */
+        int j = 0;
+        while (j < nseen && seen[j] != pid)
+            j++;
+        if (j < nseen)
+            continue;
+        seen[nseen++] = pid;
         char path[64];
         unsigned long size, resident;
         snprintf(path, sizeof(path), "/proc/%d/statm", (int)pid);

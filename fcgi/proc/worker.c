@@ -1,5 +1,6 @@
 /* worker.c - the accept loop of one worker. */
 #include "worker.h"
+#include "worker_int.h"
 #include "node/breaker.h"
 #include "conf.h"
 #include "cs.h"
@@ -74,8 +75,7 @@ static void worker_account(struct node_ctx *w, struct req *r)
     meta_push_stats(w->meta, w->shm);
 }
 
-static int worker_init(struct node_ctx *w, const struct cs_conf *conf, struct shm_node *shm,
-                       int index)
+int worker_init(struct node_ctx *w, const struct cs_conf *conf, struct shm_node *shm, int index)
 {
     struct rconn_opts ro;
 
@@ -83,6 +83,7 @@ static int worker_init(struct node_ctx *w, const struct cs_conf *conf, struct sh
     ro.no_backoff = 1; /* the node breaker is the backoff */
     ro.cluster_shared = &shm->cluster;
     memset(w, 0, sizeof(*w));
+    w->slot = -1; /* none till registered: worker_fini() frees no one else's */
     w->conf = conf;
     w->shm = shm;
     w->index = index;
@@ -113,17 +114,49 @@ static int worker_init(struct node_ctx *w, const struct cs_conf *conf, struct sh
     return CS_OK;
 }
 
-static void worker_fini(struct node_ctx *w)
+void worker_fini(struct node_ctx *w)
 {
     if (w->rj.seg != 0)
         journal_close(&w->rj.j);
     if (w->shm != NULL)
-        shm_worker_unregister(w->shm, (int32_t)getpid());
+        shm_worker_unregister_slot(w->shm, w->slot, (int32_t)getpid());
     auth_fini(&w->auth);
     meta_free(w->meta);
     mconn_free(w->mc);
     rconn_free(w->rc);
     rscript_free(&w->script);
+}
+
+void worker_serve(struct node_ctx *w, FCGX_Request *fr, struct req *r, char *body)
+{
+    const struct cs_conf *conf = w->conf;
+    struct shm_node *shm = w->shm;
+
+    req_init(r, fr, body, conf->fcgi_max_body, &w->auth);
+    route_dispatch(w, r);
+    worker_account(w, r);
+    req_finish(fr);
+    if (w->ask_pending) {
+        w->ask_pending = 0;
+        /* A follower of a group commit sent nothing itself: it asks the
+         * node the slot map names, brought up to date first if another
+         * process of the node saw it change (a failover); not at all if
+         * another worker's seize was answered or opened the breaker
+         * meanwhile. */
+        if (breaker_seize_ask_due(conf, shm, w->ask_shard)) {
+            if (w->ask_slot >= 0 && w->rc->cl != NULL)
+                rcluster_slot_site(w->rc->cl, (unsigned)w->ask_slot, &w->ask_site,
+                                   cs_mono_ms()
+                                       + seize_rules_margin(conf->fallback_budget_ms));
+            breaker_seize_ask(conf, shm, w->ask_shard, w->rc, &w->ask_site);
+        }
+    }
+    /* The keeper moved the node to a new journal segment: let go of
+     * the old one, so it can be deleted once replayed. */
+    if (w->rj.seg != 0 && w->rj.seg != atomic_load(&shm->rsv.journal_seg)) {
+        journal_close(&w->rj.j);
+        w->rj.seg = 0;
+    }
 }
 
 int worker_main(const struct cs_conf *conf, int listen_fd, struct shm_node *shm, int index)
@@ -133,6 +166,8 @@ int worker_main(const struct cs_conf *conf, int listen_fd, struct shm_node *shm,
     struct req r;
     struct sigaction sa;
 
+    if (conf->fcgi_threads > 1)
+        return worker_threads_main(conf, listen_fd, shm, index);
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = worker_on_term;
     sigemptyset(&sa.sa_mask);
@@ -180,31 +215,7 @@ int worker_main(const struct cs_conf *conf, int listen_fd, struct shm_node *shm,
             continue;
         }
         /* Accepted, even if the signal came meanwhile: serve it, then go. */
-        req_init(&r, &fr, body, conf->fcgi_max_body, &w.auth);
-        route_dispatch(&w, &r);
-        worker_account(&w, &r);
-        req_finish(&fr);
-        if (w.ask_pending) {
-            w.ask_pending = 0;
-            /* A follower of a group commit sent nothing itself: it asks the
-             * node the slot map names, brought up to date first if another
-             * process of the node saw it change (a failover); not at all if
-             * another worker's seize was answered or opened the breaker
-             * meanwhile. */
-            if (breaker_seize_ask_due(conf, shm, w.ask_shard)) {
-                if (w.ask_slot >= 0 && w.rc->cl != NULL)
-                    rcluster_slot_site(w.rc->cl, (unsigned)w.ask_slot, &w.ask_site,
-                                       cs_mono_ms()
-                                           + seize_rules_margin(conf->fallback_budget_ms));
-                breaker_seize_ask(conf, shm, w.ask_shard, w.rc, &w.ask_site);
-            }
-        }
-        /* The keeper moved the node to a new journal segment: let go of
-         * the old one, so it can be deleted once replayed. */
-        if (w.rj.seg != 0 && w.rj.seg != atomic_load(&shm->rsv.journal_seg)) {
-            journal_close(&w.rj.j);
-            w.rj.seg = 0;
-        }
+        worker_serve(&w, &fr, &r, body);
         if (worker_stop)
             break;
     }

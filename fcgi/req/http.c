@@ -494,7 +494,8 @@ int http_query_int(const char *query, const char *name, int64_t dflt, int64_t lo
     return CS_OK;
 }
 
-static struct http_capture *capture;
+/* Per thread: a worker's request threads each capture their own answer. */
+static _Thread_local struct http_capture *capture;
 
 void http_capture_start(struct http_capture *c)
 {

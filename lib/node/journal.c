@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,22 +42,27 @@ static int journal_file_ok(int fd, const char *path, char *err, size_t errlen)
     return CS_OK;
 }
 
+static uint32_t journal_crc_table[256];
+static pthread_once_t journal_crc_once = PTHREAD_ONCE_INIT;
+
+/* CRC-32C (Castagnoli), reflected, one table byte at a time. */
+static void journal_crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+        journal_crc_table[i] = c;
+    }
+}
+
 uint32_t journal_crc32c(uint32_t crc, const void *buf, size_t len)
 {
-    static uint32_t table[256];
-    static int ready;
+    const uint32_t *table = journal_crc_table;
     const unsigned char *p = buf;
 
-    if (!ready) {
-        /* Computing the same table twice from two threads is harmless. */
-        for (uint32_t i = 0; i < 256; i++) {
-            uint32_t c = i;
-            for (int k = 0; k < 8; k++)
-                c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-            table[i] = c;
-        }
-        ready = 1;
-    }
+    /* Once per process, whichever of its request threads comes first. */
+    pthread_once(&journal_crc_once, journal_crc_init);
     crc = ~crc;
     while (len-- > 0)
         crc = table[(crc ^ *p++) & 0xff] ^ (crc >> 8);

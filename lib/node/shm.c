@@ -237,11 +237,18 @@ int shm_worker_register(struct shm_node *node, int32_t pid)
 
 void shm_worker_unregister(struct shm_node *node, int32_t pid)
 {
-    for (int i = 0; i < SHM_MAX_WORKERS; i++) {
-        int32_t cur = pid;
-        if (atomic_compare_exchange_strong(&node->worker_pid[i], &cur, 0)) {
-            atomic_store(&node->rsv.busy[i], 0);
-            return;
-        }
-    }
+    for (int i = 0; i < SHM_MAX_WORKERS; i++)
+        shm_worker_unregister_slot(node, i, pid);
+}
+
+void shm_worker_unregister_slot(struct shm_node *node, int slot, int32_t pid)
+{
+    int32_t cur = pid;
+
+    if (slot < 0 || slot >= SHM_MAX_WORKERS)
+        return;
+    /* busy[] is written by the slot's holder only: cleared once the slot
+     * is no longer its. */
+    if (atomic_compare_exchange_strong(&node->worker_pid[slot], &cur, 0))
+        atomic_store(&node->rsv.busy[slot], 0);
 }

@@ -257,11 +257,17 @@ int shm_bucket_take(struct shm_node *node, int64_t now_us, int rps, int burst,
 
 void shm_observe_latency(struct shm_node *node, int64_t us);
 
-/* Worker registry. shm_worker_register() puts PID in a free slot (or in the
- * slot of a process that no longer exists) and returns the slot, or -1 when
- * every slot holds a live process. shm_worker_unregister() frees the slot of
- * PID, wherever it is (no-op when PID holds none). */
+/* Worker registry: a slot per request handler (a worker, or each request
+ * thread of one: a process may hold many slots, all under its pid).
+ * shm_worker_register() puts PID in a free slot (or in the slot of a process
+ * that no longer exists) and returns the slot, or -1 when every slot holds a
+ * live process. shm_worker_unregister() frees every slot of PID, wherever
+ * they are (no-op when PID holds none): the supervisor's bury of a process
+ * that ended. shm_worker_unregister_slot() frees SLOT only, and only while
+ * PID holds it: a thread that stops while the others of its process still
+ * serve. */
 int shm_worker_register(struct shm_node *node, int32_t pid);
 void shm_worker_unregister(struct shm_node *node, int32_t pid);
+void shm_worker_unregister_slot(struct shm_node *node, int slot, int32_t pid);
 
 #endif

@@ -10,6 +10,11 @@
 # config of their own here that includes the shipped snippet with only the
 # socket path (and, for lighttpd, the error page directory) replaced. A server
 # that is not installed is skipped; the test skips (77) only when none is.
+#
+# WEBSERVERS_REUSE=1: the servers keep their FastCGI connections, as
+# doc/operations.md has an operator set them up for fcgi.threads > 1 (Apache
+# "enablereuse=on max=1 ttl=10" on each ProxyPass line; nginx by the stack's
+# COUPON_NGINX_KEEPALIVE); run it so with COUPON_CONF_OVERRIDES=fcgi.threads=4.
 # shellcheck disable=SC2317 # helpers are called through check/wait_for/cs_defer
 set -u
 
@@ -40,6 +45,7 @@ fi
 # Each server runs with the snippet's commented allow-list for the order
 # system's /market/service/ uncommented (loopback only, as shipped).
 export COUPON_NGINX_SERVICE_ACL=1
+[[ ${WEBSERVERS_REUSE:-0} == 1 ]] && export COUPON_NGINX_KEEPALIVE=${COUPON_NGINX_KEEPALIVE:-2}
 if [[ -n $NGINX ]]; then
     cs_stack_up --no-sync
 else
@@ -153,6 +159,7 @@ snippet() {
     local body
     body=$(<"$top_srcdir/$1")
     body=${body//"/usr/share/couponseize/www"/"$top_srcdir/www"}
+    [[ ${WEBSERVERS_REUSE:-0} == 1 ]] && body=${body//"enablereuse=off"/"enablereuse=on max=1 ttl=10"}
     printf '%s\n' "${body//"/run/couponseize/fcgi.sock"/"$COUPON_FCGI_SOCK"}" |
         sed -E '/^ *#(\$HTTP\["url"\] =~ "\^\/market\/service\/" \{|<Location "\/market\/service\/">)/,/^ *#(\}|<\/Location>)$/ s/^( *)#/\1/'
 }
@@ -529,7 +536,18 @@ lost_seize_once() {
         return 1
     }
     LOST_WHY=""
-    if ! CS_POLL=0.01 wait_for 2 worker_of_seize || [[ -z $pid ]]; then
+    if [[ ${WEBSERVERS_REUSE:-0} == 1 ]]; then
+        # On a kept connection no worker opens a file for the seize: every
+        # worker is killed instead, once the seize has had time to reach
+        # one (it then waits on the paused Redis).
+        sleep 0.3
+        if pid_alive "$cpid"; then
+            pid="${WORKERS[*]}"
+            kill -9 "${WORKERS[@]}"
+        else
+            LOST_WHY="the seize was answered within 0.3 s"
+        fi
+    elif ! CS_POLL=0.01 wait_for 2 worker_of_seize || [[ -z $pid ]]; then
         LOST_WHY="no worker took the seize while its client waited"
     else
         kill -9 "$pid"

@@ -41,6 +41,7 @@ START_TEST(defaults_apply)
     ck_assert_int_eq(load(SECRET, &c, err, sizeof(err)), CS_OK);
     ck_assert_int_eq(c.redis_port, 6379);
     ck_assert_int_eq(c.fcgi_workers, 4);
+    ck_assert_int_eq(c.fcgi_threads, 1);
     ck_assert_int_eq(c.fcgi_max_body, 1024);
     ck_assert_int_eq(c.sync_interval_s, 60);
     ck_assert_int_eq(c.sync_batch, 500);
@@ -118,6 +119,12 @@ START_TEST(errors_name_key_and_line)
     expect_error("redis = { host = 5; };\n", "redis.host", "string");
     expect_error("log = { level = \"loud\"; };\n", "log.level", NULL);
     expect_error("fcgi = { workers = 0; };\n", "fcgi.workers", "out of range");
+    expect_error("fcgi = { threads = 65; };\n", "fcgi.threads", "out of range");
+    expect_error("auth = { jwt_secret = \"0123456789abcdef0123456789abcdef\"; };\n"
+                 "fcgi = { threads = 4; };\nlimits = { batch_max = 8; };\n",
+                 "limits.batch_max", "fcgi.threads");
+    expect_error("auth = { jwt_secret = \"0123456789abcdef0123456789abcdef\"; };\n"
+                 "fcgi = { workers = 64; threads = 16; };\n", "fcgi.workers", "512");
     expect_error("redis = { port = 1 \n", ":2:", "syntax");
     expect_error("workers = 4;\n", "group", NULL);
     expect_error("auth = { mode = \"jwt\"; jwt_secret = \"short\"; };\n", "auth.jwt_secret", NULL);

@@ -169,6 +169,31 @@ START_TEST(latency_histogram)
 }
 END_TEST
 
+START_TEST(registry_slots_of_threads)
+{
+    int32_t me = (int32_t)getpid();
+    int a = shm_worker_register(node, me);
+    int b = shm_worker_register(node, me);
+    int c = shm_worker_register(node, me);
+    ck_assert(a >= 0 && b >= 0 && c >= 0 && a != b && b != c && a != c);
+    atomic_store(&node->rsv.busy[b], 3);
+    /* A thread that stops frees its own slot only. */
+    shm_worker_unregister_slot(node, b, me);
+    ck_assert_int_eq(atomic_load(&node->worker_pid[b]), 0);
+    ck_assert_int_eq(atomic_load(&node->rsv.busy[b]), 0);
+    ck_assert_int_eq(atomic_load(&node->worker_pid[a]), me);
+    /* ... and never a slot another process was given since. */
+    atomic_store(&node->worker_pid[b], me + 1);
+    shm_worker_unregister_slot(node, b, me);
+    ck_assert_int_eq(atomic_load(&node->worker_pid[b]), me + 1);
+    atomic_store(&node->worker_pid[b], 0);
+    /* The supervisor's bury frees every slot of the process. */
+    shm_worker_unregister(node, me);
+    ck_assert_int_eq(atomic_load(&node->worker_pid[a]), 0);
+    ck_assert_int_eq(atomic_load(&node->worker_pid[c]), 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("shm");
@@ -178,6 +203,7 @@ int main(void)
     tcase_add_test(tc, bucket_limits_rate);
     tcase_add_test(tc, flags_are_seen_by_other_processes);
     tcase_add_test(tc, latency_histogram);
+    tcase_add_test(tc, registry_slots_of_threads);
     tcase_add_test(tc, existing_only_joins_this_layout);
     tcase_add_test(tc, concurrent_first_open_shares_one_segment);
     suite_add_tcase(s, tc);

@@ -1,0 +1,37 @@
+/* worker_int.h - what the two accept loops of a worker share: the state of
+ * one request handler (the worker, or one of its request threads) and the
+ * serving of one accepted request. For fcgi/proc/ only. */
+#ifndef CS_WORKER_INT_H
+#define CS_WORKER_INT_H
+
+#include <fcgiapp.h>
+
+#include "node/ctx.h"
+
+struct req;
+struct shm_node;
+
+/* Fills *w for one request handler: its own Redis and MySQL connections,
+ * metadata cache and token verifier, and a slot of the node's worker
+ * registry under this process's pid (-1 when the registry is full: the
+ * handler grants nothing from reserves). index is the worker's number.
+ * Returns CS_OK, or CS_ERR after logging why (undo with worker_fini()). */
+int worker_init(struct node_ctx *w, const struct cs_conf *conf, struct shm_node *shm, int index);
+
+/* Frees what worker_init() made and gives back its registry slot. */
+void worker_fini(struct node_ctx *w);
+
+/* Serves the request FCGX_Accept_r() just accepted on fr: routes it,
+ * answers it, counts it, finishes it (the connection stays open when the
+ * web server keeps it), then does the handler's after-answer work (the
+ * breaker's question to a silent Redis, the release of an old journal
+ * segment). body is the handler's buffer of fcgi.max_body + 1 bytes. */
+void worker_serve(struct node_ctx *w, FCGX_Request *fr, struct req *r, char *body);
+
+/* The accept loops of a worker with fcgi.threads > 1 (worker_threads.c):
+ * runs till SIGTERM or SIGINT, then lets every thread finish the request it
+ * has. Returns the exit code. */
+int worker_threads_main(const struct cs_conf *conf, int listen_fd, struct shm_node *shm,
+                        int index);
+
+#endif
