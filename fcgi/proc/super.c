@@ -657,6 +657,59 @@ static void super_start(struct super *s, int64_t now)
     }
 }
 
+/* One signal the supervisor waits for (super_sigs), as it came. */
+static void super_on_signal(struct super *s, int sig, const siginfo_t *si, int64_t now)
+{
+    if (sig == SIGTERM || sig == SIGINT)
+        super_on_stop(s, now);
+    else if (sig == SIGHUP && !s->stopping && s->upgrade_pid > 0)
+        log_warn("reload refused while an upgrade is under way");
+    else if (sig == SIGHUP && !s->stopping && upgrade_binary_replaced()) {
+        /* systemctl reload after a package upgrade: rolling the workers
+         * would fork the old build again. */
+        log_notice("reload: the binary on disk is a new build; upgrading in place");
+        super_on_upgrade(s, now);
+    } else if (sig == SIGHUP && !s->stopping)
+        super_on_reload(s, now);
+    else if (sig == SIGUSR2 && !s->stopping)
+        super_on_upgrade(s, now);
+    else if (sig == SIGQUIT && s->upgrade_pid > 0 && si->si_pid == s->upgrade_pid && !s->stopping)
+        super_on_handover(s, now);
+    else if (sig == SIGUSR1 && s->keeper_hold && si->si_pid == s->from_pid) {
+        s->keeper_hold = 0;
+        s->keeper_at = keeper_wanted(s->conf) ? now : 0;
+    } else if (sig == SIGQUIT || sig == SIGUSR1)
+        log_warn("SIG%s from pid %d ignored (only an upgrade's own supervisors send it)",
+                 sig == SIGQUIT ? "QUIT" : "USR1", (int)si->si_pid);
+}
+
+/* The end of super_run(): the socket, the list copy and the segment go
+ * unless handed over, or never taken over (then they are the other
+ * supervisor's). */
+static void super_close(struct super *s)
+{
+    const struct cs_conf *conf = s->conf;
+    int keep = s->handover || (s->from_pid > 0 && !s->takeover_sent);
+    const char *path = unix_path(conf->fcgi_listen);
+
+    if (!keep && s->own_socket && path != NULL)
+        unlink(path);
+    close(s->listen_fd);
+    if (!keep)
+        listcopy_unlink(s->shm, conf->fcgi_shm_name);
+    shm_node_close(s->shm);
+    if (!keep)
+        shm_node_unlink(conf->fcgi_shm_name);
+    free(s->slots);
+    free(s->retiring);
+    free(s);
+    if (keep)
+        log_notice("coupon-fcgi %d stopped; the node is the other supervisor's",
+                   (int)getpid());
+    else
+        log_notice("coupon-fcgi stopped");
+}
+
 int super_run(struct cs_conf *conf, const char *conf_path, int listen_fd, int own_socket,
               const struct upgrade_from *from)
 {
@@ -715,28 +768,8 @@ int super_run(struct cs_conf *conf, const char *conf_path, int listen_fd, int ow
         int sig = sigtimedwait(&super_sigs, &si, &ts);
         int64_t now = cs_mono_ms();
 
-        if (sig == SIGTERM || sig == SIGINT)
-            super_on_stop(s, now);
-        else if (sig == SIGHUP && !s->stopping && s->upgrade_pid > 0)
-            log_warn("reload refused while an upgrade is under way");
-        else if (sig == SIGHUP && !s->stopping && upgrade_binary_replaced()) {
-            /* systemctl reload after a package upgrade: rolling the
-             * workers would fork the old build again. */
-            log_notice("reload: the binary on disk is a new build; upgrading in place");
-            super_on_upgrade(s, now);
-        } else if (sig == SIGHUP && !s->stopping)
-            super_on_reload(s, now);
-        else if (sig == SIGUSR2 && !s->stopping)
-            super_on_upgrade(s, now);
-        else if (sig == SIGQUIT && s->upgrade_pid > 0 && si.si_pid == s->upgrade_pid
-                 && !s->stopping)
-            super_on_handover(s, now);
-        else if (sig == SIGUSR1 && s->keeper_hold && si.si_pid == s->from_pid) {
-            s->keeper_hold = 0;
-            s->keeper_at = keeper_wanted(conf) ? now : 0;
-        } else if (sig == SIGQUIT || sig == SIGUSR1)
-            log_warn("SIG%s from pid %d ignored (only an upgrade's own supervisors send it)",
-                     sig == SIGQUIT ? "QUIT" : "USR1", (int)si.si_pid);
+        if (sig > 0)
+            super_on_signal(s, sig, &si, now);
         super_reap(s, now);
         if (!s->stopping && super_takeover_tick(s, now)) {
             super_on_stop(s, now);
@@ -750,25 +783,6 @@ int super_run(struct cs_conf *conf, const char *conf_path, int listen_fd, int ow
         super_tick(s, now);
     }
 
-    /* Handed over, or never taken over: the segment and the socket are the
-     * other supervisor's. */
-    int keep = s->handover || (s->from_pid > 0 && !s->takeover_sent);
-    const char *path = unix_path(conf->fcgi_listen);
-    if (!keep && own_socket && path != NULL)
-        unlink(path);
-    close(listen_fd);
-    if (!keep)
-        listcopy_unlink(shm, conf->fcgi_shm_name);
-    shm_node_close(shm);
-    if (!keep)
-        shm_node_unlink(conf->fcgi_shm_name);
-    free(s->slots);
-    free(s->retiring);
-    free(s);
-    if (keep)
-        log_notice("coupon-fcgi %d stopped; the node is the other supervisor's",
-                   (int)getpid());
-    else
-        log_notice("coupon-fcgi stopped");
+    super_close(s);
     return rc;
 }
