@@ -102,7 +102,7 @@ def med(xs):
     return xs[len(xs) // 2] if xs else None
 
 
-# The FastCGI hop (issue #64): each round's own ratios to the peer's same round.
+# The FastCGI hop: each round's own ratios to the peer's same round.
 hop = {}
 if PEER and "seize_instock" in rounds:
     def per_round(a, key, b=PEER):
