@@ -136,7 +136,7 @@ target("seize p99 <= PHP-FPM peer p99 (ms)", f"{a} vs {b}", a is not None and b 
 
 
 if hop:
-    # Issue #64's goals against the single-hop peer: medians of each round's ratio.
+    # The hop's goals against the single-hop peer: medians of each round's ratio.
     m = hop["medians"]
     v = m["seize_rps"]
     target("in-stock seize >= 1.0x the nginx + Lua peer (rps)", v, v is not None and v >= 1.0)
@@ -198,7 +198,7 @@ for r in rows:
     xf = c["app"] / floor_app if floor_app else None
     print(f"{r['label']:<44} {c['app']:>6} {c['redis']:>6} {c['nginx']:>6} {c['sync']:>6} "
           f"{c['mysql']:>6} {fmt(c.get('machine'), '>8')} {fmt(xf, '12.2f')}")
-# The FastCGI hop (issue #64): each round's own ratios to the peer's same round.
+# The FastCGI hop: each round's own ratios to the peer's same round.
 if hop:
     m = hop["medians"]
     print()

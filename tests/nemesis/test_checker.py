@@ -149,7 +149,7 @@ class TestChecker(unittest.TestCase):
         self.assertEqual(kinds(h, st), [])
 
     # Group commit: a worker killed in a call, and answers that went to the
-    # wrong entry (issue 60's reused entry), are judged per user.
+    # wrong entry (a stale leader's answer in a reused entry), are judged per user.
     def test_worker_killed_in_a_call_is_open_until_settled(self):
         h = [seize(1, "HTTP_502"), seize(2, "HTTP_502"), status(1, True), status(2, False)]
         self.assertEqual(kinds(h, stores(s102=sale(rows=[(1, 1, 1005)]))), [])
