@@ -772,6 +772,26 @@ seize_load_bg() {
 # ended); for cs_defer, so a load left running by an early exit stops too.
 stop_bg() { own_child "$1" && kill "$1" 2>/dev/null && wait "$1" 2>/dev/null; return 0; }
 
+# upgrade_bins: BIN, a directory for the builds an in-place upgrade test
+# installs (removed at exit; a test that starts a stack defers its removal
+# again, since the stack's exit trap replaces this one), with build 1 in
+# place and COUPON_STACK_FCGI_CMD running $BIN/coupon-fcgi.
+upgrade_bins() {
+    BIN=$(mktemp -d "${TMPDIR:-/tmp}/cs-upgrade-bin.XXXXXX") || exit 99
+    # shellcheck disable=SC2064 # BIN is fixed from here on
+    trap "rm -rf '$BIN'" EXIT
+    upgrade_build 1 || exit 99
+    export COUPON_STACK_FCGI_CMD="exec '$BIN/coupon-fcgi' -c \"\$COUPON_CONF\""
+}
+# upgrade_build N: build N as a package or make leaves a new build, a new
+# file at $BIN/coupon-fcgi (the build tree's binary with bytes appended),
+# and a copy at $BIN/build-N to compare /proc/PID/exe with.
+upgrade_build() {
+    cp "$top_builddir/coupon-fcgi" "$BIN/next" &&
+        printf '\n%s build %s\n' "$(basename "$0")" "$1" >>"$BIN/next" &&
+        cp "$BIN/next" "$BIN/build-$1" && chmod 0755 "$BIN/next" && mv -f "$BIN/next" "$BIN/coupon-fcgi"
+}
+
 # load_argv ID CONC TOTAL USERBASE [loadgen flags...]: seize_load's loadgen
 # command line, into LOAD_ARGV.
 load_argv() {

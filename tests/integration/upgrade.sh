@@ -43,13 +43,8 @@
 command -v python3 >/dev/null || skip_all "python3 is not installed"
 [[ -x $top_builddir/coupon-fcgi ]] || skip_all "coupon-fcgi is not built"
 
-BIN=$(mktemp -d "${TMPDIR:-/tmp}/cs-upgrade-bin.XXXXXX") || exit 99
-trap 'rm -rf "$BIN"' EXIT
-# build N: a new file at $BIN/coupon-fcgi (and a copy at $BIN/build-N).
-build() {
-    cp "$top_builddir/coupon-fcgi" "$BIN/next" && printf '\nupgrade.sh build %s\n' "$1" >>"$BIN/next" &&
-        cp "$BIN/next" "$BIN/build-$1" && chmod 0755 "$BIN/next" && mv -f "$BIN/next" "$BIN/coupon-fcgi"
-}
+upgrade_bins
+build() { upgrade_build "$@"; }
 # other_layout N: build N is a stand-in for a build whose segment layout is
 # not this one's: it answers -V so, and would leave a mark if run otherwise.
 # shellcheck disable=SC2317,SC2016 # called through upgrade's MAKE; $1 is the script's
@@ -60,8 +55,6 @@ other_layout() {
         "$proto" $((layout + 1)) "$BIN" >"$BIN/next" &&
         cp "$BIN/next" "$BIN/build-$1" && chmod 0755 "$BIN/next" && mv -f "$BIN/next" "$BIN/coupon-fcgi"
 }
-build 1 || exit 99
-export COUPON_STACK_FCGI_CMD="exec '$BIN/coupon-fcgi' -c \"\$COUPON_CONF\""
 K=20
 # Section (r)'s grants must come within the lease of the last renewal
 # before the outage: it scales with the machine, as in reserve_crash.sh.

@@ -18,15 +18,8 @@
 command -v python3 >/dev/null || skip_all "python3 is not installed"
 [[ -x $top_builddir/coupon-fcgi ]] || skip_all "coupon-fcgi is not built"
 
-BIN=$(mktemp -d "${TMPDIR:-/tmp}/cs-upgrade-bin.XXXXXX") || exit 99
-trap 'rm -rf "$BIN"' EXIT
-# build N: a new file at $BIN/coupon-fcgi (and a copy at $BIN/build-N).
-build() {
-    cp "$top_builddir/coupon-fcgi" "$BIN/next" && printf '\nupgrade_nodes.sh build %s\n' "$1" >>"$BIN/next" &&
-        cp "$BIN/next" "$BIN/build-$1" && chmod 0755 "$BIN/next" && mv -f "$BIN/next" "$BIN/coupon-fcgi"
-}
-build 1 || exit 99
-export COUPON_STACK_FCGI_CMD="exec '$BIN/coupon-fcgi' -c \"\$COUPON_CONF\""
+upgrade_bins
+build() { upgrade_build "$@"; }
 export COUPON_WORKERS=3
 export COUPON_CONF_OVERRIDES="fallback.reserve=20
 ${COUPON_CONF_OVERRIDES:-}"
