@@ -275,6 +275,18 @@ static void super_on_upgrade(struct super *s, int64_t now)
 /* SIGQUIT from the new binary (step 4): its workers accept. */
 static void super_on_handover(struct super *s, int64_t now)
 {
+    siginfo_t si = {0};
+
+    cs_pause_point("super-handover");
+    /* Asked, then gone before this one acts (its exit is not reaped yet):
+     * handing over would leave the node to nobody. super_reap() reports
+     * the exit as a refused upgrade and this one serves on. */
+    if (waitid(P_PID, (id_t)s->upgrade_pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0
+        && si.si_pid == s->upgrade_pid) {
+        log_error("upgrade: supervisor %d asked for the hand-over but has exited; this one "
+                  "serves on", (int)s->upgrade_pid);
+        return;
+    }
     log_notice("upgrade: supervisor %d accepts; this one's workers finish their requests and "
                "go, the reserve keeper hands over", (int)s->upgrade_pid);
     sdnotify_mainpid((int)s->upgrade_pid);

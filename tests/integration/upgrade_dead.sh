@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# upgrade_dead.sh - a new supervisor that asks for the hand-over (SIGQUIT)
+# and dies before the old one acts on it is not handed over to: the old
+# supervisor keeps its workers and keeper, and the node serves on. The old
+# one is held at the pause point super-handover (COUPONSEIZE_PAUSE_AT, see
+# lib/cs.h) while the test kills the new one, then let go.
+# shellcheck source=tests/lib.sh
+. "${top_srcdir:-$(dirname "$0")/../..}/tests/lib.sh"
+
+[[ -x $top_builddir/coupon-fcgi ]] || skip_all "coupon-fcgi is not built"
+upgrade_bins
+export COUPONSEIZE_PAUSE_AT=super-handover
+export COUPON_WORKERS=2
+cs_stack_up --no-sync
+cs_defer rm -rf "$BIN"
+ADMIN=$(mint_jwt 1 admin)
+ID=6401
+mk_activity "$ID" 100 -60 3600
+http POST /market/admin/coupon/preheat '' "$ADMIN"
+check_eq "preheat answers 200" 200 "$HTTP_CODE"
+old=$COUPON_FCGI_PID
+seize_ok() { http POST /market/consumer/coupon/seize "{\"id\":$ID}" "$(mint_jwt "$1")"; [[ $HTTP_CODE == 200 ]]; }
+check "a seize is answered before the upgrade" seize_ok 640001
+
+upgrade_build 2
+kill -USR2 "$old"
+proc_stopped() { [[ $(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null) == T ]]; }
+check "the old supervisor stops at the hand-over's pause point" wait_for 60 proc_stopped "$old"
+new=""
+for p in $(pgrep -P "$old"); do
+    grep -qa 'COUPON_FCGI_UPGRADE=' "/proc/$p/environ" 2>/dev/null && new=$p
+done
+check "the new supervisor runs" test -n "$new"
+[[ -n $new ]] && kill -KILL "$new"
+kill -CONT "$old"
+check "the old supervisor says it serves on" wait_for 30 \
+    grep -q "upgrade: supervisor $new asked for the hand-over but has exited" "$COUPON_DIR/fcgi.log"
+check "the old supervisor runs" pid_alive "$old"
+check "... and its workers answer" wait_for 10 seize_ok 640002
+check "... still, a moment later" seize_ok 640003
+finish
