@@ -1153,10 +1153,19 @@ node_index() {
 # The test's own nftables table: rules of parallel tests never mix.
 CS_NFT_TABLE=cs_test_$$
 
-# net_skip_unless_nft: skips the test (77) unless nftables rules can be added.
+# net_skip_unless_nft: skips the test (77) unless nftables rules can be
+# added; then removes the tables of tests and nemesis runs whose process is
+# gone (killed by SIGKILL, no exit path ran), so their drops cannot cut
+# this test's nodes.
 net_skip_unless_nft() {
+    local t pid
     command -v nft >/dev/null 2>&1 || skip_all "nft is not installed (Debian nftables)"
     nft list tables >/dev/null 2>&1 || skip_all "nft cannot read the ruleset (needs CAP_NET_ADMIN)"
+    for t in $(nft list tables 2>/dev/null | sed -nE 's/^table inet (cs_(test|nemesis)_[0-9]+)$/\1/p'); do
+        pid=${t##*_}
+        kill -0 "$pid" 2>/dev/null && continue
+        nft delete table inet "$t" 2>/dev/null && diag "removed $t, left by process $pid, which is gone"
+    done
 }
 
 # nemesis_skip_unless_ready: skips a test of tests/nemesis/ (77) unless what a
