@@ -15,7 +15,11 @@
 #include "node/seize_rules.h"
 #include "shm.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,7 +41,8 @@ static volatile sig_atomic_t worker_kept_fd = -1; /* a kept connection being rea
  * too; so while waiting for the next request, the handler puts a socket that
  * does not listen under the listening descriptor's number (and under a kept
  * connection's, should the web server keep connections), and the resumed
- * call fails at once (EINVAL, ENOTCONN), which ends FCGX_Accept_r().
+ * call fails at once (EINVAL, ENOTCONN), which ends the wait. A connection
+ * already accepted is never replaced so: its request is served.
  * Descriptor tables are per process: the supervisor and the other workers
  * keep listening. This costs no system call per request, where masking the
  * signals outside accept() cost two. libfcgi's own FCGX_ShutdownPending() is
@@ -62,6 +67,118 @@ static void worker_on_term(int sig)
         }
     }
     errno = saved;
+}
+
+/*
+ * The accept of a new connection is the worker's, not libfcgi's: libfcgi's
+ * OS_Accept() waits in select() up to 2 s for a unix socket connection's
+ * first bytes and closes the connection when that wait ends early, and a
+ * stop signal ends it early (select() is never restarted). A request taken
+ * off the listening socket, which no other worker can take any more, was
+ * dropped so (nginx answers 502) whenever a reload or an upgrade stopped a
+ * worker at that moment. Here a stop does not cut the wait short; the
+ * connection is then handed to FCGX_Accept_r() as an open one, whose reads
+ * (SA_RESTART) no stop ends either, and libfcgi never accepts itself (the
+ * request's listening descriptor is -1). As libfcgi did: TCP_NODELAY on
+ * TCP, only the IPv4 peers FCGI_WEB_SERVER_ADDRS names when it is set
+ * (spawn-fcgi's -a and the FastCGI convention), and a connection silent
+ * for 2 s is dropped, a TCP one too, so that none holds a stopping worker.
+ */
+#define WORKER_FIRST_BYTES_MS 2000
+#define WORKER_WEB_ADDRS_MAX 64
+
+static struct in_addr web_addrs[WORKER_WEB_ADDRS_MAX];
+static int n_web_addrs; /* 0: every peer; -2: none (read in worker_main()) */
+
+static void worker_read_web_addrs(void)
+{
+    const char *env = getenv("FCGI_WEB_SERVER_ADDRS");
+    char buf[1024];
+
+    n_web_addrs = 0;
+    if (env == NULL || *env == '\0')
+        return;
+    snprintf(buf, sizeof(buf), "%s", env);
+    for (char *save = NULL, *a = strtok_r(buf, ", \t", &save); a != NULL;
+         a = strtok_r(NULL, ", \t", &save)) {
+        if (n_web_addrs == WORKER_WEB_ADDRS_MAX) {
+            log_warn("FCGI_WEB_SERVER_ADDRS: more than %d addresses, the rest ignored",
+                     WORKER_WEB_ADDRS_MAX);
+            break;
+        }
+        if (inet_pton(AF_INET, a, &web_addrs[n_web_addrs]) == 1)
+            n_web_addrs++;
+        else
+            log_warn("FCGI_WEB_SERVER_ADDRS: \"%s\" is not an IPv4 address, ignored", a);
+    }
+    /* Set but naming nobody: libfcgi then served nobody over TCP either. */
+    if (n_web_addrs == 0)
+        n_web_addrs = -2;
+}
+
+static int worker_peer_ok(const struct sockaddr_storage *ss)
+{
+    const struct sockaddr_in *in = (const struct sockaddr_in *)ss;
+
+    if (ss->ss_family != AF_INET || n_web_addrs == 0)
+        return 1;
+    for (int i = 0; i < n_web_addrs; i++)
+        if (web_addrs[i].s_addr == in->sin_addr.s_addr)
+            return 1;
+    return 0;
+}
+
+int worker_accept(int listen_fd)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    struct pollfd pf;
+    int64_t until;
+    int fd, one = 1;
+
+    fd = accept4(listen_fd, (struct sockaddr *)&ss, &len, SOCK_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    if (ss.ss_family == AF_INET || ss.ss_family == AF_INET6) {
+        if (!worker_peer_ok(&ss)) {
+            close(fd);
+            errno = ECONNREFUSED;
+            return -1;
+        }
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    }
+    pf.fd = fd;
+    pf.events = POLLIN;
+    until = cs_mono_ms() + WORKER_FIRST_BYTES_MS;
+    for (;;) {
+        int64_t left = until - cs_mono_ms();
+        int n = poll(&pf, 1, left > 0 ? (int)left : 0);
+        if (n > 0)
+            return fd;
+        if (n < 0 && errno == EINTR)
+            continue;
+        close(fd);
+        errno = n == 0 ? ETIMEDOUT : errno;
+        return -1;
+    }
+}
+
+int worker_accept_transient(int err)
+{
+    switch (err) {
+    case EINTR:
+    case ECONNABORTED:
+    case ECONNREFUSED:
+    case ECONNRESET:
+    case EPROTO:
+    case ETIMEDOUT:
+    case EHOSTUNREACH:
+    case ENETUNREACH:
+    case EPERM: /* a firewall's refusal of the new connection */
+        return 1;
+    default:
+        return 0;
+    }
 }
 
 /* Counts the request in the node's metrics. */
@@ -166,6 +283,7 @@ int worker_main(const struct cs_conf *conf, int listen_fd, struct shm_node *shm,
     struct req r;
     struct sigaction sa;
 
+    worker_read_web_addrs();
     if (conf->fcgi_threads > 1)
         return worker_threads_main(conf, listen_fd, shm, index);
     memset(&sa, 0, sizeof(sa));
@@ -187,7 +305,8 @@ int worker_main(const struct cs_conf *conf, int listen_fd, struct shm_node *shm,
         return 1;
     char *body = xmalloc((size_t)conf->fcgi_max_body + 1);
 
-    if (FCGX_Init() != 0 || FCGX_InitRequest(&fr, listen_fd, FCGI_FAIL_ACCEPT_ON_INTR) != 0) {
+    /* -1: libfcgi never accepts itself (worker_accept() above). */
+    if (FCGX_Init() != 0 || FCGX_InitRequest(&fr, -1, FCGI_FAIL_ACCEPT_ON_INTR) != 0) {
         log_error("FCGX_InitRequest() failed on fd %d", listen_fd);
         free(body);
         worker_fini(&w);
@@ -201,20 +320,43 @@ int worker_main(const struct cs_conf *conf, int listen_fd, struct shm_node *shm,
         (void)durability_single(conf, w.rc);
 
     for (;;) {
-        worker_kept_fd = fr.ipcFd; /* >= 0 only when the web server keeps it */
-        worker_accepting = 1;
-        /* A signal from here on either is seen now or ends the accept. */
-        int rc = worker_stop ? -1 : FCGX_Accept_r(&fr);
-        worker_accepting = 0;
+        int rc;
+        if (fr.ipcFd < 0) {
+            worker_accepting = 1;
+            /* A signal from here on either is seen now or ends the accept. */
+            int fd = worker_stop ? -1 : worker_accept(listen_fd);
+            worker_accepting = 0;
+            if (fd < 0) {
+                if (worker_stop)
+                    break;
+                /* A client that went away or stayed silent: next one. A
+                 * broken listening socket must not be spun on. */
+                if (!worker_accept_transient(errno)) {
+                    log_error("worker %d: accept() failed: %s", index, strerror(errno));
+                    usleep(100000);
+                }
+                continue;
+            }
+            /* Accepted, even if the signal came meanwhile: serve it, then go. */
+            fr.ipcFd = fd;
+            fr.keepConnection = 1; /* or FCGX_Accept_r() first closes it */
+            rc = FCGX_Accept_r(&fr);
+        } else {
+            /* The web server keeps the connection: a stop ends the wait
+             * for its next request (see worker_on_term()). */
+            worker_kept_fd = fr.ipcFd;
+            worker_accepting = 1;
+            rc = worker_stop ? -1 : FCGX_Accept_r(&fr);
+            worker_accepting = 0;
+            worker_kept_fd = -1;
+        }
         if (rc < 0) {
+            /* The connection ended before a request (libfcgi closed it), or
+             * a kept one was cut by the stop. */
             if (worker_stop)
                 break;
-            /* A client that went away mid-handshake; keep serving, but do
-             * not spin if the listening socket itself is broken. */
-            usleep(1000);
             continue;
         }
-        /* Accepted, even if the signal came meanwhile: serve it, then go. */
         worker_serve(&w, &fr, &r, body);
         if (worker_stop)
             break;

@@ -28,6 +28,19 @@ void worker_fini(struct node_ctx *w);
  * segment). body is the handler's buffer of fcgi.max_body + 1 bytes. */
 void worker_serve(struct node_ctx *w, FCGX_Request *fr, struct req *r, char *body);
 
+/* Accepts the next connection on listen_fd and waits up to 2 s for its
+ * first bytes, which no signal cuts short (worker.c says why). Returns the
+ * connection, to be put in an FCGX_Request's ipcFd whose listen_sock is -1,
+ * with keepConnection set till the request is read (libfcgi's
+ * FCGX_Accept_r() first finishes the last request, and closes its
+ * connection unless kept), or -1 with errno set (worker_accept_transient()
+ * tells whether to go on).
+ * Safe from several threads at once. */
+int worker_accept(int listen_fd);
+
+/* 1 when an accept that failed with err is worth trying again at once. */
+int worker_accept_transient(int err);
+
 /* The accept loops of a worker with fcgi.threads > 1 (worker_threads.c):
  * runs till SIGTERM or SIGINT, then lets every thread finish the request it
  * has. Returns the exit code. */

@@ -34,14 +34,15 @@
  * does not listen under the listening descriptor's number, and sends
  * WT_SIGNAL (SA_RESTART, a handler that does nothing) to every thread that
  * may be blocked in accept(): the restarted accept() meets the dud and
- * fails (EINVAL), which ends FCGX_Accept_r(). The listening descriptor
+ * fails (EINVAL), which ends worker_accept(). The listening descriptor
  * stays open as long as the process serves, so its number never names
  * anything else. A kept connection between two requests is never read
  * blindly: its thread waits in poll() on it and the stop eventfd, so
  * no descriptor but the listening one is ever replaced (a closed kept
  * connection's number may already be another thread's socket).
- * What a thread has accepted it serves; once stopping, it serves on a kept
- * connection only a request that was there when it woke, and closes it.
+ * What a thread has accepted it serves, though the stop comes before the
+ * request's first bytes (worker_accept()); once stopping, it serves on a
+ * kept connection only a request that was there when it woke, and closes it.
  */
 
 struct wt_pool;
@@ -49,7 +50,7 @@ struct wt_pool;
 struct wt_thread {
     pthread_t tid;
     int started;
-    _Atomic int accepting;       /* inside FCGX_Accept_r(): maybe blocked in accept() */
+    _Atomic int accepting;       /* inside worker_accept(): maybe blocked in accept() */
     _Atomic int done;            /* the thread has left its loop */
     int no;                      /* 0..fcgi.threads - 1 */
     struct wt_pool *pool;
@@ -109,24 +110,39 @@ static void *wt_run(void *arg)
 
     mysql_thread_init();
     for (;;) {
-        int kept_ready = 0;
+        int rc;
         if (t->fr.ipcFd >= 0) {
-            kept_ready = wt_kept_ready(t);
-            if (!kept_ready && atomic_load(&p->stop))
+            /* A kept connection: its next request, or its end. */
+            if (!wt_kept_ready(t) && atomic_load(&p->stop))
                 break;
+        } else {
+            atomic_store(&t->accepting, 1);
+            /* The flag before the stop check, the stop flag before the dud
+             * in wt_stop(): either this thread sees the stop, or the main
+             * thread sees it accepting and signals it. */
+            int fd = atomic_load(&p->stop) ? -1 : worker_accept(p->listen_fd);
+            atomic_store(&t->accepting, 0);
+            if (fd < 0) {
+                if (atomic_load(&p->stop))
+                    break;
+                /* As the one-thread loop: a client gone or silent, or a
+                 * broken listening socket that must not be spun on. */
+                if (!worker_accept_transient(errno)) {
+                    log_error("worker %d thread %d: accept() failed: %s", p->index, t->no,
+                              strerror(errno));
+                    usleep(100000);
+                }
+                continue;
+            }
+            /* Accepted: served even if the stop came meanwhile. */
+            t->fr.ipcFd = fd;
+            t->fr.keepConnection = 1; /* or FCGX_Accept_r() first closes it */
         }
-        atomic_store(&t->accepting, 1);
-        /* The flag before the stop check, the stop flag before the dud in
-         * wt_stop(): either this thread sees the stop, or the main thread
-         * sees it accepting and signals it. */
-        int rc = atomic_load(&p->stop) && !kept_ready ? -1 : FCGX_Accept_r(&t->fr);
-        atomic_store(&t->accepting, 0);
+        rc = FCGX_Accept_r(&t->fr);
         if (rc < 0) {
+            /* The connection ended before a request: libfcgi closed it. */
             if (atomic_load(&p->stop))
                 break;
-            /* As the one-thread loop: a client gone mid-handshake, or a
-             * broken listening socket that must not be spun on. */
-            usleep(1000);
             continue;
         }
         worker_serve(&t->nc, &t->fr, &r, t->body);
@@ -152,10 +168,9 @@ static void *wt_run(void *arg)
  *       itself accepting, and is signalled once the dud is in place, so its
  *       accept() (resumed or not yet begun) meets the dud. One signal is
  *       enough then.
- * MUST NOT: signal a thread every round: a signal also ends libfcgi's wait
- *       for a new connection's first bytes (a poll), which drops that
- *       connection; the one-request worker takes that risk once, and so
- *       does a thread here, but for a slow safety net once a second. */
+ * A signal cuts short no wait of a connection already accepted (see
+ * worker_accept()), so the threads are signalled again once a second, a
+ * safety net for a thread that was between its flag and its accept(). */
 static void wt_stop(struct wt_pool *p)
 {
     uint64_t one = 1;
@@ -207,8 +222,9 @@ static int wt_prepare(struct wt_pool *p, const struct cs_conf *conf, struct shm_
         if (worker_init(&t->nc, conf, shm, p->index) != CS_OK)
             return CS_ERR;
         t->body = xmalloc((size_t)conf->fcgi_max_body + 1);
-        if (FCGX_InitRequest(&t->fr, p->listen_fd, FCGI_FAIL_ACCEPT_ON_INTR) != 0) {
-            log_error("FCGX_InitRequest() failed on fd %d", p->listen_fd);
+        /* -1: libfcgi never accepts itself (worker_accept()). */
+        if (FCGX_InitRequest(&t->fr, -1, FCGI_FAIL_ACCEPT_ON_INTR) != 0) {
+            log_error("FCGX_InitRequest() failed");
             return CS_ERR;
         }
     }
