@@ -1008,6 +1008,12 @@ if ((WALK_ON)); then
                 bad_holders no_answer)
     diag "upgrade under load: $nans answers, $nseized SEIZED; $(tr -d '\n' <"$WALK/upgrade-load.json" | head -c 300)"
     check_eq "... no answer from nginx instead of the service (no 502, 504, nothing dropped)" 0 "$nnone"
+    if ((nnone > 0)); then
+        diag "answers without a code of the service (ms status code user us):"
+        diag "$(awk 'NR > 1 && ($3 ~ /^HTTP_5/ || $3 == "CONNECTION_ERROR")' "$ulog" | head -n 20)"
+        diag "nginx's error log meanwhile:"
+        diag "$(tail -n 20 /var/log/nginx/error.log 2>/dev/null)"
+    fi
     check_eq "... every user told SEIZED holds a coupon" 0 "$nbad_s"
     check_eq "... every holder was told SEIZED" 0 "$nbad_h"
     walk_cleanup
