@@ -44,6 +44,7 @@ static const struct conf_key conf_keys[] = {
     S("fcgi.listen", fcgi_listen, 1, "/run/couponseize/fcgi.sock", NULL),
     I("fcgi.workers", fcgi_workers, 1, 512, 4),
     I("fcgi.threads", fcgi_threads, 1, 64, 1),
+    I("fcgi.kept_drain_ms", fcgi_kept_drain_ms, 0, 25000, 15000),
     I("fcgi.backlog", fcgi_backlog, 1, 65535, 1024),
     S("fcgi.shm_name", fcgi_shm_name, 1, "/couponseize", NULL),
     /* The seize script is built in; a value is warned of, then ignored. */

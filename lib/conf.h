@@ -21,6 +21,7 @@ struct cs_conf {
     char *fcgi_listen;
     int fcgi_workers;
     int fcgi_threads;           /* request threads per worker; 1: one request at a time */
+    int fcgi_kept_drain_ms;     /* a stopping worker serves a kept connection this long at most */
     int fcgi_backlog;
     char *fcgi_shm_name;
     char *fcgi_script;          /* obsolete, ignored: the seize script is built in */

@@ -23,6 +23,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -32,17 +33,18 @@ volatile sig_atomic_t worker_stop;
  * request, and nothing else. */
 static volatile sig_atomic_t worker_accepting;
 static volatile sig_atomic_t worker_listen_fd = -1;
-static volatile sig_atomic_t worker_kept_fd = -1; /* a kept connection being read */
+static int worker_wake_fd = -1; /* eventfd: readable once the worker stops */
 
 /*
  * SIGTERM and SIGINT run with SA_RESTART, so inside a request an interrupted
  * read or write of libfcgi resumes instead of losing the answer (a poll or a
  * Redis connect still ends early: see doc/tuning.md). A blocked accept() resumes
- * too; so while waiting for the next request, the handler puts a socket that
- * does not listen under the listening descriptor's number (and under a kept
- * connection's, should the web server keep connections), and the resumed
- * call fails at once (EINVAL, ENOTCONN), which ends the wait. A connection
- * already accepted is never replaced so: its request is served.
+ * too; so while waiting for a new connection, the handler puts a socket that
+ * does not listen under the listening descriptor's number, and the resumed
+ * call fails at once (EINVAL), which ends the wait. A connection already
+ * accepted is never replaced so: its request is served. A kept connection
+ * between two requests is waited on in poll() beside an eventfd the handler
+ * makes readable (worker_kept_wait()).
  * Descriptor tables are per process: the supervisor and the other workers
  * keep listening. This costs no system call per request, where masking the
  * signals outside accept() cost two. libfcgi's own FCGX_ShutdownPending() is
@@ -55,14 +57,17 @@ static void worker_on_term(int sig)
 
     (void)sig;
     worker_stop = 1;
+    if (worker_wake_fd >= 0) {
+        uint64_t one = 1;
+        ssize_t n = write(worker_wake_fd, &one, sizeof(one));
+        (void)n; /* a full counter is readable too */
+    }
     if (worker_accepting) {
         /* socket(), dup2() and close() are async-signal-safe. Should socket()
          * fail, the worker stops after the next request instead. */
         int dud = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (dud >= 0) {
             dup2(dud, worker_listen_fd);
-            if (worker_kept_fd >= 0)
-                dup2(dud, worker_kept_fd);
             close(dud);
         }
     }
@@ -181,6 +186,34 @@ int worker_accept_transient(int err)
     }
 }
 
+int worker_kept_wait(int fd, int wake_fd, int stopping, int64_t *drain_until, int drain_ms)
+{
+    struct pollfd pf[2] = {
+        {.fd = fd, .events = POLLIN},
+        {.fd = wake_fd, .events = POLLIN},
+    };
+
+    for (;;) {
+        int timeout = -1;
+        if (stopping) {
+            if (*drain_until == 0)
+                *drain_until = cs_mono_ms() + drain_ms;
+            int64_t left = *drain_until - cs_mono_ms();
+            timeout = left > 0 ? (int)left : 0;
+        }
+        int n = poll(pf, stopping ? 1 : 2, timeout);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return 0;
+        if (n > 0 && pf[0].revents != 0)
+            return 1;
+        if (n == 0)
+            return 0; /* the drain is over */
+        stopping = 1;   /* the wake descriptor: the worker stops */
+    }
+}
+
 /* Counts the request in the node's metrics. */
 static void worker_account(struct node_ctx *w, struct req *r)
 {
@@ -282,6 +315,7 @@ int worker_main(const struct cs_conf *conf, int listen_fd, struct shm_node *shm,
     FCGX_Request fr;
     struct req r;
     struct sigaction sa;
+    int64_t drain_until = 0; /* set at the stop, when a kept connection is open */
 
     worker_read_web_addrs();
     if (conf->fcgi_threads > 1)
@@ -313,6 +347,14 @@ int worker_main(const struct cs_conf *conf, int listen_fd, struct shm_node *shm,
         return 1;
     }
     worker_listen_fd = listen_fd;
+    worker_wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (worker_wake_fd < 0) {
+        log_error("eventfd() failed: %s", strerror(errno));
+        FCGX_Free(&fr, 0);
+        free(body);
+        worker_fini(&w);
+        return 1;
+    }
     log_debug("worker %d ready on fd %d", index, listen_fd);
     /* One worker says at start when a single Redis does not persist each
      * write (the metrics route keeps the gauge). */
@@ -342,24 +384,33 @@ int worker_main(const struct cs_conf *conf, int listen_fd, struct shm_node *shm,
             fr.keepConnection = 1; /* or FCGX_Accept_r() first closes it */
             rc = FCGX_Accept_r(&fr);
         } else {
-            /* The web server keeps the connection: a stop ends the wait
-             * for its next request (see worker_on_term()). */
-            worker_kept_fd = fr.ipcFd;
-            worker_accepting = 1;
-            rc = worker_stop ? -1 : FCGX_Accept_r(&fr);
-            worker_accepting = 0;
-            worker_kept_fd = -1;
+            /* The web server keeps the connection: its next request, or
+             * its end; once stopping, for fcgi.kept_drain_ms at most. */
+            if (!worker_kept_wait(fr.ipcFd, worker_wake_fd, worker_stop, &drain_until,
+                                  conf->fcgi_kept_drain_ms)) {
+                log_info("worker %d: closing a kept connection the web server has not "
+                         "closed in fcgi.kept_drain_ms (%d ms)", index,
+                         conf->fcgi_kept_drain_ms);
+                break;
+            }
+            rc = FCGX_Accept_r(&fr);
         }
         if (rc < 0) {
-            /* The connection ended before a request (libfcgi closed it), or
-             * a kept one was cut by the stop. */
+            /* The connection ended before a request: libfcgi closed it. */
             if (worker_stop)
                 break;
             continue;
         }
         worker_serve(&w, &fr, &r, body);
-        if (worker_stop)
+        /* A kept connection is served on till the web server closes it. */
+        if (worker_stop && fr.ipcFd < 0)
             break;
+    }
+    if (fr.ipcFd >= 0) {
+        /* Closed outright: libfcgi's own close waits up to 2 s for the web
+         * server to close its end. */
+        close(fr.ipcFd);
+        fr.ipcFd = -1;
     }
     FCGX_Free(&fr, 0);
     free(body);

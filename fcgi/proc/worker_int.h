@@ -5,6 +5,7 @@
 #define CS_WORKER_INT_H
 
 #include <fcgiapp.h>
+#include <stdint.h>
 
 #include "node/ctx.h"
 
@@ -37,6 +38,15 @@ void worker_serve(struct node_ctx *w, FCGX_Request *fr, struct req *r, char *bod
  * tells whether to go on).
  * Safe from several threads at once. */
 int worker_accept(int listen_fd);
+
+/* Waits for the next request (or the end) of the kept connection fd: 1 once
+ * it has something to read. Once stopping (stopping set, or wake_fd
+ * readable), waits till *drain_until, set to drain_ms from the first such
+ * wait, and returns 0 when that passes. The web server may send a request
+ * on a kept connection the moment the worker closes it, and gets no answer
+ * then (nginx: 502, a seize not sent again), so a stopping handler serves a
+ * kept connection till the web server closes it or the drain is over. */
+int worker_kept_wait(int fd, int wake_fd, int stopping, int64_t *drain_until, int drain_ms);
 
 /* 1 when an accept that failed with err is worth trying again at once. */
 int worker_accept_transient(int err);

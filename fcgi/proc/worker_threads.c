@@ -41,8 +41,9 @@
  * no descriptor but the listening one is ever replaced (a closed kept
  * connection's number may already be another thread's socket).
  * What a thread has accepted it serves, though the stop comes before the
- * request's first bytes (worker_accept()); once stopping, it serves on a
- * kept connection only a request that was there when it woke, and closes it.
+ * request's first bytes (worker_accept()); once stopping, it serves a kept
+ * connection till the web server closes it, fcgi.kept_drain_ms at most
+ * (worker_kept_wait()).
  */
 
 struct wt_pool;
@@ -52,6 +53,7 @@ struct wt_thread {
     int started;
     _Atomic int accepting;       /* inside worker_accept(): maybe blocked in accept() */
     _Atomic int done;            /* the thread has left its loop */
+    int64_t drain_until;         /* the end of a kept connection's drain */
     int no;                      /* 0..fcgi.threads - 1 */
     struct wt_pool *pool;
     struct node_ctx nc;
@@ -64,6 +66,7 @@ struct wt_pool {
     int stop_fd;                 /* eventfd: readable once the worker stops */
     _Atomic int stop;
     int index;                   /* the worker's number */
+    int drain_ms;                /* fcgi.kept_drain_ms */
     int n;
     struct wt_thread *t;
 };
@@ -78,30 +81,6 @@ static void wt_on_wake(int sig)
     (void)sig;
 }
 
-/* A kept connection between requests: 1 when it has something to read (a
- * request, or its end), 0 when the worker stops first. */
-static int wt_kept_ready(struct wt_thread *t)
-{
-    struct pollfd pf[2] = {
-        {.fd = t->fr.ipcFd, .events = POLLIN},
-        {.fd = t->pool->stop_fd, .events = POLLIN},
-    };
-
-    for (;;) {
-        int n = poll(pf, 2, -1);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            log_error("worker %d thread %d: poll() failed: %s", t->pool->index, t->no,
-                      strerror(errno));
-            return 0;
-        }
-        if (pf[0].revents != 0)
-            return 1;
-        return 0;
-    }
-}
-
 static void *wt_run(void *arg)
 {
     struct wt_thread *t = arg;
@@ -112,9 +91,15 @@ static void *wt_run(void *arg)
     for (;;) {
         int rc;
         if (t->fr.ipcFd >= 0) {
-            /* A kept connection: its next request, or its end. */
-            if (!wt_kept_ready(t) && atomic_load(&p->stop))
+            /* A kept connection: its next request, or its end; once
+             * stopping, for fcgi.kept_drain_ms at most. */
+            if (!worker_kept_wait(t->fr.ipcFd, p->stop_fd, atomic_load(&p->stop),
+                                  &t->drain_until, p->drain_ms)) {
+                log_info("worker %d thread %d: closing a kept connection the web server "
+                         "has not closed in fcgi.kept_drain_ms (%d ms)", p->index, t->no,
+                         p->drain_ms);
                 break;
+            }
         } else {
             atomic_store(&t->accepting, 1);
             /* The flag before the stop check, the stop flag before the dud
@@ -146,7 +131,8 @@ static void *wt_run(void *arg)
             continue;
         }
         worker_serve(&t->nc, &t->fr, &r, t->body);
-        if (atomic_load(&p->stop))
+        /* A kept connection is served on till the web server closes it. */
+        if (atomic_load(&p->stop) && t->fr.ipcFd < 0)
             break;
     }
     /* A kept connection is closed outright: libfcgi's own close would wait
@@ -277,6 +263,7 @@ int worker_threads_main(const struct cs_conf *conf, int listen_fd, struct shm_no
     memset(&p, 0, sizeof(p));
     p.listen_fd = listen_fd;
     p.index = index;
+    p.drain_ms = conf->fcgi_kept_drain_ms;
     p.n = conf->fcgi_threads;
     p.t = xcalloc((size_t)p.n, sizeof(*p.t));
     p.stop_fd = eventfd(0, EFD_CLOEXEC);

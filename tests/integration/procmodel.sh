@@ -50,6 +50,17 @@ check_eq "a stop after the accept: the request is answered" 200 \
     "$(python3 "$top_srcdir/tests/fcgi_stop_race.py" "$COUPON_FCGI_SOCK" "$one" 2>&1)"
 wait_for 10 fcgi_count_is 0
 check_eq "... and the worker then stops" 0 "$(fcgi_count)"
+# A connection the web server keeps (fastcgi_keep_conn): the next request
+# may be on its way when the worker is told to stop; it is served, and the
+# worker goes once the web server has closed the connection.
+spawn-fcgi -s "$COUPON_FCGI_SOCK" -F 1 -- "$FCGI" -c "$COUPON_CONF" >/dev/null 2>&1
+wait_for 10 fcgi_count_is 1
+one=$(pgrep -f -- "$FCGI -c $COUPON_CONF")
+check_eq "a stop between two requests of a kept connection: the second is answered" 200 \
+    "$(python3 "$top_srcdir/tests/fcgi_stop_race.py" --kept "$COUPON_FCGI_SOCK" "$one" 2>&1)"
+wait_for 10 fcgi_count_is 0
+check_eq "... and the worker stops once the web server closed it" 0 "$(fcgi_count)"
+rm -f "$COUPON_FCGI_SOCK"
 
 # --- systemd socket activation: the supervisor serves fd 3 ---------------------------
 rm -f "$COUPON_FCGI_SOCK"

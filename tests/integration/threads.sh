@@ -80,6 +80,33 @@ seize_judge_all "kill" 6402 "$log"
 check_eq "kill: Redis stock + MySQL rows = total" 1000000 "$(($(stock_of 6402) + $(rows_of 6402)))"
 check_eq "kill: the node's metrics count 4 workers" 4 "$(metric couponseize_workers)"
 
+# --- (c2) a reload and an upgrade in place under load over kept connections --------------
+# A worker told to stop while nginx keeps a connection to it: nginx may send
+# the next request on it at any moment, and does not send a POST again
+# (fastcgi_next_upstream off), so a worker that closed it then would leave
+# a seize without an answer (502). Judged per answer: every one the
+# service's own.
+mk_activity 6404 1000000 -60 3600
+http POST /market/admin/coupon/preheat '' "$ADMIN"
+log=$COUPON_DIR/roll.log
+load_until_stopped 6404 6404000000 "$log" || not_ok "roll: the load got going"
+before=$(workers)
+n0=$(answers "$log")
+kill -HUP "$SUP"
+replaced() { [[ -z $(comm -12 <(tr ' ' '\n' <<<"$before" | sort) <(workers | tr ' ' '\n' | sort) | tr -d '\n') ]]; }
+check "roll: a reload (SIGHUP) replaces every worker under load" wait_for 60 replaced
+# shellcheck disable=SC2016 # expanded by wait_for's eval, in this scope
+wait_for 30 eval '(($(answers "$log") >= n0 + 500))' || not_ok "roll: the load went on after the reload"
+n0=$(answers "$log")
+check "roll: an upgrade in place (SIGUSR2) under load" stack upgrade-fcgi
+SUP=$COUPON_FCGI_PID
+# shellcheck disable=SC2016 # expanded by wait_for's eval, in this scope
+wait_for 30 eval '(($(answers "$log") >= n0 + 500))' || not_ok "roll: the load went on after the upgrade"
+stop_bg "$LOAD_PID"
+none=$(awk 'NR > 1 && ($3 ~ /^HTTP_5/ || $3 == "CONNECTION_ERROR")' "$log")
+diag "roll: $(answers "$log") answers; without a code of the service: $(printf '%s' "$none" | grep -c .)"
+check_eq "roll: every answer the service's own (no 502, no connection cut)" "" "$(head -n 5 <<<"$none")"
+
 # --- (d) graceful stop while seizes wait on Redis ---------------------------------------
 mk_activity 6403 100 -60 3600
 http POST /market/admin/coupon/preheat '' "$ADMIN"
