@@ -50,6 +50,10 @@ for i in $(seq 25); do
     for p in $(pgrep -P "$sup"); do kill -STOP "$p"; done
     kill -HUP "$sup"
     wait_for 10 reloads_at_least "$i"
+    # The reload's new workers forked too, or the next round would not stop
+    # them, and they would go at its SIGHUP.
+    # shellcheck disable=SC2016 # expanded by wait_for's eval, in this scope
+    wait_for 10 eval '(($(children) >= 4 * (i + 1)))'
 done
 check_eq "(b) 25 reloads" 25 "$(reloads)"
 check "(b) the replaced workers wait, stopped ($(children) children)" test "$(children)" -ge 100
