@@ -68,6 +68,17 @@ static void seize_unreached(struct node_ctx *nc, struct req *r, int64_t id, int6
     case RESERVE_UNKNOWN:
         req_reply(r, CODE_UNKNOWN_OUTCOME, NULL, NULL, breaker_retry_after(nc->conf));
         return;
+    case RESERVE_NO_KEEPER:
+        /* A node with reserves whose keeper is between two runs (a restart,
+         * an upgrade in place): this user may hold a grant in the journal
+         * that the grants table does not show yet, so UNAVAILABLE (nothing
+         * issued) cannot be promised. */
+        if (c->fallback_reserve > 0) {
+            req_reply(r, CODE_UNKNOWN_OUTCOME, "this node's reserve keeper is restarting", NULL,
+                      breaker_retry_after(nc->conf));
+            return;
+        }
+        break;
     case RESERVE_NONE:
         break;
     }

@@ -223,7 +223,11 @@ enum reserve_outcome reserve_grant(struct shm_node *shm, int wslot, const char *
     if (e >= 0)
         return atomic_load(&rv->grant[e].state) >= RGRANT_GRANTED ? RESERVE_ALREADY
                                                                    : RESERVE_UNKNOWN;
-    if (atomic_load(&rv->keeper_pid) == 0 || atomic_load(&rv->halted))
+    /* No keeper: none may be spent, and the table may not know every
+     * grant (a new keeper empties it, then refills it from the journal). */
+    if (atomic_load(&rv->keeper_pid) == 0)
+        return RESERVE_NO_KEEPER;
+    if (atomic_load(&rv->halted))
         return RESERVE_NONE;
     int i = reserve_slot_of(rv, id);
     if (i < 0)

@@ -23,6 +23,9 @@ enum reserve_outcome {
     RESERVE_SEIZED,            /* the grant is on disk: SEIZED */
     RESERVE_ALREADY,           /* this node granted the user a coupon of it already */
     RESERVE_UNKNOWN,           /* the journal write failed midway: UNKNOWN_OUTCOME */
+    RESERVE_NO_KEEPER,         /* nothing granted, and no keeper runs: the grants table
+                                * may miss a grant the journal holds (a keeper
+                                * restarting or upgrading rebuilds it) */
 };
 
 /* A worker's journal segment, opened at its first grant. */

@@ -99,7 +99,22 @@ START_TEST(no_worker_slot_no_keeper_no_reserve)
     ck_assert_int_eq(reserve_grant(node, 0, jdir, &rj, LEASE_MS, MARGIN_MS, AID + 1, 1, 1),
                      RESERVE_NONE); /* no reserve of that sale */
     atomic_store(&node->rsv.keeper_pid, 0);
-    ck_assert_int_eq(grant(1, 1), RESERVE_NONE);
+    ck_assert_int_eq(grant(1, 1), RESERVE_NO_KEEPER);
+}
+END_TEST
+
+/* A keeper restarting (an upgrade in place hands over to a new one): the
+ * new keeper empties the grants table and refills it from the journal, and
+ * no keeper runs meanwhile. A user granted before is then not in the table:
+ * the answer must not be NONE (UNAVAILABLE: nothing issued). */
+START_TEST(a_grant_the_table_lost_to_a_rebuild_is_not_denied)
+{
+    ck_assert_int_eq(grant(7, 1), RESERVE_SEIZED);
+    atomic_store(&node->rsv.keeper_pid, 0);
+    memset(node->rsv.grant, 0, sizeof(node->rsv.grant)); /* the rebuild's start */
+    atomic_store(&node->rsv.ngrants, 0);
+    ck_assert_int_ne(grant(7, 1), RESERVE_NONE);
+    ck_assert_int_ne(grant(7, 1), RESERVE_SEIZED);
 }
 END_TEST
 
@@ -186,6 +201,7 @@ int main(void)
     tcase_add_test(tc, only_inside_the_window_less_the_margin);
     tcase_add_test(tc, unknown_eligibility_needs_a_sale_open_to_all);
     tcase_add_test(tc, halted_node_grants_nothing_but_knows_its_grants);
+    tcase_add_test(tc, a_grant_the_table_lost_to_a_rebuild_is_not_denied);
     tcase_add_test(tc, no_journal_segment_no_grant);
     tcase_add_test(tc, unwritable_journal_cancels_the_grant);
     suite_add_tcase(s, tc);
