@@ -114,11 +114,16 @@ static void keeper_read_journal(struct keeper *k, struct kscan *s)
 }
 
 /* A record on disk is a grant, whether or not its worker lived to answer:
- * the user is told ALREADY_SEIZED from now on, not UNKNOWN_OUTCOME. */
+ * the user is told ALREADY_SEIZED from now on, not UNKNOWN_OUTCOME. A
+ * record the table does not know (written by a worker that was still inside
+ * its grant when this keeper rebuilt the table, after the start-up scan) is
+ * added, so the user is not granted a second token meanwhile. */
 static void keeper_mark_granted(struct keeper *k, int64_t aid, int64_t uid)
 {
     int e = reserve_grant_find(k->rv, aid, uid);
     int pending = RGRANT_PENDING;
+    if (e < 0 && reserve_grant_add(k->rv, aid, uid, &e) != CS_OK && e < 0)
+        return; /* the table is full: the replay still makes the grant known */
     if (e >= 0)
         atomic_compare_exchange_strong(&k->rv->grant[e].state, &pending, RGRANT_GRANTED);
 }
@@ -126,6 +131,8 @@ static void keeper_mark_granted(struct keeper *k, int64_t aid, int64_t uid)
 static void keeper_mark_replayed(struct keeper *k, int64_t aid, int64_t uid)
 {
     int e = reserve_grant_find(k->rv, aid, uid);
+    if (e < 0)
+        (void)reserve_grant_add(k->rv, aid, uid, &e);
     if (e >= 0)
         atomic_store(&k->rv->grant[e].state, RGRANT_REPLAYED);
 }

@@ -142,7 +142,9 @@ int keeper_journal_rebuild(struct keeper *k)
                       "until it is done", (int)atomic_load(&k->shm->worker_pid[w]),
                       atomic_load(&rv->busy_aid[w]), atomic_load(&rv->busy_epoch[w]));
     /* A grant still in flight after the wait took its token already: the
-     * next token each slot had is kept, so it is never handed out again. */
+     * next token each slot had is kept, so it is never handed out again,
+     * and its record, written after the scan below, enters the table at the
+     * next replay pass (keeper_mark_granted()). */
     struct khad {
         int64_t aid;
         uint64_t epoch;

@@ -713,6 +713,41 @@ START_TEST(claim_lasts_its_lease_and_slack)
 }
 END_TEST
 
+/* ---- the replay pass ------------------------------------------------------------------ */
+
+/* A worker still inside its grant when a new keeper rebuilt the grants
+ * table (an upgrade in place waits 3 s for it, not longer) writes its record
+ * after the keeper's start-up scan: the table does not know the user. The
+ * next pass, Redis away or not, makes the grant known, so the user is told
+ * ALREADY_SEIZED, not granted a second token. */
+START_TEST(a_record_the_table_lost_is_known_after_a_pass)
+{
+    char dir[] = "/tmp/cs-test-keeper-jXXXXXX", err[256], cmd[128];
+    struct journal j;
+    struct journal_rec rec = {.activity_id = AID, .epoch = EPOCH, .token = 0, .user_id = 99,
+                              .seize_ms = 1};
+
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    ck_assert_msg(journal_dir_open(&k.jd, dir, err, sizeof(err)) == CS_OK, "%s", err);
+    char path[256];
+    journal_segment_path(path, sizeof(path), dir, 0, 1);
+    ck_assert_msg(journal_open_path(&j, path, err, sizeof(err)) == CS_OK, "%s", err);
+    ck_assert_int_eq(journal_append(&j, &rec), CS_OK);
+    journal_close(&j);
+    ck_assert_int_lt(reserve_grant_find(k.rv, AID, 99), 0);
+    keeper_journal_replay(&k); /* nothing renewed: nothing goes to Redis */
+    int e = reserve_grant_find(k.rv, AID, 99);
+    ck_assert_int_ge(e, 0);
+    ck_assert_int_eq(atomic_load(&k.rv->grant[e].state), RGRANT_GRANTED);
+    ck_assert_int_eq(atomic_load(&k.rv->journal_depth), 1);
+    journal_dir_close(&k.jd);
+    free(k.files);
+    k.files = NULL;
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 int main(void)
 {
     log_init("test_keeper", LOG_LVL_WARNING, "stderr");
@@ -759,6 +794,11 @@ int main(void)
     tcase_add_test(tc, claim_of_a_dead_keeper_here_is_taken);
     tcase_add_test(tc, claim_lasts_its_lease_and_slack);
     suite_add_tcase(s, tc);
+    TCase *tj = tcase_create("replay");
+    tcase_add_unchecked_fixture(tj, redis_start, redis_stop);
+    tcase_add_checked_fixture(tj, keeper_setup, keeper_teardown);
+    tcase_add_test(tj, a_record_the_table_lost_is_known_after_a_pass);
+    suite_add_tcase(s, tj);
     /* Fork mode would kill the fixture's server with the first test child. */
     return cs_run_suite(s, 1);
 }
