@@ -254,14 +254,18 @@ int worker_init(struct node_ctx *w, const struct cs_conf *conf, struct shm_node 
         log_error("auth: OpenSSL has no HMAC-SHA-256");
         return CS_ERR;
     }
-    /* Counted by the metrics route; a full registry only hides this worker there. */
     w->rj.j.fd = -1;
     reserve_init_faults();
-    w->slot = shm_worker_register(shm, (int32_t)getpid());
+    return CS_OK;
+}
+
+void worker_register(struct node_ctx *w)
+{
+    /* Counted by the metrics route; a full registry only hides this worker there. */
+    w->slot = shm_worker_register(w->shm, (int32_t)getpid());
     if (w->slot < 0)
         log_warn("worker %d: no free slot in the worker registry (metrics omit it, and it "
-                 "grants nothing from reserves)", index);
-    return CS_OK;
+                 "grants nothing from reserves)", w->index);
 }
 
 void worker_fini(struct node_ctx *w)
@@ -360,6 +364,11 @@ int worker_main(const struct cs_conf *conf, int listen_fd, struct shm_node *shm,
      * write (the metrics route keeps the gauge). */
     if (index == 0)
         (void)durability_single(conf, w.rc);
+    /* Registered last: an upgrade's new supervisor takes over once every
+     * worker of its own is registered, so registered means about to accept
+     * (a Redis that hangs the check above holds the hand-over, not the
+     * node's accepting). */
+    worker_register(&w);
 
     for (;;) {
         int rc;

@@ -13,11 +13,15 @@ struct req;
 struct shm_node;
 
 /* Fills *w for one request handler: its own Redis and MySQL connections,
- * metadata cache and token verifier, and a slot of the node's worker
- * registry under this process's pid (-1 when the registry is full: the
- * handler grants nothing from reserves). index is the worker's number.
+ * metadata cache and token verifier. index is the worker's number.
  * Returns CS_OK, or CS_ERR after logging why (undo with worker_fini()). */
 int worker_init(struct node_ctx *w, const struct cs_conf *conf, struct shm_node *shm, int index);
+
+/* Takes a slot of the node's worker registry under this process's pid (-1
+ * when the registry is full: the handler grants nothing from reserves), just
+ * before the handler accepts: an upgrade's new supervisor reads a worker
+ * registered as one that accepts. */
+void worker_register(struct node_ctx *w);
 
 /* Frees what worker_init() made and gives back its registry slot. */
 void worker_fini(struct node_ctx *w);

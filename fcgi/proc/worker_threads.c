@@ -286,6 +286,9 @@ int worker_threads_main(const struct cs_conf *conf, int listen_fd, struct shm_no
      * write, before its first thread owns the connection. */
     if (index == 0)
         (void)durability_single(conf, p.t[0].nc.rc);
+    /* Registered just before they accept (worker_main() says why). */
+    for (int i = 0; i < p.n; i++)
+        worker_register(&p.t[i].nc);
     for (int i = 0; i < p.n; i++) {
         err = pthread_create(&p.t[i].tid, NULL, wt_run, &p.t[i]);
         if (err != 0) {
