@@ -302,6 +302,7 @@ static void super_on_handover(struct super *s, int64_t now)
         kill(s->keeper, SIGUSR2);
     else
         kill(s->upgrade_pid, SIGUSR1); /* no keeper here: the new one may start its own */
+    cs_pause_point("super-handed-over");
 }
 
 /* The new binary's side (step 3): SIGQUIT to the old supervisor once every
@@ -477,6 +478,33 @@ static int super_bury(struct super *s, int32_t pid, int64_t now)
     return 1;
 }
 
+/*
+ * The new supervisor of an upgrade died after it took over (step 4 done,
+ * perhaps step 5), while this one was still here: this one serves again
+ * rather than leave the node to nobody, as on a refused upgrade. Its
+ * workers told to go finish and go; new ones start now. The keeper, told
+ * to hand over, is started again once it has exited (super_keeper_exited(),
+ * no longer handing over), or now if it has: it adopts the journal as after
+ * any restart. The dead one's workers end with it (PR_SET_PDEATHSIG).
+ */
+static void super_resume(struct super *s, int64_t now)
+{
+    s->handover = 0;
+    s->stopping = 0;
+    for (int i = 0; i < s->n; i++) {
+        struct slot *sl = &s->slots[i];
+        if (sl->pid > 0)
+            super_retire(s, sl->pid, now);
+        sl->pid = 0;
+        sl->backoff_ms = 0;
+        sl->restart_at_ms = now;
+    }
+    if (s->keeper == 0)
+        s->keeper_at = keeper_wanted(s->conf) ? now : 0;
+    sdnotify_mainpid((int)getpid());
+    sdnotify_ready();
+}
+
 /* A child ended: the keeper, a replaced worker, or a worker to start again. */
 static void super_on_exit(struct super *s, pid_t pid, int status, int64_t now)
 {
@@ -489,11 +517,13 @@ static void super_on_exit(struct super *s, pid_t pid, int status, int64_t now)
                       WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
             if (!s->stopping)
                 sdnotify_ready();
+            s->upgrade_pid = 0;
         } else {
-            log_error("upgrade: the new supervisor (pid %d) ended after taking over",
-                      (int)pid);
+            log_error("upgrade: the new supervisor (pid %d) ended after taking over; this "
+                      "one serves again", (int)pid);
+            s->upgrade_pid = 0;
+            super_resume(s, now);
         }
-        s->upgrade_pid = 0;
         return;
     }
     if (pid == s->keeper) {
