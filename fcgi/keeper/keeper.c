@@ -56,6 +56,15 @@ static void keeper_on_handover(int sig)
     keeper_handover = 1;
 }
 
+/* 1 when no worker is inside a grant. */
+static int keeper_markers_down(const struct shm_reserves *rv)
+{
+    for (int w = 0; w < SHM_MAX_WORKERS; w++)
+        if (atomic_load(&rv->busy[w]) != 0)
+            return 0;
+    return 1;
+}
+
 int keeper_wanted(const struct cs_conf *conf)
 {
     if (conf->fallback_reserve > 0)
@@ -241,7 +250,14 @@ int keeper_main(const struct cs_conf *conf, struct shm_node *shm)
     /* A halt is never cleared by a (re)start: shared memory keeps it for a
      * keeper restarted under running workers, DIR/halted for a new node. */
     keeper_journal_halt(&k, 1);
-    atomic_store(&k.rv->keeper_pid, (int)getpid());
+    /* The grants table is whole once rebuilt, unless a worker was still
+     * inside a grant: its record may come after the scan. Then the keeper
+     * runs (workers cannot grant meanwhile: no keeper runs for them, so
+     * every marker still up is from before) and is named only after a
+     * pass that began with every marker down has put such records in the
+     * table (keeper_mark_granted()). */
+    if (!k.stale_busy)
+        atomic_store(&k.rv->keeper_pid, (int)getpid());
     log_notice("reserve keeper %d: %d coupons per sale, lease %d ms, journal %s", (int)getpid(),
                conf->fallback_reserve, conf->fallback_lease_ms, conf->fallback_journal);
 
@@ -260,7 +276,14 @@ int keeper_main(const struct cs_conf *conf, struct shm_node *shm)
             log_notice("reserve keeper: stopping: giving every reserve back");
             stop_by = t0 + KEEPER_STOP_MS;
         }
+        int markers_down = k.stale_busy && keeper_markers_down(k.rv);
+        uint64_t passes = k.replay_passes;
         keeper_pass(&k, stop_by != 0);
+        if (markers_down && k.replay_passes != passes) {
+            k.stale_busy = 0;
+            atomic_store(&k.rv->keeper_pid, (int)getpid());
+            log_notice("reserve keeper: the grants in flight at start-up are in the table");
+        }
         if (stop_by != 0) {
             int open = 0, cut = 0;
             for (int i = 0; i < SHM_RESERVES; i++)

@@ -124,6 +124,8 @@ struct keeper {
     int64_t list_next_ms, aside_next_ms;
     int margin_ms;
     int halt_kept;             /* DIR/halted is written for the halt in shared memory */
+    int stale_busy;            /* a worker was inside a grant after the rebuild's wait */
+    uint64_t replay_passes;    /* keeper_journal_replay() calls so far */
     char claim[192];           /* "host boot-id pid": this instance, in its incarnation's claim */
     int claimed;               /* the last claim Redis answered was granted */
     int64_t claim_sent;        /* cs_boot_ms() when the last claim confirmed was sent; 0 none */

@@ -517,6 +517,7 @@ void keeper_journal_replay(struct keeper *k)
                    " left", p.replayed, took, depth);
     }
     free(s.v);
+    k->replay_passes++;
 }
 
 /* ---- the tokens file: what deleted segments spent ------------------------------------ */

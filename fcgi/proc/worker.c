@@ -76,9 +76,9 @@ static void worker_on_term(int sig)
 
 /*
  * The accept of a new connection is the worker's, not libfcgi's: libfcgi's
- * OS_Accept() waits in select() up to 2 s for a unix socket connection's
- * first bytes and closes the connection when that wait ends early, and a
- * stop signal ends it early (select() is never restarted). A request taken
+ * OS_Accept() waits (poll() or select()) up to 2 s for a unix socket
+ * connection's first bytes and closes the connection when that wait ends
+ * early, and a stop signal ends it early (neither call is restarted). A request taken
  * off the listening socket, which no other worker can take any more, was
  * dropped so (nginx answers 502) whenever a reload or an upgrade stopped a
  * worker at that moment. Here a stop does not cut the wait short; the
@@ -86,7 +86,7 @@ static void worker_on_term(int sig)
  * (SA_RESTART) no stop ends either, and libfcgi never accepts itself (the
  * request's listening descriptor is -1). As libfcgi did: TCP_NODELAY on
  * TCP, only the IPv4 peers FCGI_WEB_SERVER_ADDRS names when it is set
- * (spawn-fcgi's -a and the FastCGI convention), and a connection silent
+ * (the FastCGI convention), and a connection silent
  * for 2 s is dropped, a TCP one too, so that none holds a stopping worker.
  */
 #define WORKER_FIRST_BYTES_MS 2000
@@ -98,12 +98,12 @@ static int n_web_addrs; /* 0: every peer; -2: none (read in worker_main()) */
 static void worker_read_web_addrs(void)
 {
     const char *env = getenv("FCGI_WEB_SERVER_ADDRS");
-    char buf[1024];
 
     n_web_addrs = 0;
     if (env == NULL || *env == '\0')
         return;
-    snprintf(buf, sizeof(buf), "%s", env);
+    /* Whole, never cut: a cut "10.0.0.12" would admit 10.0.0.1. */
+    char *buf = xstrdup(env);
     for (char *save = NULL, *a = strtok_r(buf, ", \t", &save); a != NULL;
          a = strtok_r(NULL, ", \t", &save)) {
         if (n_web_addrs == WORKER_WEB_ADDRS_MAX) {
@@ -116,6 +116,7 @@ static void worker_read_web_addrs(void)
         else
             log_warn("FCGI_WEB_SERVER_ADDRS: \"%s\" is not an IPv4 address, ignored", a);
     }
+    free(buf);
     /* Set but naming nobody: libfcgi then served nobody over TCP either. */
     if (n_web_addrs == 0)
         n_web_addrs = -2;
@@ -204,8 +205,10 @@ int worker_kept_wait(int fd, int wake_fd, int stopping, int64_t *drain_until, in
         int n = poll(pf, stopping ? 1 : 2, timeout);
         if (n < 0 && errno == EINTR)
             continue;
-        if (n < 0)
-            return 0;
+        if (n < 0) {
+            log_error("poll() on a kept connection failed: %s; closing it", strerror(errno));
+            return -1;
+        }
         if (n > 0 && pf[0].revents != 0)
             return 1;
         if (n == 0)
@@ -259,11 +262,11 @@ int worker_init(struct node_ctx *w, const struct cs_conf *conf, struct shm_node 
     return CS_OK;
 }
 
-void worker_register(struct node_ctx *w)
+void worker_register(struct node_ctx *w, int quiet)
 {
     /* Counted by the metrics route; a full registry only hides this worker there. */
     w->slot = shm_worker_register(w->shm, (int32_t)getpid());
-    if (w->slot < 0)
+    if (w->slot < 0 && !quiet)
         log_warn("worker %d: no free slot in the worker registry (metrics omit it, and it "
                  "grants nothing from reserves)", w->index);
 }
@@ -368,11 +371,15 @@ int worker_main(const struct cs_conf *conf, int listen_fd, struct shm_node *shm,
      * worker of its own is registered, so registered means about to accept
      * (a Redis that hangs the check above holds the hand-over, not the
      * node's accepting). */
-    worker_register(&w);
+    worker_register(&w, 0);
 
     for (;;) {
         int rc;
         if (fr.ipcFd < 0) {
+            /* A full registry (generations of workers still finishing after
+             * reloads) frees up as they go. */
+            if (w.slot < 0)
+                worker_register(&w, 1);
             worker_accepting = 1;
             /* A signal from here on either is seen now or ends the accept. */
             int fd = worker_stop ? -1 : worker_accept(listen_fd);
@@ -395,8 +402,14 @@ int worker_main(const struct cs_conf *conf, int listen_fd, struct shm_node *shm,
         } else {
             /* The web server keeps the connection: its next request, or
              * its end; once stopping, for fcgi.kept_drain_ms at most. */
-            if (!worker_kept_wait(fr.ipcFd, worker_wake_fd, worker_stop, &drain_until,
-                                  conf->fcgi_kept_drain_ms)) {
+            int ready = worker_kept_wait(fr.ipcFd, worker_wake_fd, worker_stop, &drain_until,
+                                         conf->fcgi_kept_drain_ms);
+            if (ready < 0) {
+                close(fr.ipcFd);
+                fr.ipcFd = -1;
+                continue;
+            }
+            if (ready == 0) {
                 log_info("worker %d: closing a kept connection the web server has not "
                          "closed in fcgi.kept_drain_ms (%d ms)", index,
                          conf->fcgi_kept_drain_ms);

@@ -20,8 +20,9 @@ int worker_init(struct node_ctx *w, const struct cs_conf *conf, struct shm_node 
 /* Takes a slot of the node's worker registry under this process's pid (-1
  * when the registry is full: the handler grants nothing from reserves), just
  * before the handler accepts: an upgrade's new supervisor reads a worker
- * registered as one that accepts. */
-void worker_register(struct node_ctx *w);
+ * registered as one that accepts. quiet: no warning when the registry is
+ * full (a retry before each new connection). */
+void worker_register(struct node_ctx *w, int quiet);
 
 /* Frees what worker_init() made and gives back its registry slot. */
 void worker_fini(struct node_ctx *w);
@@ -46,7 +47,8 @@ int worker_accept(int listen_fd);
 /* Waits for the next request (or the end) of the kept connection fd: 1 once
  * it has something to read. Once stopping (stopping set, or wake_fd
  * readable), waits till *drain_until, set to drain_ms from the first such
- * wait, and returns 0 when that passes. The web server may send a request
+ * wait, and returns 0 when that passes; -1 (logged) when poll() fails: the
+ * caller closes the connection. The web server may send a request
  * on a kept connection the moment the worker closes it, and gets no answer
  * then (nginx: 502, a seize not sent again), so a stopping handler serves a
  * kept connection till the web server closes it or the drain is over. */

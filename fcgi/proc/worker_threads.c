@@ -93,14 +93,22 @@ static void *wt_run(void *arg)
         if (t->fr.ipcFd >= 0) {
             /* A kept connection: its next request, or its end; once
              * stopping, for fcgi.kept_drain_ms at most. */
-            if (!worker_kept_wait(t->fr.ipcFd, p->stop_fd, atomic_load(&p->stop),
-                                  &t->drain_until, p->drain_ms)) {
+            int ready = worker_kept_wait(t->fr.ipcFd, p->stop_fd, atomic_load(&p->stop),
+                                         &t->drain_until, p->drain_ms);
+            if (ready < 0) {
+                close(t->fr.ipcFd);
+                t->fr.ipcFd = -1;
+                continue;
+            }
+            if (ready == 0) {
                 log_info("worker %d thread %d: closing a kept connection the web server "
                          "has not closed in fcgi.kept_drain_ms (%d ms)", p->index, t->no,
                          p->drain_ms);
                 break;
             }
         } else {
+            if (t->nc.slot < 0) /* as the one-thread loop */
+                worker_register(&t->nc, 1);
             atomic_store(&t->accepting, 1);
             /* The flag before the stop check, the stop flag before the dud
              * in wt_stop(): either this thread sees the stop, or the main
@@ -288,7 +296,7 @@ int worker_threads_main(const struct cs_conf *conf, int listen_fd, struct shm_no
         (void)durability_single(conf, p.t[0].nc.rc);
     /* Registered just before they accept (worker_main() says why). */
     for (int i = 0; i < p.n; i++)
-        worker_register(&p.t[i].nc);
+        worker_register(&p.t[i].nc, 0);
     for (int i = 0; i < p.n; i++) {
         err = pthread_create(&p.t[i].tid, NULL, wt_run, &p.t[i]);
         if (err != 0) {

@@ -206,6 +206,14 @@ static int reserve_journal_ready(struct reserve_journal *rj, const char *jdir, i
     return CS_OK;
 }
 
+/* An entry this grant added, given up: CANCELLED unless it is no longer
+ * PENDING (the keeper marked it granted from a journal record). */
+static void reserve_grant_cancel(struct shm_reserves *rv, int entry)
+{
+    int pending = RGRANT_PENDING;
+    atomic_compare_exchange_strong(&rv->grant[entry].state, &pending, RGRANT_CANCELLED);
+}
+
 enum reserve_outcome reserve_grant(struct shm_node *shm, int wslot, const char *jdir,
                                    struct reserve_journal *rj, int lease_ms, int margin_ms,
                                    int64_t id, int64_t uid, int meta_known)
@@ -213,21 +221,21 @@ enum reserve_outcome reserve_grant(struct shm_node *shm, int wslot, const char *
     struct shm_reserves *rv = &shm->rsv;
     int64_t now = cs_boot_ms(), lo, hi, sent;
 
-    if (wslot < 0 || wslot >= SHM_MAX_WORKERS)
-        return RESERVE_NONE;
     /* A user this node granted (its journal says so) is answered so even
      * when nothing is spendable now: a stopped reserve (a restart, a replay
      * pending), a lapsed lease or a halted node must not say UNAVAILABLE to
-     * someone who holds a coupon. */
+     * someone who holds a coupon. The keeper is read before the table and
+     * after: a lookup that missed while a new keeper rebuilt the table
+     * (none runs meanwhile: it empties the table, then refills it from the
+     * journal) says nothing. */
+    int keeper = atomic_load(&rv->keeper_pid);
     int e = reserve_grant_find(rv, id, uid);
     if (e >= 0)
         return atomic_load(&rv->grant[e].state) >= RGRANT_GRANTED ? RESERVE_ALREADY
                                                                    : RESERVE_UNKNOWN;
-    /* No keeper: none may be spent, and the table may not know every
-     * grant (a new keeper empties it, then refills it from the journal). */
-    if (atomic_load(&rv->keeper_pid) == 0)
+    if (keeper == 0 || atomic_load(&rv->keeper_pid) != keeper)
         return RESERVE_NO_KEEPER;
-    if (atomic_load(&rv->halted))
+    if (wslot < 0 || wslot >= SHM_MAX_WORKERS || atomic_load(&rv->halted))
         return RESERVE_NONE;
     int i = reserve_slot_of(rv, id);
     if (i < 0)
@@ -271,14 +279,16 @@ enum reserve_outcome reserve_grant(struct shm_node *shm, int wslot, const char *
     int32_t token = atomic_fetch_add(&s->next, 1);
     if (token >= amount) {
         /* Spent meanwhile; the entry says nothing was granted: it must not
-         * stay, or the user would be told ALREADY_SEIZED. */
-        atomic_store(&rv->grant[entry].state, RGRANT_CANCELLED);
+         * stay, or the user would be told ALREADY_SEIZED. Only from
+         * PENDING: the keeper may have marked it from a record of the same
+         * user that its table had lost. */
+        reserve_grant_cancel(rv, entry);
         goto done;
     }
     if (reserve_journal_ready(rj, jdir, wslot, seg) != CS_OK) {
         /* Nothing written: the token stays unused and goes back with the
          * reserve; the user holds nothing. A failed sync stops the node. */
-        atomic_store(&rv->grant[entry].state, RGRANT_CANCELLED);
+        reserve_grant_cancel(rv, entry);
         if (rj->seg == seg && rj->j.failed && !atomic_exchange(&rv->halted, 1))
             atomic_fetch_add(&rv->journal_failures, 1);
         goto done;

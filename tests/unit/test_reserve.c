@@ -118,6 +118,16 @@ START_TEST(a_grant_the_table_lost_to_a_rebuild_is_not_denied)
 }
 END_TEST
 
+/* A worker without a registry slot grants nothing, but still knows who holds
+ * a grant: not UNAVAILABLE to them. */
+START_TEST(a_worker_without_a_slot_knows_the_grants)
+{
+    ck_assert_int_eq(grant(8, 1), RESERVE_SEIZED);
+    ck_assert_int_eq(reserve_grant(node, -1, jdir, &rj, LEASE_MS, MARGIN_MS, AID, 8, 1),
+                     RESERVE_ALREADY);
+}
+END_TEST
+
 START_TEST(only_an_open_slot_grants)
 {
     atomic_store(&node->rsv.slot[0].state, RSV_OPEN + 1);
@@ -202,6 +212,7 @@ int main(void)
     tcase_add_test(tc, unknown_eligibility_needs_a_sale_open_to_all);
     tcase_add_test(tc, halted_node_grants_nothing_but_knows_its_grants);
     tcase_add_test(tc, a_grant_the_table_lost_to_a_rebuild_is_not_denied);
+    tcase_add_test(tc, a_worker_without_a_slot_knows_the_grants);
     tcase_add_test(tc, no_journal_segment_no_grant);
     tcase_add_test(tc, unwritable_journal_cancels_the_grant);
     suite_add_tcase(s, tc);
