@@ -41,26 +41,27 @@ check_eq "SIGTERM stops spawn-fcgi workers" 0 "$(fcgi_count)"
 # stop comes before the web server's bytes do: a connection dropped there is
 # a 502 at nginx for a request no other worker could take (an upgrade or a
 # reload stops workers mid-sale).
-rm -f "$COUPON_FCGI_SOCK"
-spawn-fcgi -s "$COUPON_FCGI_SOCK" -F 1 -- "$FCGI" -c "$COUPON_CONF" >/dev/null 2>&1
-wait_for 5 test -S "$COUPON_FCGI_SOCK"
-wait_for 10 fcgi_count_is 1
-one=$(pgrep -f -- "$FCGI -c $COUPON_CONF")
-check_eq "a stop after the accept: the request is answered" 200 \
-    "$(python3 "$top_srcdir/tests/fcgi_stop_race.py" "$COUPON_FCGI_SOCK" "$one" 2>&1)"
-wait_for 10 fcgi_count_is 0
-check_eq "... and the worker then stops" 0 "$(fcgi_count)"
+# stop_race NAME [--kept]: one worker of spawn-fcgi -F 1, told to stop while
+# tests/fcgi_stop_race.py's request is on its way; its answer's status, then
+# the worker gone.
+stop_race() {
+    local one
+    rm -f "$COUPON_FCGI_SOCK"
+    spawn-fcgi -s "$COUPON_FCGI_SOCK" -F 1 -- "$FCGI" -c "$COUPON_CONF" >/dev/null 2>&1
+    wait_for 5 test -S "$COUPON_FCGI_SOCK"
+    wait_for 10 fcgi_count_is 1
+    one=$(pgrep -f -- "$FCGI -c $COUPON_CONF")
+    check_eq "$1: the request is answered" 200 \
+        "$(python3 "$top_srcdir/tests/fcgi_stop_race.py" ${2:-} "$COUPON_FCGI_SOCK" "$one" 2>&1)"
+    wait_for 10 fcgi_count_is 0
+    check_eq "... and the worker then stops" 0 "$(fcgi_count)"
+    rm -f "$COUPON_FCGI_SOCK"
+}
+stop_race "a stop after the accept"
 # A connection the web server keeps (fastcgi_keep_conn): the next request
 # may be on its way when the worker is told to stop; it is served, and the
 # worker goes once the web server has closed the connection.
-spawn-fcgi -s "$COUPON_FCGI_SOCK" -F 1 -- "$FCGI" -c "$COUPON_CONF" >/dev/null 2>&1
-wait_for 10 fcgi_count_is 1
-one=$(pgrep -f -- "$FCGI -c $COUPON_CONF")
-check_eq "a stop between two requests of a kept connection: the second is answered" 200 \
-    "$(python3 "$top_srcdir/tests/fcgi_stop_race.py" --kept "$COUPON_FCGI_SOCK" "$one" 2>&1)"
-wait_for 10 fcgi_count_is 0
-check_eq "... and the worker stops once the web server closed it" 0 "$(fcgi_count)"
-rm -f "$COUPON_FCGI_SOCK"
+stop_race "a stop between two requests of a kept connection" --kept
 
 # --- systemd socket activation: the supervisor serves fd 3 ---------------------------
 rm -f "$COUPON_FCGI_SOCK"

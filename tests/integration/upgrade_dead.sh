@@ -28,11 +28,15 @@ check "a seize is answered before the upgrade" seize_ok 640001
 upgrade_build 2
 kill -USR2 "$old"
 proc_stopped() { [[ $(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null) == T ]]; }
+# The child of the old supervisor that runs the new binary.
+new_supervisor() {
+    local p
+    for p in $(pgrep -P "$old"); do
+        grep -qa 'COUPON_FCGI_UPGRADE=' "/proc/$p/environ" 2>/dev/null && echo "$p"
+    done
+}
 check "the old supervisor stops at the hand-over's pause point" wait_for 60 proc_stopped "$old"
-new=""
-for p in $(pgrep -P "$old"); do
-    grep -qa 'COUPON_FCGI_UPGRADE=' "/proc/$p/environ" 2>/dev/null && new=$p
-done
+new=$(new_supervisor)
 check "the new supervisor runs" test -n "$new"
 [[ -n $new ]] && kill -KILL "$new"
 # Let go at every pause point it stops at, till it says what it made of it.
@@ -54,10 +58,7 @@ check "... still, a moment later" seize_ok 640003
 upgrade_build 3
 kill -USR2 "$old"
 check "a second upgrade: the old supervisor stops before the hand-over" wait_for 60 proc_stopped "$old"
-new=""
-for p in $(pgrep -P "$old"); do
-    grep -qa 'COUPON_FCGI_UPGRADE=' "/proc/$p/environ" 2>/dev/null && new=$p
-done
+new=$(new_supervisor)
 check "... the new supervisor runs" test -n "$new"
 kill -CONT "$old"
 handed() { grep -q "upgrade: supervisor $new accepts" "$COUPON_DIR/fcgi.log" && proc_stopped "$old"; }
