@@ -51,6 +51,7 @@ struct conn {
     int64_t sent_us;
     int64_t user;
     int busy;
+    int closing; /* the last response said "Connection: close" */
 };
 
 static struct {
@@ -269,6 +270,10 @@ static int response_complete(struct conn *c)
         body[n] = '\0';
         used = hlen + clen;
     }
+    /* nginx ends a kept connection after keepalive_requests answers (1000
+     * by default) with this header: the next request goes on a new one. */
+    const char *conn = find_header(c->in, hend, "Connection:");
+    c->closing = conn != NULL && strncasecmp(conn + strspn(conn, " "), "close", 5) == 0;
     int status = atoi(c->in + 9);
     if (status > 0 && status < 600)
         status_counts[status]++;
@@ -487,6 +492,16 @@ int main(int argc, char **argv)
                     last_progress = now_us();
                     inflight--;
                     c->busy = 0;
+                    if (c->closing) {
+                        epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
+                        close(c->fd);
+                        c->fd = -1;
+                        c->inlen = 0;
+                        c->closing = 0;
+                        if (MORE())
+                            idle[nidle++] = c; /* connects when its next request is due */
+                        continue;
+                    }
                     if (MORE() && due(t0, started)) {
                         build_request(c, started++);
                         c->busy = 1;
