@@ -84,6 +84,15 @@ check_eq "both upgraded: each node's epoch is the one set aside before (none set
     "$epochs0" \
     "$(mysql_q "SELECT GROUP_CONCAT(incarnation, ':', epoch ORDER BY incarnation)
         FROM reserve_epoch WHERE activity_id = $ID")"
+epochs1=$(mysql_q "SELECT GROUP_CONCAT(incarnation, ':', epoch ORDER BY incarnation)
+    FROM reserve_epoch WHERE activity_id = $ID")
+if [[ $epochs1 != "$epochs0" ]]; then
+    diag "reserve_epoch: $(mysql_q "SELECT incarnation, epoch, state, amount, closed_by, returned, created_at, closed_at
+        FROM reserve_epoch WHERE activity_id = $ID ORDER BY incarnation, epoch" | tr '\t\n' ' |')"
+    for n in 1 2; do
+        diag "node $n's keepers: $(grep -h 'reserve keeper' "$COUPON_DIR/node$n/fcgi.log" | cut -c1-220 | tail -n 25)"
+    done
+fi
 # (Given back at the low-water mark near the sale's end, maybe: never at a hand-over.)
 for n in 1 2; do
     check_eq "node $n: its keeper handed over once" 1 \
