@@ -43,8 +43,12 @@ check_eq "preheat answers 200" 200 "$HTTP_CODE"
 EPOCHS="SELECT COUNT(*), COALESCE(SUM(state = 1), 0), COUNT(DISTINCT incarnation)
     FROM reserve_epoch WHERE activity_id = $ID"
 check "both keepers set a reserve aside" wait_for 20 sql_is "$EPOCHS" $'2\t2\t2'
-epochs0=$(mysql_q "SELECT GROUP_CONCAT(incarnation, ':', epoch ORDER BY incarnation)
-    FROM reserve_epoch WHERE activity_id = $ID")
+# Epochs that took tokens. Near the sale's end a keeper gives its reserve
+# back at the low-water mark, and may then try a set-aside that the script
+# refuses (amount 0, closed at once): nothing set aside, so not counted.
+SET_ASIDE="SELECT GROUP_CONCAT(incarnation, ':', epoch ORDER BY incarnation, epoch)
+    FROM reserve_epoch WHERE activity_id = $ID AND amount > 0"
+epochs0=$(mysql_q "$SET_ASIDE")
 
 LPIDS=()
 for n in 1 2; do
@@ -80,12 +84,9 @@ check "side by side: node 2 still on build 1" cmp -s "/proc/$(fcgi_pid 2)/exe" "
 check "side by side: both nodes answer" \
     wait_for 20 eval '(($(answers "$COUPON_DIR/load1.log") > a1 + 200 && $(answers "$COUPON_DIR/load2.log") > a2 + 200))'
 upgrade 2 3 300
+epochs1=$(mysql_q "$SET_ASIDE")
 check_eq "both upgraded: each node's epoch is the one set aside before (none set aside again)" \
-    "$epochs0" \
-    "$(mysql_q "SELECT GROUP_CONCAT(incarnation, ':', epoch ORDER BY incarnation)
-        FROM reserve_epoch WHERE activity_id = $ID")"
-epochs1=$(mysql_q "SELECT GROUP_CONCAT(incarnation, ':', epoch ORDER BY incarnation)
-    FROM reserve_epoch WHERE activity_id = $ID")
+    "$epochs0" "$epochs1"
 if [[ $epochs1 != "$epochs0" ]]; then
     diag "reserve_epoch: $(mysql_q "SELECT incarnation, epoch, state, amount, closed_by, returned, created_at, closed_at
         FROM reserve_epoch WHERE activity_id = $ID ORDER BY incarnation, epoch" | tr '\t\n' ' |')"
