@@ -35,6 +35,7 @@ static int redis_port, dead_port;
 static struct cs_conf conf;
 static struct keeper k;
 static char shm_name[64];
+static char journal_dir[64]; /* a test's journal directory, removed at teardown */
 
 /* ---- servers -------------------------------------------------------------------- */
 
@@ -138,6 +139,14 @@ static void keeper_teardown(void)
     mconn_free(k.mc);
     free(k.closed);
     free(k.release);
+    free(k.files);
+    if (journal_dir[0] != '\0') {
+        char cmd[128];
+        journal_dir_close(&k.jd);
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", journal_dir);
+        ck_assert_int_eq(system(cmd), 0);
+        journal_dir[0] = '\0';
+    }
     shm_node_close(k.shm);
     shm_node_unlink(shm_name);
     conf_free(&conf);
@@ -722,12 +731,13 @@ END_TEST
  * ALREADY_SEIZED, not granted a second token. */
 START_TEST(a_record_the_table_lost_is_known_after_a_pass)
 {
-    char dir[] = "/tmp/cs-test-keeper-jXXXXXX", err[256], cmd[128];
+    char *dir = journal_dir, err[256];
     struct journal j;
     struct journal_rec rec = {.activity_id = AID, .epoch = EPOCH, .token = 0, .user_id = 99,
                               .seize_ms = 1};
 
-    ck_assert_ptr_nonnull(mkdtemp(dir));
+    snprintf(journal_dir, sizeof(journal_dir), "/tmp/cs-test-keeper-jXXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(journal_dir));
     ck_assert_msg(journal_dir_open(&k.jd, dir, err, sizeof(err)) == CS_OK, "%s", err);
     char path[256];
     journal_segment_path(path, sizeof(path), dir, 0, 1);
@@ -740,11 +750,6 @@ START_TEST(a_record_the_table_lost_is_known_after_a_pass)
     ck_assert_int_ge(e, 0);
     ck_assert_int_eq(atomic_load(&k.rv->grant[e].state), RGRANT_GRANTED);
     ck_assert_int_eq(atomic_load(&k.rv->journal_depth), 1);
-    journal_dir_close(&k.jd);
-    free(k.files);
-    k.files = NULL;
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
-    ck_assert_int_eq(system(cmd), 0);
 }
 END_TEST
 
