@@ -135,12 +135,15 @@ int keeper_journal_rebuild(struct keeper *k)
      * not forgotten: the marker names its activity and epoch, so every
      * fence of that epoch fails (nothing given back, no slot freed) until
      * the grant ends or the supervisor reaps its worker and clears it. */
-    for (int w = 0; w < SHM_MAX_WORKERS; w++)
-        if (atomic_load(&rv->busy[w]) != 0 && (k->stale_busy = 1))
-            log_error("reserve keeper: worker %d is still inside a grant of activity %" PRId64
-                      " epoch %" PRIu64 " after 3 s (a stuck write?); that epoch stays fenced "
-                      "until it is done", (int)atomic_load(&k->shm->worker_pid[w]),
-                      atomic_load(&rv->busy_aid[w]), atomic_load(&rv->busy_epoch[w]));
+    for (int w = 0; w < SHM_MAX_WORKERS; w++) {
+        if (atomic_load(&rv->busy[w]) == 0)
+            continue;
+        k->stale_busy = 1;
+        log_error("reserve keeper: worker %d is still inside a grant of activity %" PRId64
+                  " epoch %" PRIu64 " after 3 s (a stuck write?); that epoch stays fenced "
+                  "until it is done", (int)atomic_load(&k->shm->worker_pid[w]),
+                  atomic_load(&rv->busy_aid[w]), atomic_load(&rv->busy_epoch[w]));
+    }
     /* A grant still in flight after the wait took its token already: the
      * next token each slot had is kept, so it is never handed out again,
      * and its record, written after the scan below, enters the table at the
