@@ -27,11 +27,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-volatile sig_atomic_t worker_stop;
+/* Lock-free atomics, so the signal handler may use them (C11 7.14.1.1). */
+_Atomic int worker_stop;
 
-/* Set only around FCGX_Accept_r(): a stop signal must end a wait for the next
- * request, and nothing else. */
-static volatile sig_atomic_t worker_accepting;
+/* Set only around accept(): a stop signal must end a wait for a new
+ * connection, and nothing else. */
+static _Atomic int worker_accepting;
 static volatile sig_atomic_t worker_listen_fd = -1;
 static int worker_wake_fd = -1; /* eventfd: readable once the worker stops */
 
@@ -56,13 +57,13 @@ static void worker_on_term(int sig)
     int saved = errno;
 
     (void)sig;
-    worker_stop = 1;
+    atomic_store(&worker_stop, 1);
     if (worker_wake_fd >= 0) {
         uint64_t one = 1;
         ssize_t n = write(worker_wake_fd, &one, sizeof(one));
         (void)n; /* a full counter is readable too */
     }
-    if (worker_accepting) {
+    if (atomic_load(&worker_accepting)) {
         /* socket(), dup2() and close() are async-signal-safe. Should socket()
          * fail, the worker stops after the next request instead. */
         int dud = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -134,7 +135,15 @@ static int worker_peer_ok(const struct sockaddr_storage *ss)
     return 0;
 }
 
-int worker_accept(int listen_fd)
+/* Accepts the next connection on listen_fd and waits up to 2 s for its
+ * first bytes, which no signal cuts short (worker.c says why). Returns the
+ * connection, to be put in an FCGX_Request's ipcFd whose listen_sock is -1,
+ * with keepConnection set till the request is read (libfcgi's
+ * FCGX_Accept_r() first finishes the last request, and closes its
+ * connection unless kept), or -1 with errno set (worker_accept_transient()
+ * tells whether to go on).
+ * Safe from several threads at once. */
+static int worker_accept(int listen_fd)
 {
     struct sockaddr_storage ss;
     socklen_t len = sizeof(ss);
@@ -169,7 +178,8 @@ int worker_accept(int listen_fd)
     }
 }
 
-int worker_accept_transient(int err)
+/* 1 when an accept that failed with err is worth trying again at once. */
+static int worker_accept_transient(int err)
 {
     switch (err) {
     case EINTR:
@@ -187,7 +197,16 @@ int worker_accept_transient(int err)
     }
 }
 
-int worker_kept_wait(int fd, int wake_fd, int stopping, int64_t *drain_until, int drain_ms)
+/* Waits for the next request (or the end) of the kept connection fd: 1 once
+ * it has something to read. Once stopping (stopping set, or wake_fd
+ * readable), waits till *drain_until, set to drain_ms from the first such
+ * wait, and returns 0 when that passes; -1 (logged) when poll() fails: the
+ * caller closes the connection. The web server may send a request
+ * on a kept connection the moment the worker closes it, and gets no answer
+ * then (nginx: 502, a seize not sent again), so a stopping handler serves a
+ * kept connection till the web server closes it or the drain is over. */
+static int worker_kept_wait(int fd, int wake_fd, int stopping, int64_t *drain_until,
+                            int drain_ms)
 {
     struct pollfd pf[2] = {
         {.fd = fd, .events = POLLIN},
@@ -215,6 +234,55 @@ int worker_kept_wait(int fd, int wake_fd, int stopping, int64_t *drain_until, in
             return 0; /* the drain is over */
         stopping = 1;   /* the wake descriptor: the worker stops */
     }
+}
+
+int worker_next(struct worker_src *src, struct node_ctx *nc, FCGX_Request *fr)
+{
+    if (fr->ipcFd >= 0) {
+        /* The web server keeps the connection: its next request, or its
+         * end; once stopping, for fcgi.kept_drain_ms at most. */
+        int ready = worker_kept_wait(fr->ipcFd, src->wake_fd, atomic_load(src->stop),
+                                     &src->drain_until, src->drain_ms);
+        if (ready < 0) {
+            close(fr->ipcFd);
+            fr->ipcFd = -1;
+            return WORKER_NEXT_AGAIN;
+        }
+        if (ready == 0) {
+            log_info("%s: closing a kept connection the web server has not closed in "
+                     "fcgi.kept_drain_ms (%d ms)", src->who, src->drain_ms);
+            return WORKER_NEXT_STOP;
+        }
+    } else {
+        /* A full registry (generations of workers still finishing after
+         * reloads) frees up as they go. */
+        if (nc->slot < 0)
+            worker_register(nc, 1);
+        /* The flag before the stop check, the stop flag before the dud in
+         * the stopper: either this handler sees the stop, or the stopper
+         * sees it accepting and the accept meets the dud. */
+        atomic_store(src->accepting, 1);
+        int fd = atomic_load(src->stop) ? -1 : worker_accept(src->listen_fd);
+        atomic_store(src->accepting, 0);
+        if (fd < 0) {
+            if (atomic_load(src->stop))
+                return WORKER_NEXT_STOP;
+            /* A client that went away or stayed silent: next one. A broken
+             * listening socket must not be spun on. */
+            if (!worker_accept_transient(errno)) {
+                log_error("%s: accept() failed: %s", src->who, strerror(errno));
+                usleep(100000);
+            }
+            return WORKER_NEXT_AGAIN;
+        }
+        /* Accepted, even if the stop came meanwhile: served, then gone. */
+        fr->ipcFd = fd;
+        fr->keepConnection = 1; /* or FCGX_Accept_r() first closes it */
+    }
+    if (FCGX_Accept_r(fr) < 0)
+        /* The connection ended before a request: libfcgi closed it. */
+        return atomic_load(src->stop) ? WORKER_NEXT_STOP : WORKER_NEXT_AGAIN;
+    return WORKER_NEXT_SERVE;
 }
 
 /* Counts the request in the node's metrics. */
@@ -322,7 +390,6 @@ int worker_main(const struct cs_conf *conf, int listen_fd, struct shm_node *shm,
     FCGX_Request fr;
     struct req r;
     struct sigaction sa;
-    int64_t drain_until = 0; /* set at the stop, when a kept connection is open */
 
     worker_read_web_addrs();
     if (conf->fcgi_threads > 1)
@@ -373,59 +440,19 @@ int worker_main(const struct cs_conf *conf, int listen_fd, struct shm_node *shm,
      * node's accepting). */
     worker_register(&w, 0);
 
+    struct worker_src src = {.listen_fd = listen_fd, .wake_fd = worker_wake_fd,
+                             .stop = &worker_stop, .accepting = &worker_accepting,
+                             .drain_ms = conf->fcgi_kept_drain_ms};
+    snprintf(src.who, sizeof(src.who), "worker %d", index);
     for (;;) {
-        int rc;
-        if (fr.ipcFd < 0) {
-            /* A full registry (generations of workers still finishing after
-             * reloads) frees up as they go. */
-            if (w.slot < 0)
-                worker_register(&w, 1);
-            worker_accepting = 1;
-            /* A signal from here on either is seen now or ends the accept. */
-            int fd = worker_stop ? -1 : worker_accept(listen_fd);
-            worker_accepting = 0;
-            if (fd < 0) {
-                if (worker_stop)
-                    break;
-                /* A client that went away or stayed silent: next one. A
-                 * broken listening socket must not be spun on. */
-                if (!worker_accept_transient(errno)) {
-                    log_error("worker %d: accept() failed: %s", index, strerror(errno));
-                    usleep(100000);
-                }
-                continue;
-            }
-            /* Accepted, even if the signal came meanwhile: serve it, then go. */
-            fr.ipcFd = fd;
-            fr.keepConnection = 1; /* or FCGX_Accept_r() first closes it */
-            rc = FCGX_Accept_r(&fr);
-        } else {
-            /* The web server keeps the connection: its next request, or
-             * its end; once stopping, for fcgi.kept_drain_ms at most. */
-            int ready = worker_kept_wait(fr.ipcFd, worker_wake_fd, worker_stop, &drain_until,
-                                         conf->fcgi_kept_drain_ms);
-            if (ready < 0) {
-                close(fr.ipcFd);
-                fr.ipcFd = -1;
-                continue;
-            }
-            if (ready == 0) {
-                log_info("worker %d: closing a kept connection the web server has not "
-                         "closed in fcgi.kept_drain_ms (%d ms)", index,
-                         conf->fcgi_kept_drain_ms);
-                break;
-            }
-            rc = FCGX_Accept_r(&fr);
-        }
-        if (rc < 0) {
-            /* The connection ended before a request: libfcgi closed it. */
-            if (worker_stop)
-                break;
+        int next = worker_next(&src, &w, &fr);
+        if (next == WORKER_NEXT_STOP)
+            break;
+        if (next == WORKER_NEXT_AGAIN)
             continue;
-        }
         worker_serve(&w, &fr, &r, body);
         /* A kept connection is served on till the web server closes it. */
-        if (worker_stop && fr.ipcFd < 0)
+        if (atomic_load(&worker_stop) && fr.ipcFd < 0)
             break;
     }
     if (fr.ipcFd >= 0) {

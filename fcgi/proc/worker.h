@@ -4,14 +4,14 @@
 #ifndef CS_WORKER_H
 #define CS_WORKER_H
 
-#include <signal.h>
+#include <stdatomic.h>
 
 #include "node/ctx.h"
 
 struct shm_node;
 
 /* Set by SIGTERM: finish the request in flight, then leave the accept loop. */
-extern volatile sig_atomic_t worker_stop;
+extern _Atomic int worker_stop;
 
 /* Runs the accept loop on listen_fd until worker_stop. Returns the exit code. */
 int worker_main(const struct cs_conf *conf, int listen_fd, struct shm_node *shm, int index);

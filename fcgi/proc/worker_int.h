@@ -5,6 +5,7 @@
 #define CS_WORKER_INT_H
 
 #include <fcgiapp.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "node/ctx.h"
@@ -34,28 +35,29 @@ void worker_fini(struct node_ctx *w);
  * segment). body is the handler's buffer of fcgi.max_body + 1 bytes. */
 void worker_serve(struct node_ctx *w, FCGX_Request *fr, struct req *r, char *body);
 
-/* Accepts the next connection on listen_fd and waits up to 2 s for its
- * first bytes, which no signal cuts short (worker.c says why). Returns the
- * connection, to be put in an FCGX_Request's ipcFd whose listen_sock is -1,
- * with keepConnection set till the request is read (libfcgi's
- * FCGX_Accept_r() first finishes the last request, and closes its
- * connection unless kept), or -1 with errno set (worker_accept_transient()
- * tells whether to go on).
- * Safe from several threads at once. */
-int worker_accept(int listen_fd);
+/* What one request handler (the one-request worker, or one request thread)
+ * needs to take its next request: the listening socket, the descriptor made
+ * readable at its stop, its stop flag, the flag its stopper reads to know
+ * it may be blocked in accept(), and the drain of a kept connection. */
+struct worker_src {
+    int listen_fd;
+    int wake_fd;
+    _Atomic int *stop;
+    _Atomic int *accepting;
+    int drain_ms;              /* fcgi.kept_drain_ms */
+    int64_t drain_until;       /* set at the stop, when a kept connection is open */
+    char who[40];              /* "worker 3" or "worker 3 thread 1", for the log */
+};
 
-/* Waits for the next request (or the end) of the kept connection fd: 1 once
- * it has something to read. Once stopping (stopping set, or wake_fd
- * readable), waits till *drain_until, set to drain_ms from the first such
- * wait, and returns 0 when that passes; -1 (logged) when poll() fails: the
- * caller closes the connection. The web server may send a request
- * on a kept connection the moment the worker closes it, and gets no answer
- * then (nginx: 502, a seize not sent again), so a stopping handler serves a
- * kept connection till the web server closes it or the drain is over. */
-int worker_kept_wait(int fd, int wake_fd, int stopping, int64_t *drain_until, int drain_ms);
-
-/* 1 when an accept that failed with err is worth trying again at once. */
-int worker_accept_transient(int err);
+/* Takes the next request on fr for handler nc: a new connection
+ * (worker_accept(); the registry slot taken again first while the registry
+ * was full), or the next request of a kept one (worker_kept_wait()), read
+ * by FCGX_Accept_r(). WORKER_NEXT_SERVE: fr holds a request to serve;
+ * WORKER_NEXT_AGAIN: none this time (a connection that ended, a client gone
+ * or silent), call again; WORKER_NEXT_STOP: the handler stops (a kept
+ * connection past its drain is left open in fr for the caller to close). */
+enum { WORKER_NEXT_SERVE, WORKER_NEXT_AGAIN, WORKER_NEXT_STOP };
+int worker_next(struct worker_src *src, struct node_ctx *nc, FCGX_Request *fr);
 
 /* The accept loops of a worker with fcgi.threads > 1 (worker_threads.c):
  * runs till SIGTERM or SIGINT, then lets every thread finish the request it

@@ -53,7 +53,6 @@ struct wt_thread {
     int started;
     _Atomic int accepting;       /* inside worker_accept(): maybe blocked in accept() */
     _Atomic int done;            /* the thread has left its loop */
-    int64_t drain_until;         /* the end of a kept connection's drain */
     int no;                      /* 0..fcgi.threads - 1 */
     struct wt_pool *pool;
     struct node_ctx nc;
@@ -87,57 +86,17 @@ static void *wt_run(void *arg)
     struct wt_pool *p = t->pool;
     struct req r;
 
+    struct worker_src src = {.listen_fd = p->listen_fd, .wake_fd = p->stop_fd,
+                             .stop = &p->stop, .accepting = &t->accepting,
+                             .drain_ms = p->drain_ms};
+    snprintf(src.who, sizeof(src.who), "worker %d thread %d", p->index, t->no);
     mysql_thread_init();
     for (;;) {
-        int rc;
-        if (t->fr.ipcFd >= 0) {
-            /* A kept connection: its next request, or its end; once
-             * stopping, for fcgi.kept_drain_ms at most. */
-            int ready = worker_kept_wait(t->fr.ipcFd, p->stop_fd, atomic_load(&p->stop),
-                                         &t->drain_until, p->drain_ms);
-            if (ready < 0) {
-                close(t->fr.ipcFd);
-                t->fr.ipcFd = -1;
-                continue;
-            }
-            if (ready == 0) {
-                log_info("worker %d thread %d: closing a kept connection the web server "
-                         "has not closed in fcgi.kept_drain_ms (%d ms)", p->index, t->no,
-                         p->drain_ms);
-                break;
-            }
-        } else {
-            if (t->nc.slot < 0) /* as the one-thread loop */
-                worker_register(&t->nc, 1);
-            atomic_store(&t->accepting, 1);
-            /* The flag before the stop check, the stop flag before the dud
-             * in wt_stop(): either this thread sees the stop, or the main
-             * thread sees it accepting and signals it. */
-            int fd = atomic_load(&p->stop) ? -1 : worker_accept(p->listen_fd);
-            atomic_store(&t->accepting, 0);
-            if (fd < 0) {
-                if (atomic_load(&p->stop))
-                    break;
-                /* As the one-thread loop: a client gone or silent, or a
-                 * broken listening socket that must not be spun on. */
-                if (!worker_accept_transient(errno)) {
-                    log_error("worker %d thread %d: accept() failed: %s", p->index, t->no,
-                              strerror(errno));
-                    usleep(100000);
-                }
-                continue;
-            }
-            /* Accepted: served even if the stop came meanwhile. */
-            t->fr.ipcFd = fd;
-            t->fr.keepConnection = 1; /* or FCGX_Accept_r() first closes it */
-        }
-        rc = FCGX_Accept_r(&t->fr);
-        if (rc < 0) {
-            /* The connection ended before a request: libfcgi closed it. */
-            if (atomic_load(&p->stop))
-                break;
+        int next = worker_next(&src, &t->nc, &t->fr);
+        if (next == WORKER_NEXT_STOP)
+            break;
+        if (next == WORKER_NEXT_AGAIN)
             continue;
-        }
         worker_serve(&t->nc, &t->fr, &r, t->body);
         /* A kept connection is served on till the web server closes it. */
         if (atomic_load(&p->stop) && t->fr.ipcFd < 0)
