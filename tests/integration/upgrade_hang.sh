@@ -15,8 +15,10 @@
 upgrade_bins
 export COUPON_WORKERS=1
 # The check's wait follows the machine's slowness, so that on a busy machine
-# a request slowed by the machine alone stays well under half of it.
-TIMEOUT_MS=$((3000 * CS_TIME_SCALE))
+# a request slowed by the machine alone stays well under half of it; 6 s at
+# most, well within the 10 s a new supervisor waits for its workers to
+# register before it gives the upgrade up.
+TIMEOUT_MS=$((3000 * (CS_TIME_SCALE < 2 ? CS_TIME_SCALE : 2)))
 export COUPON_CONF_OVERRIDES="fallback.reserve=0
 redis.command_timeout_ms=$TIMEOUT_MS
 fallback.budget_ms=$((TIMEOUT_MS + 2000))
