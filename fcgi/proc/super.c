@@ -481,7 +481,9 @@ static int super_bury(struct super *s, int32_t pid, int64_t now)
 /*
  * The new supervisor of an upgrade died after it took over (step 4 done,
  * perhaps step 5), while this one was still here: this one serves again
- * rather than leave the node to nobody, as on a refused upgrade. Its
+ * rather than leave the node to nobody, as on a refused upgrade. Not after
+ * a clean exit (a stop of the node), and not under systemd, whose main
+ * process the dead one was (super_on_exit()). Its
  * workers told to go finish and go; new ones start now. The keeper, told
  * to hand over, is started again once it has exited (super_keeper_exited(),
  * no longer handing over), or now if it has: it adopts the journal as after
@@ -518,11 +520,24 @@ static void super_on_exit(struct super *s, pid_t pid, int status, int64_t now)
             if (!s->stopping)
                 sdnotify_ready();
             s->upgrade_pid = 0;
-        } else {
-            log_error("upgrade: the new supervisor (pid %d) ended after taking over; this "
-                      "one serves again", (int)pid);
+        } else if ((WIFSIGNALED(status) || WEXITSTATUS(status) != 0)
+                   && getenv("NOTIFY_SOCKET") == NULL) {
+            log_error("upgrade: the new supervisor (pid %d) ended after taking over (%s %d); "
+                      "this one serves again", (int)pid,
+                      WIFSIGNALED(status) ? "signal" : "status",
+                      WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
             s->upgrade_pid = 0;
             super_resume(s, now);
+        } else {
+            /* Stopped (exit 0): the node was told to stop, and this one,
+             * handed over, goes as its workers do. Under systemd the dead
+             * one was the unit's main process: systemd, not this one,
+             * decides what runs next. */
+            log_error("upgrade: the new supervisor (pid %d) ended after taking over (%s %d); "
+                      "this one, handed over, goes too", (int)pid,
+                      WIFSIGNALED(status) ? "signal" : "status",
+                      WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+            s->upgrade_pid = 0;
         }
         return;
     }

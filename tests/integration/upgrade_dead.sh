@@ -42,7 +42,7 @@ check "the new supervisor runs" test -n "$new"
 # Let go at every pause point it stops at, till it says what it made of it.
 said() {
     proc_stopped "$old" && kill -CONT "$old"
-    grep -qE "upgrade: supervisor $new asked for the hand-over but has exited|upgrade: the new supervisor \(pid $new\) ended after taking over; this one serves again" \
+    grep -qE "upgrade: supervisor $new asked for the hand-over but has exited|upgrade: the new supervisor \(pid $new\) ended after taking over \(signal 9\); this one serves again" \
         "$COUPON_DIR/fcgi.log"
 }
 check "the old supervisor says it serves on" wait_for 30 said
@@ -67,12 +67,32 @@ check "... the old one hands over and stops after it" wait_for 60 handed
 zombie() { [[ $(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null) == Z ]]; }
 check "... the new one is killed" wait_for 30 zombie "$new"
 kill -CONT "$old"
-check "the old supervisor serves again" wait_for 30 grep -q \
-    "upgrade: the new supervisor (pid $new) ended after taking over; this one serves again" \
+check "the old supervisor serves again" wait_for 30 grep -qE \
+    "upgrade: the new supervisor \\(pid $new\\) ended after taking over \\(signal 9\\); this one serves again" \
     "$COUPON_DIR/fcgi.log"
 check "... it runs" pid_alive "$old"
 check "... and new workers of its own answer" wait_for 30 seize_ok 640004
 workers_of_old() { [[ $(pgrep -P "$old" | wc -l) -ge 2 ]]; }
 check "... its workers are running" wait_for 30 workers_of_old
 check "... still, a moment later" seize_ok 640005
+
+# --- the new one is stopped (not killed) after the hand-over ---------------------------
+# A stop of the new supervisor is a stop of the node: the old one, handed
+# over, does not serve again; it goes once its workers have finished.
+upgrade_build 4
+kill -USR2 "$old"
+check "a third upgrade: the old supervisor stops before the hand-over" wait_for 60 proc_stopped "$old"
+new=$(new_supervisor)
+check "... the new supervisor runs" test -n "$new"
+kill -CONT "$old"
+check "... the old one hands over and stops after it" wait_for 60 handed
+[[ -n $new ]] && kill -TERM "$new"
+check "... the new one is stopped (SIGTERM) and exits" wait_for 60 zombie "$new"
+kill -CONT "$old"
+check "the old supervisor says the new one ended" wait_for 30 grep -q \
+    "upgrade: the new supervisor (pid $new) ended after taking over" "$COUPON_DIR/fcgi.log"
+check "... it goes too" wait_for 60 eval "! pid_alive $old"
+check_eq "... and did not serve again" "" \
+    "$(grep -F "upgrade: the new supervisor (pid $new) ended after taking over" "$COUPON_DIR/fcgi.log" |
+        grep -F "this one serves again")"
 finish
