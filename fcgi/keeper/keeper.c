@@ -56,15 +56,6 @@ static void keeper_on_handover(int sig)
     keeper_handover = 1;
 }
 
-/* 1 when no worker is inside a grant. */
-static int keeper_markers_down(const struct shm_reserves *rv)
-{
-    for (int w = 0; w < SHM_MAX_WORKERS; w++)
-        if (atomic_load(&rv->busy[w]) != 0)
-            return 0;
-    return 1;
-}
-
 int keeper_wanted(const struct cs_conf *conf)
 {
     if (conf->fallback_reserve > 0)
@@ -233,6 +224,11 @@ int keeper_main(const struct cs_conf *conf, struct shm_node *shm)
         log_error("reserve keeper: %s; no reserves on this node", err);
         return 1;
     }
+    /* The journal's lock is this keeper's: a keeper named in the segment
+     * now is one that died with nobody to clear its name (killed, its
+     * supervisor gone), and workers must not trust the grants table this
+     * keeper is about to empty and rebuild. */
+    atomic_store(&k.rv->keeper_pid, 0);
     rconn_opts_from_conf(&ro, conf, conf->redis_command_timeout_ms);
     ro.cluster_shared = &shm->cluster;
     k.rc = rconn_new(&ro);
@@ -276,7 +272,7 @@ int keeper_main(const struct cs_conf *conf, struct shm_node *shm)
             log_notice("reserve keeper: stopping: giving every reserve back");
             stop_by = t0 + KEEPER_STOP_MS;
         }
-        int markers_down = k.stale_busy && keeper_markers_down(k.rv);
+        int markers_down = k.stale_busy && keeper_markers_down(&k);
         uint64_t passes = k.replay_passes;
         keeper_pass(&k, stop_by != 0);
         if (markers_down && k.replay_passes != passes) {

@@ -8,7 +8,9 @@
 #include "keys.h"
 #include "log.h"
 
+#include <errno.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,6 +74,20 @@ void keeper_add_release(struct keeper *k, int64_t aid, uint64_t epoch)
     k->release[k->nrelease++] = (struct krelease){aid, epoch, 0};
 }
 
+/* Registry slot w's busy marker, up: 1 while its worker may still be inside
+ * the grant. A worker that is gone (one no supervisor reaps and clears: an
+ * orphan of a supervisor that died, killed) writes nothing more, and a
+ * record it appended is read by the next replay pass: its marker is taken
+ * down here. */
+static int keeper_marker_live(const struct keeper *k, int w)
+{
+    int32_t pid = atomic_load(&k->shm->worker_pid[w]);
+    if (pid > 0 && (kill(pid, 0) == 0 || errno != ESRCH))
+        return 1;
+    atomic_store(&k->rv->busy[w], 0);
+    return 0;
+}
+
 int keeper_epoch_busy(const struct keeper *k, int64_t aid, uint64_t epoch)
 {
     /* busy[] is read first: the activity and epoch a worker marks are
@@ -79,9 +95,17 @@ int keeper_epoch_busy(const struct keeper *k, int64_t aid, uint64_t epoch)
      * sees its slot stopped. */
     for (int w = 0; w < SHM_MAX_WORKERS; w++)
         if (atomic_load(&k->rv->busy[w]) != 0 && atomic_load(&k->rv->busy_aid[w]) == aid
-            && atomic_load(&k->rv->busy_epoch[w]) == epoch)
+            && atomic_load(&k->rv->busy_epoch[w]) == epoch && keeper_marker_live(k, w))
             return 1;
     return 0;
+}
+
+int keeper_markers_down(const struct keeper *k)
+{
+    for (int w = 0; w < SHM_MAX_WORKERS; w++)
+        if (atomic_load(&k->rv->busy[w]) != 0 && keeper_marker_live(k, w))
+            return 0;
+    return 1;
 }
 
 /* Slot i: no new grants, and whether every grant in flight of its epoch is

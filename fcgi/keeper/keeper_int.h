@@ -156,6 +156,9 @@ int keeper_durable(struct keeper *k, int shard, const struct rconn_site *site, i
 int keeper_is_closed(const struct keeper *k, int64_t aid, uint64_t epoch);
 /* Whether a worker is inside a grant of activity aid's epoch. */
 int keeper_epoch_busy(const struct keeper *k, int64_t aid, uint64_t epoch);
+/* 1 when no worker is inside a grant. Both take down the markers of workers
+ * that are gone. */
+int keeper_markers_down(const struct keeper *k);
 void keeper_add_closed(struct keeper *k, int64_t aid, uint64_t epoch);
 /* An epoch an admin closed: its parked tokens are released after the replay. */
 void keeper_add_release(struct keeper *k, int64_t aid, uint64_t epoch);

@@ -123,14 +123,8 @@ int keeper_journal_rebuild(struct keeper *k)
     for (int i = 0; i < SHM_RESERVES; i++)
         if (atomic_load(&rv->slot[i].state) != RSV_EMPTY)
             atomic_store(&rv->slot[i].state, RSV_STOPPED);
-    for (int tries = 0; tries < 300; tries++) {
-        int busy = 0;
-        for (int w = 0; w < SHM_MAX_WORKERS; w++)
-            busy += atomic_load(&rv->busy[w]) != 0;
-        if (busy == 0)
-            break;
+    for (int tries = 0; tries < 300 && !keeper_markers_down(k); tries++)
         usleep(10000);
-    }
     /* Not waited for longer (the node must not stay without a keeper), but
      * not forgotten: the marker names its activity and epoch, so every
      * fence of that epoch fails (nothing given back, no slot freed) until

@@ -498,12 +498,38 @@ END_TEST
 START_TEST(a_grant_in_flight_holds_a_closed_slot)
 {
     slot(0, AID, 10, 3, RSV_STOPPED, KP_CLOSED);
+    atomic_store(&k.shm->worker_pid[3], (int32_t)getpid()); /* a live worker's */
     atomic_store(&k.rv->busy_aid[3], AID);
     atomic_store(&k.rv->busy_epoch[3], EPOCH);
     atomic_store(&k.rv->busy[3], 5);
     keeper_slots(&k, 0);
     ck_assert_int_eq(state(0), RSV_STOPPED);
+    ck_assert_int_eq(keeper_markers_down(&k), 0);
     atomic_store(&k.rv->busy[3], 0);
+    keeper_slots(&k, 0);
+    ck_assert_int_eq(state(0), RSV_EMPTY);
+}
+END_TEST
+
+/* A worker that died inside a grant with nobody to reap it (an orphan of a
+ * supervisor that died, killed) leaves its marker up: it holds nothing, and
+ * must neither fence its epoch for ever nor keep a restarted keeper from
+ * being named. */
+START_TEST(a_dead_workers_marker_holds_nothing)
+{
+    pid_t dead = fork();
+    if (dead == 0)
+        _exit(0);
+    ck_assert_int_gt(dead, 0);
+    ck_assert_int_eq(waitpid(dead, NULL, 0), dead);
+    slot(0, AID, 10, 3, RSV_STOPPED, KP_CLOSED);
+    atomic_store(&k.shm->worker_pid[3], (int32_t)dead);
+    atomic_store(&k.rv->busy_aid[3], AID);
+    atomic_store(&k.rv->busy_epoch[3], EPOCH);
+    atomic_store(&k.rv->busy[3], 5);
+    ck_assert_int_eq(keeper_markers_down(&k), 1);
+    ck_assert_int_eq(atomic_load(&k.rv->busy[3]), 0);
+    atomic_store(&k.rv->busy[3], 5);
     keeper_slots(&k, 0);
     ck_assert_int_eq(state(0), RSV_EMPTY);
 }
@@ -779,6 +805,7 @@ int main(void)
     tcase_add_test(ts, field_gone_stops_the_slot);
     tcase_add_test(ts, closed_slot_is_freed_once_replayed);
     tcase_add_test(ts, a_grant_in_flight_holds_a_closed_slot);
+    tcase_add_test(ts, a_dead_workers_marker_holds_nothing);
     suite_add_tcase(s, ts);
     TCase *tr = tcase_create("renew");
     tcase_add_unchecked_fixture(tr, redis_start, redis_stop);
