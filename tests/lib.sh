@@ -77,6 +77,16 @@ check() {
 
 diag() { printf '# %s\n' "$*"; }
 
+# testkit SUBCOMMAND ARGS...: the helpers that need more than the shell
+# (proxies, socket listeners, JSON paths, Prometheus queries; "testkit -h"
+# lists them). A server of it started in the background is run as
+# python3 "$CS_TESTKIT" ... &, so that $! is python itself.
+# checker SUBCOMMAND ARGS...: the judges of answers, logs and journals
+# (tests/nemesis/checker.py, unit-tested in tests/nemesis/test_checker.py).
+CS_TESTKIT=$top_srcdir/tests/testkit.py
+testkit() { python3 "$CS_TESTKIT" "$@"; }
+checker() { python3 "$top_srcdir/tests/nemesis/checker.py" "$@"; }
+
 # lua_text NAME: lua/NAME.lua as coupon-fcgi sends it, each
 # "--#include part/X.lua" line replaced by that part (Makefile.am joins them
 # so for lib/scripts.c).
@@ -353,9 +363,7 @@ mint_jwt() {
     if [[ -n $CS_OPENSSL ]]; then
         sig=$(printf '%s' "$input" | openssl dgst -sha256 -hmac "$key" -binary | b64url)
     else
-        sig=$(python3 -c 'import base64, hashlib, hmac, sys
-d = hmac.new(sys.argv[1].encode(), sys.argv[2].encode(), hashlib.sha256).digest()
-print(base64.urlsafe_b64encode(d).decode().rstrip("="))' "$key" "$input")
+        sig=$(testkit jwt-sign "$key" "$input")
     fi
     printf '%s.%s\n' "$input" "$sig"
 }
@@ -495,22 +503,12 @@ json_get() {
         printf '%s\n' "${BASH_REMATCH[1]}"
         return 0
     fi
-    python3 -c 'import json, sys
-v = json.loads(sys.argv[1]).get(sys.argv[2])
-if v is None: sys.exit(0)
-print(v if isinstance(v, str) else json.dumps(v))' "$1" "$2"
+    testkit json-get "$1" "$2"
 }
 
 # jat JSON a.b.0.c: the value at a dotted path, list indexes as numbers
 # (strings unquoted, everything else as JSON); empty when absent.
-jat() {
-    python3 -c 'import json, sys
-v = json.loads(sys.argv[1])
-for k in sys.argv[2].split("."):
-    v = v[int(k)] if isinstance(v, list) else v.get(k) if isinstance(v, dict) else None
-if v is not None:
-    print(v if isinstance(v, str) else json.dumps(v))' "$1" "$2" 2>/dev/null
-}
+jat() { testkit jat "$1" "$2" 2>/dev/null; }
 
 # iso OFFSET_S: now + OFFSET_S seconds as RFC 3339 UTC.
 iso() { date -u -d "@$(($(date +%s) + $1))" +%Y-%m-%dT%H:%M:%SZ; }
@@ -969,19 +967,13 @@ coupons_of() { mysql_q "SELECT COUNT(*) FROM coupon WHERE activity_id = $1 AND u
 # users_misjudged ID TAG LOG...: judges each "user code" line of the LOGs
 # against MySQL (told SEIZED: exactly one coupon of activity ID; told
 # UNKNOWN_OUTCOME: none or one; told anything else: none), shows each user
-# who does not hold what they were told, and prints how many.
+# who does not hold what they were told, and prints how many (checker.py
+# misjudged: one query, judged by the checker).
 users_misjudged() {
-    local id=$1 tag=$2 bad=0 u code n
+    local id=$1 tag=$2
     shift 2
-    while read -r u code; do
-        n=$(coupons_of "$id" "$u")
-        case $code in
-        SEIZED) [[ $n == 1 ]] ;;
-        UNKNOWN_OUTCOME) [[ $n == 0 || $n == 1 ]] ;;
-        *) [[ $n == 0 ]] ;;
-        esac || { bad=$((bad + 1)); diag "$tag user $u was told $code and holds $n" >&2; }
-    done < <(cat "$@")
-    echo "$bad"
+    mysql_q "SELECT user_id FROM coupon WHERE activity_id = $id" |
+        checker misjudged "$tag" "$@"
 }
 
 # A TCP proxy to the stack's Redis, that a test kills and starts again to cut
@@ -992,9 +984,7 @@ users_misjudged() {
 # kills it too.
 PROXY_PID=""
 # free_port: prints a loopback port nothing listens on now (the kernel's pick).
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
+free_port() { testkit free-port; }
 proxy_conf() {
     if [[ -z ${PROXY_PORT:-} ]]; then
         PROXY_PORT=$(free_port)
@@ -1005,30 +995,7 @@ proxy_conf() {
 }
 proxy_open() { (exec 3<>"/dev/tcp/127.0.0.1/$PROXY_PORT") 2>/dev/null; }
 proxy_up() {
-    python3 - "$PROXY_PORT" "$REDIS_PORT" 2>/dev/null <<'PY' &
-import asyncio, sys
-async def pipe(r, w):
-    try:
-        while data := await r.read(65536):
-            w.write(data)
-            await w.drain()
-    except (ConnectionError, OSError):
-        pass
-    finally:
-        w.close()
-async def client(cr, cw):
-    try:
-        ur, uw = await asyncio.open_connection("127.0.0.1", int(sys.argv[2]))
-    except OSError:
-        cw.close()
-        return
-    await asyncio.gather(pipe(cr, uw), pipe(ur, cw))
-async def main():
-    srv = await asyncio.start_server(client, "127.0.0.1", int(sys.argv[1]))
-    async with srv:
-        await srv.serve_forever()
-asyncio.run(main())
-PY
+    python3 "$CS_TESTKIT" redis-proxy "$PROXY_PORT" "$REDIS_PORT" 2>/dev/null &
     PROXY_PID=$!
     wait_for 10 proxy_open
 }

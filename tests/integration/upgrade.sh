@@ -139,41 +139,13 @@ check "layout: the refusal names the layouts" grep -q "segment layout .* cannot 
     "$COUPON_DIR/fcgi.log"
 
 wait "$lpid"
-diag "load: $(python3 -c 'import json, sys
-d = json.load(open(sys.argv[1])); print(d["codes"], "by status", d["status"])' "$COUPON_DIR/load.json")"
+diag "load: $(testkit load-codes "$COUPON_DIR/load.json")"
 check "coupon-sync drained the queue" wait_for 60 drained $((ID % 10))
 
 # Per upgrade: answers that ended inside its window, their codes, the
 # longest time without an answer (the gap), p99 against the answers before
 # the first upgrade.
-python3 - "$log" "$WINDOWS" >"$COUPON_DIR/windows.txt" <<'PY'
-import sys
-from collections import Counter
-rows, start = [], 0
-with open(sys.argv[1]) as f:
-    start = int(f.readline().split()[-1])
-    for line in f:
-        ms, status, code, user, us = line.split()
-        rows.append((float(ms), code, int(us)))
-rows.sort()
-def p99(v):
-    v = sorted(v)
-    return v[min(len(v) - 1, int(len(v) * 0.99))] // 1000 if v else -1
-def gap(lo, hi):
-    t = [lo] + [r[0] for r in rows if lo <= r[0] <= hi] + [hi]
-    return max(b - a for a, b in zip(t, t[1:]))
-wins = [w.split() for w in sys.argv[2].splitlines() if w.strip()]
-first = int(wins[0][1]) - start
-before = [r for r in rows if r[0] < first]
-print("before: %d answers, p99 %d ms, longest gap %d ms" % (
-    len(before), p99([r[2] for r in before]), gap(before[0][0], first) if before else -1))
-for name, t0, t1 in wins:
-    lo, hi = int(t0) - start, int(t1) - start
-    during = [r for r in rows if lo <= r[0] <= hi]
-    print("%s: %d ms, %d answers %s, p99 %d ms, longest gap %d ms" % (
-        name, hi - lo, len(during), dict(Counter(r[1] for r in during)),
-        p99([r[2] for r in during]), gap(lo, hi)))
-PY
+checker windows "$log" "$WINDOWS" >"$COUPON_DIR/windows.txt"
 while read -r line; do diag "$line"; done <"$COUPON_DIR/windows.txt"
 # p99 as the clients saw it (their own delays on a busy machine included).
 p99=$(sed -n 's/^\(first\|second\|refused\|layout\): .* p99 \([0-9]*\) ms.*/\2/p' "$COUPON_DIR/windows.txt" |
@@ -262,18 +234,7 @@ if skip_unless_cmd systemd-socket-activate >/dev/null; then
     build 7 || not_ok "(s) build 7 made"
     alog=$COUPON_DIR/activate.log
     # "PID MESSAGE" a line per datagram, the sender's pid from its credentials.
-    python3 - "$COUPON_DIR/notify.sock" "$COUPON_DIR/notify.log" <<'PY' &
-import socket, struct, sys
-s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-s.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-s.bind(sys.argv[1])
-with open(sys.argv[2], "a", buffering=1) as out:
-    while True:
-        msg, anc, _, _ = s.recvmsg(4096, socket.CMSG_SPACE(12))
-        pid = [struct.unpack("iii", d[:12])[0] for lvl, typ, d in anc
-               if lvl == socket.SOL_SOCKET and typ == socket.SCM_CREDENTIALS]
-        out.write("%s %s\n" % (pid[0] if pid else "?", msg.decode().replace("\n", "|")))
-PY
+    python3 "$CS_TESTKIT" notify-listen "$COUPON_DIR/notify.sock" "$COUPON_DIR/notify.log" &
     npid=$!
     cs_defer stop_bg "$npid"
     wait_for 5 test -S "$COUPON_DIR/notify.sock"

@@ -105,28 +105,7 @@ done
 for p in "${LPIDS[@]}"; do wait "$p"; done
 check "coupon-sync drained the queue" wait_for 60 drained $((ID % 10))
 
-python3 - "$COUPON_DIR/load1.log" "$COUPON_DIR/load2.log" "$WINDOWS" >"$COUPON_DIR/windows.txt" <<'PY'
-import sys
-from collections import Counter
-logs = []
-for path in sys.argv[1:3]:
-    with open(path) as f:
-        start = int(f.readline().split()[-1])
-        logs.append(sorted((start + float(l.split()[0]), l.split()[2]) for l in f))
-for w in sys.argv[3].splitlines():
-    if not w.strip():
-        continue
-    name, t0, t1 = w.split()
-    lo, hi = int(t0), int(t1)
-    parts = []
-    for i, rows in enumerate(logs):
-        t = [lo] + [r[0] for r in rows if lo <= r[0] <= hi] + [hi]
-        during = [r for r in rows if lo <= r[0] <= hi]
-        parts.append("node %d: %d answers %s, longest gap %d ms" % (
-            i + 1, len(during), dict(Counter(r[1] for r in during)),
-            max(b - a for a, b in zip(t, t[1:]))))
-    print("%s upgraded in %d ms; %s" % (name, hi - lo, "; ".join(parts)))
-PY
+checker node-windows "$WINDOWS" "$COUPON_DIR/load1.log" "$COUPON_DIR/load2.log" >"$COUPON_DIR/windows.txt"
 while read -r line; do diag "$line"; done <"$COUPON_DIR/windows.txt"
 body=$(curl -s --max-time 10 -H "Authorization: Bearer $ADMIN" "${URLS[0]}/market/admin/metrics")
 diag "node 1 (group commit): $(awk '$1 == "couponseize_batch_size_sum" { s = $2 }

@@ -324,30 +324,216 @@ def judge_log(path, rows, kills=False):
     return out
 
 
+def _check_run(a):
+    """HISTORY STORES: check() of a nemesis run; prints each anomaly as JSON
+    and a verdict line; exit 1 on an anomaly."""
+    hist = load_history(a.history)
+    with open(a.stores) as f:
+        st = json.load(f)
+    an, s = check(hist, st)
+    for x in an:
+        print(json.dumps(x))
+    print("%s: %d anomalies, %d seizes" % ("INVALID" if an else "VALID", len(an), s["seizes"]))
+    return 1 if an else 0
+
+
+def _loadgen(a):
+    """LOG [--kills] [--window T0 T1] FIELD...: judge_log() of LOG against
+    the coupon rows' users on stdin (whitespace separated, a user once per
+    coupon); prints the FIELDs asked for on one line. --window T0 T1 adds the fields window_p99_us and
+    window_answers: the answers to seizes sent between T0 and T1 (epoch ms)."""
+    import loadlog
+    r = judge_log(a.log, [int(x) for x in sys.stdin.read().split()], a.kills)
+    if a.window:
+        start, answers = loadlog.read_log(a.log)
+        r["window_p99_us"], r["window_answers"] = loadlog.window_latency(start, answers, *a.window)
+    print(" ".join(str(r[f]) for f in a.fields))
+
+
+def _windows(a):
+    """LOG WINDOWS: the answers of LOG inside each upgrade window (WINDOWS:
+    lines "NAME T0 T1", epoch ms), a line per window after one for those
+    before (loadlog.upgrade_windows)."""
+    import loadlog
+    start, answers = loadlog.read_log(a.log)
+    print("\n".join(loadlog.upgrade_windows(start, answers, loadlog.parse_windows(a.windows))))
+
+
+def _node_windows(a):
+    """WINDOWS LOG...: per upgrade window, each node's answers in it, a node
+    a LOG (loadlog.node_windows)."""
+    import loadlog
+    logs = [loadlog.read_log(p) for p in a.logs]
+    print("\n".join(loadlog.node_windows(logs, loadlog.parse_windows(a.windows))))
+
+
+def _outage(a):
+    """LOG T_STOP T_START T_READY: prints "bad_during first_ok_after
+    non503_5xx conn_err p99_503_us n503 seized" (loadlog.outage)."""
+    import loadlog
+    start, answers = loadlog.read_log(a.log)
+    print(*loadlog.outage(start, answers, a.t_stop, a.t_start, a.t_ready))
+
+
+def _seized_held(a):
+    """LOG: told SEIZED against the coupon rows' users on stdin; prints
+    "lost extra dups" (loadlog.seized_held)."""
+    import loadlog
+    print(*loadlog.seized_held(loadlog.read_log(a.log)[1], loadlog.read_users(sys.stdin.read())))
+
+
+def _strict(a):
+    """ROWS LOG...: ROWS "user count" lines; prints how many users break
+    "told SEIZED: exactly one coupon; a coupon: told SEIZED", then the
+    first ten of them (loadlog.strict_holders)."""
+    import loadlog
+    held = {}
+    with open(a.rows) as f:
+        for line in f:
+            u, n = line.split()
+            held[int(u)] = int(n)
+    answers = [x for p in a.logs for x in loadlog.read_log(p)[1]]
+    bad = loadlog.strict_holders(answers, held)
+    print(len(bad), *bad[:10])
+
+
+def _late_grants(a):
+    """LOG: prints how many seizes sent after the first SOLD_OUT answer were
+    told SEIZED (loadlog.late_grants)."""
+    import loadlog
+    print(loadlog.late_grants(loadlog.read_log(a.log)[1]))
+
+
+def _misjudged(a):
+    """TAG LOG...: the "user code" lines of the LOGs against the coupon
+    rows' users on stdin (loadlog.told_holds); writes "# TAG user U was told
+    CODE and holds N" to stderr for each that is wrong, and prints how many."""
+    import loadlog
+    bad = loadlog.misjudged(loadlog.read_told(a.logs), loadlog.read_users(sys.stdin.read()))
+    for u, code, n in bad:
+        sys.stderr.write("# %s user %d was told %s and holds %d\n" % (a.tag, u, code, n))
+    print(len(bad))
+
+
+def _books(a):
+    """LOGS PHASE PHASES: the loads of PHASES (space-separated) against the
+    coupon rows, per shard: LOGS/PH.I.log the answers of shard I (0-9) in
+    phase PH, LOGS/rows.I its rows' users; prints "# ..." and "BAD ..."
+    lines (loadlog.books)."""
+    import loadlog
+    logs = {ph: [loadlog.read_log("%s/%s.%d.log" % (a.logs, ph, i))[1] for i in range(10)]
+            for ph in a.phases.split()}
+    held = []
+    for i in range(10):
+        with open("%s/rows.%d" % (a.logs, i)) as f:
+            held.append(loadlog.read_users(f.read()))
+    print("\n".join(loadlog.books(a.phase, logs, held)))
+
+
+def _pauses(a):
+    """LOGS PHASE T0 T1 SHARDS: per shard of SHARDS (space-separated),
+    "shard I GAP RESUMED INSIDE" of LOGS/PHASE.I.log (loadlog.pauses)."""
+    import loadlog
+    for i in map(int, a.shards.split()):
+        start, answers = loadlog.read_log("%s/%s.%d.log" % (a.logs, a.phase, i))
+        print("shard %d %d %d %d" % ((i,) + loadlog.pauses(start, answers, a.t0, a.t1)))
+
+
+def _cluster(a):
+    """LOGS AFFECTED KILL_T REJOIN_T MIG_START MIG_END MIG_SHARD: the
+    cluster load of LOGS/I.log against LOGS/I.rows, shards 0-9; prints "#
+    ..." and "BAD ..." lines (loadlog.cluster_report)."""
+    import loadlog
+    logs, held = [], []
+    for i in range(10):
+        logs.append(loadlog.read_log("%s/%d.log" % (a.logs, i)))
+        with open("%s/%d.rows" % (a.logs, i)) as f:
+            held.append(loadlog.read_users(f.read()))
+    print("\n".join(loadlog.cluster_report(logs, held, {int(x) for x in a.affected.split()},
+                                           a.kill_t, a.rejoin_t, a.mig_start, a.mig_end,
+                                           a.mig_shard)))
+
+
+def _journal(a):
+    """REC FILE...: the whole records of journal segment FILEs of REC bytes
+    a record, one "activity epoch token user" a line (loadlog.journal_records)."""
+    import loadlog
+    for p in a.files:
+        with open(p, "rb") as f:
+            for r in loadlog.journal_records(f.read(), a.rec):
+                print(*r)
+
+
+def _dir_fsynced(a):
+    """STRACE DIR: exit 0 when the strace shows DIR fsync'd after a segment's
+    creation, 1 when not (loadlog.dir_fsynced)."""
+    import loadlog
+    with open(a.strace) as f:
+        return 0 if loadlog.dir_fsynced(f.read().splitlines(), a.dir) else 1
+
+
+def _fresh(a):
+    """BODY WANT PATH...: prints ok, unsure or old[...] (loadlog.freshness)."""
+    import loadlog
+    print(loadlog.freshness(a.body, a.want, a.paths))
+
+
+def _soak(a):
+    """ROWS LOG...: ROWS "activity user" lines of coupons; prints the counts
+    "seized=N held=N ..." and exits 1 when a user does not hold what the
+    answers allow (loadlog.soak_truth)."""
+    import loadlog
+    with open(a.rows) as f:
+        held = loadlog.read_users(" ".join(line.split()[1] for line in f if line.strip()))
+    c, ok = loadlog.soak_truth([x for p in a.logs for x in loadlog.read_log(p)[1]], held)
+    print("seized=%(seized)d held=%(held)d unknown_or_lost=%(unknown_or_lost)d "
+          "held_of_those=%(held_of_those)d refused=%(refused)d seized_not_held=%(seized_not_held)d "
+          "held_without_answer=%(held_without_answer)d refused_but_held=%(refused_but_held)d" % c)
+    return 0 if ok else 1
+
+
 def main(argv):
-    """checker.py HISTORY STORES: check() of a nemesis run; exit 1 on an
-    anomaly. checker.py loadgen LOG [--kills] FIELD...: judge_log() of LOG
-    against the coupon rows' users on stdin (whitespace separated); prints
-    the FIELDs asked for on one line."""
-    if len(argv) == 3 and argv[1] != "loadgen":
-        hist = load_history(argv[1])
-        with open(argv[2]) as f:
-            st = json.load(f)
-        an, s = check(hist, st)
-        for a in an:
-            print(json.dumps(a))
-        print("%s: %d anomalies, %d seizes" % ("INVALID" if an else "VALID", len(an), s["seizes"]))
-        return 1 if an else 0
-    if len(argv) < 3 or argv[1] != "loadgen":
-        sys.stderr.write("usage: checker.py HISTORY STORES\n"
-                         "       checker.py loadgen LOG [--kills] FIELD...\n")
+    """checker.py HISTORY STORES: check() of a nemesis run. checker.py
+    SUBCOMMAND ARGS: a judge of the integration tests (checker.py -h lists
+    them; most are loadlog.py's)."""
+    import argparse
+    p = argparse.ArgumentParser(prog="checker.py", description=main.__doc__)
+    sub = p.add_subparsers(dest="cmd", metavar="SUBCOMMAND")
+    num = {"type": int}
+
+    def add(name, fn, *args):
+        text = " ".join(fn.__doc__.split())
+        sp = sub.add_parser(name, help=text.split(". ")[0], description=fn.__doc__)
+        for arg in args:
+            names, kw = (arg, {}) if isinstance(arg, str) else arg
+            sp.add_argument(*(names if isinstance(names, tuple) else (names,)), **kw)
+        sp.set_defaults(fn=fn)
+    add("run", _check_run, "history", "stores")
+    add("loadgen", _loadgen, "log", ("--kills", {"action": "store_true"}),
+        ("--window", {"nargs": 2, "type": int, "metavar": ("T0", "T1")}), ("fields", {"nargs": "+"}))
+    add("windows", _windows, "log", "windows")
+    add("node-windows", _node_windows, "windows", ("logs", {"nargs": "+"}))
+    add("outage", _outage, "log", ("t_stop", num), ("t_start", num), ("t_ready", num))
+    add("seized-held", _seized_held, "log")
+    add("strict", _strict, "rows", ("logs", {"nargs": "+"}))
+    add("late-grants", _late_grants, "log")
+    add("misjudged", _misjudged, "tag", ("logs", {"nargs": "+"}))
+    add("books", _books, "logs", "phase", "phases")
+    add("pauses", _pauses, "logs", "phase", ("t0", num), ("t1", num), "shards")
+    add("cluster", _cluster, "logs", "affected", ("kill_t", num), ("rejoin_t", num),
+        ("mig_start", num), ("mig_end", num), ("mig_shard", num))
+    add("journal", _journal, ("rec", num), ("files", {"nargs": "+"}))
+    add("dir-fsynced", _dir_fsynced, "strace", "dir")
+    add("fresh", _fresh, "body", "want", ("paths", {"nargs": "*"}))
+    add("soak", _soak, "rows", ("logs", {"nargs": "+"}))
+    args = argv[1:]
+    if len(args) == 2 and args[0] not in sub.choices:
+        args = ["run"] + args
+    a = p.parse_args(args)
+    if a.cmd is None:
+        p.print_usage(sys.stderr)
         return 2
-    kills = "--kills" in argv[3:]
-    fields = [a for a in argv[3:] if a != "--kills"]
-    rows = [int(x) for x in sys.stdin.read().split()]
-    r = judge_log(argv[2], rows, kills)
-    print(" ".join(str(r[f]) for f in fields))
-    return 0
+    return a.fn(a) or 0
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import unittest
 sys.dont_write_bytecode = True  # the source tree may be read-only (distcheck)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import checker  # noqa: E402
+import loadlog  # noqa: E402
 
 
 def seize(user, code, sale=102, node=1, t0=1000, t1=1010):
@@ -236,6 +237,157 @@ class LoadgenLog(unittest.TestCase):
         self.assertEqual(checker.user_faults(["SOLD_OUT"], 1), ["false-negative"])
         self.assertEqual(checker.user_faults(["TIMEOUT"], 1), [])
         self.assertEqual(checker.user_faults(["SEIZED"], 2), ["double"])
+
+
+def log(*answers, start=100000):
+    """A load log's start and answers from (ms, status, code, user, us) tuples."""
+    return start, [loadlog.Answer(*a) for a in answers]
+
+
+class LoadLogs(unittest.TestCase):
+    """loadlog.py: the judges the integration tests run on their logs."""
+
+    def test_read_log_skips_a_torn_last_line(self):
+        import tempfile
+        with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as f:
+            f.write("# start_epoch_ms 5000\n1.5 200 SEIZED 7 900\n# merged\n2.0 503 UNAVAI")
+        try:
+            self.assertEqual(loadlog.read_log(f.name),
+                             (5000, [loadlog.Answer(1.5, 200, "SEIZED", 7, 900)]))
+        finally:
+            os.unlink(f.name)
+
+    def test_upgrade_windows(self):
+        start, a = log((10, 200, "SEIZED", 1, 2000), (20, 200, "SEIZED", 2, 3000),
+                       (150, 200, "UNKNOWN_OUTCOME", 3, 900000), (400, 200, "SEIZED", 4, 1000))
+        lines = loadlog.upgrade_windows(start, a, [("first", start + 100, start + 300)])
+        self.assertEqual(lines, ["before: 2 answers, p99 3 ms, longest gap 80 ms",
+                                 "first: 200 ms, 1 answers {'UNKNOWN_OUTCOME': 1}, p99 900 ms, "
+                                 "longest gap 150 ms"])
+
+    def test_node_windows(self):
+        n1 = log((10, 200, "SEIZED", 1, 1), (60, 200, "SEIZED", 2, 1), start=1000)
+        n2 = log((5, 200, "SOLD_OUT", 3, 1), start=1050)
+        self.assertEqual(loadlog.node_windows([n1, n2], [("node1", 1000, 1100)]),
+                         ["node1 upgraded in 100 ms; node 1: 2 answers {'SEIZED': 2}, longest gap 50 ms; "
+                          "node 2: 1 answers {'SOLD_OUT': 1}, longest gap 55 ms"])
+
+    def test_outage_finds_an_answer_other_than_503(self):
+        # Redis gone from 1000 to 3000 (start 0): a 200 inside is bad, a
+        # 502 anywhere is a 5xx other than 503.
+        start, a = log((1500, 503, "UNAVAILABLE", 1, 1000), (2000, 200, "SEIZED", 2, 1000),
+                       (2500, 502, "HTTP_502", 3, 1000), (3600, 200, "SEIZED", 4, 1000), start=0)
+        self.assertEqual(loadlog.outage(start, a, 1000, 3000, 3500), (2, 100, 1, 0, 1000, 1, 2))
+
+    def test_seized_held(self):
+        a = log((1, 200, "SEIZED", 1, 1), (2, 200, "SEIZED", 2, 1), (3, 503, "UNAVAILABLE", 3, 1))[1]
+        self.assertEqual(loadlog.seized_held(a, {1: 1, 2: 1}), (0, 0, 0))
+        # User 2 told SEIZED holds none; 1 holds two; 3, told UNAVAILABLE, holds one.
+        self.assertEqual(loadlog.seized_held(a, {1: 2, 3: 1}), (1, 0, 1))
+        self.assertEqual(loadlog.seized_held(a, {1: 2, 3: 1}, slack=0), (1, 1, 1))
+
+    def test_strict_holders(self):
+        a = log((1, 200, "SEIZED", 1, 1), (2, 200, "SEIZED", 2, 1), (3, 200, "UNKNOWN_OUTCOME", 3, 1))[1]
+        self.assertEqual(loadlog.strict_holders(a, {1: 1, 2: 1}), [])
+        self.assertEqual(loadlog.strict_holders(a, {1: 2, 3: 1, 9: 1}), [1, 2, 3, 9])
+
+    def test_late_grants(self):
+        # SOLD_OUT answered at 100; user 3's seize sent at 150 was granted.
+        a = log((100, 200, "SOLD_OUT", 1, 10000), (120, 200, "SEIZED", 2, 50000),
+                (160, 200, "SEIZED", 3, 10000))[1]
+        self.assertEqual(loadlog.late_grants(a), 1)
+        self.assertEqual(loadlog.late_grants(a[:2]), 0)
+
+    def test_window_latency(self):
+        start, a = log((10, 200, "SEIZED", 1, 5000), (30, 200, "SEIZED", 2, 7000), start=0)
+        self.assertEqual(loadlog.window_latency(start, a, 20, 40), (7000, 1))
+        self.assertEqual(loadlog.window_latency(start, a, 50, 60), (-1, 0))
+
+    def test_told_holds_line_by_line(self):
+        told = [(1, "SEIZED"), (2, "UNKNOWN_OUTCOME"), (3, "UNAVAILABLE"), (4, "SEIZED"),
+                (5, "SOLD_OUT"), (6, "UNKNOWN_OUTCOME")]
+        held = {1: 1, 2: 1, 4: 2, 5: 1, 6: 2}
+        self.assertEqual(loadlog.misjudged(told, held),
+                         [(4, "SEIZED", 2), (5, "SOLD_OUT", 1), (6, "UNKNOWN_OUTCOME", 2)])
+        self.assertEqual(loadlog.misjudged([(1, "SEIZED")], {}), [(1, "SEIZED", 0)])
+
+    def test_books_across_phases(self):
+        # Shard 0: user 1 told SEIZED in phase a holds one; user 2 told
+        # SEIZED in phase b holds none; user 3 holds one it was told
+        # SOLD_OUT for; user 4's UNKNOWN_OUTCOME allows its coupon.
+        logs = {"a": [log((1, 200, "SEIZED", 1, 1), (2, 200, "SOLD_OUT", 3, 1))[1]],
+                "b": [log((1, 200, "SEIZED", 2, 1), (2, 200, "UNKNOWN_OUTCOME", 4, 1))[1]]}
+        self.assertEqual(loadlog.books("b", logs, [{1: 1, 3: 1, 4: 1}]),
+                         ["# b answers: SEIZED 1, UNKNOWN_OUTCOME 1",
+                          "BAD shard 0: 1 users told SEIZED hold no coupon, e.g. [2]",
+                          "BAD shard 0: 1 holders were told neither SEIZED nor UNKNOWN_OUTCOME, e.g. [3]"])
+        self.assertEqual(loadlog.books("a", {"a": logs["a"]}, [{1: 1}]),
+                         ["# a answers: SEIZED 1, SOLD_OUT 1"])
+
+    def test_pauses(self):
+        start, a = log((100, 200, "SEIZED", 1, 1), (200, 200, "SOLD_OUT", 2, 1),
+                       (900, 200, "SEIZED", 3, 1), (1000, 200, "SEIZED", 4, 1), start=0)
+        self.assertEqual(loadlog.pauses(start, a, 500, 950), (800, 400, 1))
+        self.assertEqual(loadlog.pauses(start, a, 2000, 3000), (0, -1, 0))
+
+    def test_cluster_report(self):
+        def shard(users, code="SEIZED", t=1000):
+            return log(*[(t + k, 200, code, u, 1) for k, u in enumerate(users)], start=0)
+        logs = [shard(range(i * 1000, i * 1000 + 120)) for i in range(3)]
+        held = [{u: 1 for u in range(i * 1000, i * 1000 + 120)} for i in range(3)]
+        lines = loadlog.cluster_report(logs, held, {1}, 500, 900, 100, 200, 2)
+        self.assertEqual([x for x in lines if x.startswith("BAD")], [])
+        # Shard 0 loses a coupon of a SEIZED user; shard 2 (unaffected) had
+        # only 50 requests, all after the rejoin but SOLD_OUT.
+        held[0].pop(5)
+        logs[2] = shard(range(2000, 2050), "SOLD_OUT")
+        bad = [x for x in loadlog.cluster_report(logs, held, {1}, 500, 900, 100, 200, 1)
+               if x.startswith("BAD")]
+        self.assertEqual(bad, ["BAD shard 0: 1 users told SEIZED hold no coupon, e.g. [5]",
+                               "BAD shard 2: 120 holders were told neither SEIZED nor UNKNOWN_OUTCOME, "
+                               "e.g. [2000, 2001, 2002]",
+                               "BAD shard 2: only 50 requests", "BAD shard 2: no SEIZED after the failover",
+                               "BAD shard 2 (unaffected): lost 50 of 50 requests (>= 0.5 %)"])
+
+    def test_journal_records_stop_at_a_torn_tail(self):
+        import struct
+        rec = 8 + 36
+
+        def record(a, u, length=rec - 8):
+            return struct.pack("<II", length, 0) + struct.pack("<qQIqq", a, 3, 1, u, 0)
+        data = record(41, 7) + record(41, 8)
+        self.assertEqual(loadlog.journal_records(data + record(41, 9)[:20], rec),
+                         [(41, 3, 1, 7), (41, 3, 1, 8)])
+        self.assertEqual(loadlog.journal_records(record(41, 7) + record(41, 8, length=5), rec),
+                         [(41, 3, 1, 7)])
+
+    def test_dir_fsynced(self):
+        d = "/j"
+        made = 'openat(AT_FDCWD, "/j/w1-1.jnl", O_RDWR|O_CREAT|O_APPEND, 0640) = 5'
+        opened = 'openat(AT_FDCWD, "/j", O_RDONLY|O_DIRECTORY) = 6'
+        self.assertTrue(loadlog.dir_fsynced([made, opened, "fsync(6) = 0"], d))
+        self.assertFalse(loadlog.dir_fsynced([made, opened, "fsync(5) = 0"], d))
+        self.assertFalse(loadlog.dir_fsynced([opened, "fsync(6) = 0", made], d))
+        self.assertFalse(loadlog.dir_fsynced([made, opened, "fsync(6) = -1 EIO"], d))
+
+    def test_freshness(self):
+        body = '{"code":"OK","stale":false,"activity":{"name":"New","startTime":5}}'
+        self.assertEqual(loadlog.freshness(body, "New 5", ["activity.name", "activity.startTime"]), "ok")
+        self.assertEqual(loadlog.freshness(body, "Newer 5", ["activity.name", "activity.startTime"]),
+                         "old[New 5]")
+        self.assertEqual(loadlog.freshness('{"stale":true}', "x", ["a"]), "unsure")
+        self.assertEqual(loadlog.freshness("<html>", "x", ["a"]), "old[not JSON: '<html>']")
+
+    def test_soak_truth(self):
+        a = log((1, 200, "SEIZED", 1, 1), (2, 200, "UNKNOWN_OUTCOME", 2, 1),
+                (3, 0, "CONNECTION_ERROR", 3, 1), (4, 200, "SOLD_OUT", 4, 1))[1]
+        c, ok = loadlog.soak_truth(a, {1: 1, 3: 1})
+        self.assertTrue(ok)
+        self.assertEqual((c["seized"], c["unknown_or_lost"], c["held_of_those"]), (1, 2, 1))
+        c, ok = loadlog.soak_truth(a, {2: 1, 4: 1, 5: 1})
+        self.assertFalse(ok)
+        self.assertEqual((c["seized_not_held"], c["held_without_answer"], c["refused_but_held"]),
+                         (1, 2, 1))
 
 
 if __name__ == "__main__":
