@@ -44,8 +44,7 @@ under_load() {
     eval "$3"
     kill -TERM "$lpid"
     wait "$lpid"
-    diag "$name: answers by code $(python3 -c 'import json, sys
-d = json.load(open(sys.argv[1])); print(d["codes"], "by status", d["status"])' "$COUPON_DIR/$name.json")"
+    diag "$name: answers by code $(testkit load-codes "$COUPON_DIR/$name.json")"
     wait_for 60 drained $((id % 10)) || not_ok "$name: coupon-sync drained the queue"
     seize_judge_all "$name" "$id" "$log"
     check_eq "$name: Redis stock + MySQL rows = total" 1000000 "$(($(stock_of "$id") + $(rows_of "$id")))"
@@ -93,22 +92,7 @@ diag "burst: $sum seizes in $calls calls"
 check "burst: seizes rode together ($sum seizes in $calls calls)" test "$sum" -gt "$calls"
 # First come, first served by send time: nobody sent after another user had
 # already been told SOLD_OUT was granted.
-late=$(python3 - "$log" <<'PY'
-import sys
-sent_sold, seized = [], []
-with open(sys.argv[1]) as f:
-    f.readline()
-    for line in f:
-        ms, status, code, user, us = line.split()
-        t, sent = float(ms), float(ms) - int(us) / 1000.0
-        if code == "SOLD_OUT":
-            sent_sold.append(t)
-        elif code == "SEIZED":
-            seized.append(sent)
-first_sold_answer = min(sent_sold) if sent_sold else float("inf")
-print(sum(1 for s in seized if s > first_sold_answer))
-PY
-)
+late=$(checker late-grants "$log")
 check_eq "burst: first come, first served: nobody sent after a SOLD_OUT answer was granted" 0 "$late"
 
 # --- (c) Redis stopped past the budget, twice ---------------------------------------------
@@ -199,41 +183,10 @@ check "pause: UNAVAILABLE only for seizes never sent, their budget gone ($UNAVAI
 
 # --- (e) replies lost: a proxy between the workers and Redis cuts 1 in 15 answers --------
 PROXY_PORT=$(free_port)
-python3 - "$PROXY_PORT" "$REDIS_PORT" <<'PY' >"$COUPON_DIR/proxy.log" 2>&1 &
-import random, socket, sys, threading
-lport, rport = int(sys.argv[1]), int(sys.argv[2])
-random.seed(33)
-def pipe(src, dst, cut):
-    try:
-        while True:
-            b = src.recv(65536)
-            if not b:
-                break
-            # A reply to a seize (a script answer: an array or an integer)
-            # is dropped and the connection cut, as a network that fails
-            # after Redis ran the command.
-            if cut and b[:1] in (b"*", b":") and random.random() < 1 / 15:
-                break
-            dst.sendall(b)
-    except OSError:
-        pass
-    for s in (src, dst):
-        try:
-            s.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-def serve(c):
-    r = socket.create_connection(("127.0.0.1", rport))
-    threading.Thread(target=pipe, args=(c, r, False), daemon=True).start()
-    pipe(r, c, True)
-l = socket.socket()
-l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-l.bind(("127.0.0.1", lport))
-l.listen(128)
-while True:
-    c, _ = l.accept()
-    threading.Thread(target=serve, args=(c,), daemon=True).start()
-PY
+# A reply to a seize (a script answer: an array or an integer) is dropped
+# and the connection cut, as a network that fails after Redis ran the command.
+python3 "$CS_TESTKIT" lossy-proxy --seed 33 --one-in 15 "$PROXY_PORT" "$REDIS_PORT" \
+    >"$COUPON_DIR/proxy.log" 2>&1 &
 PROXY_PID=$!
 cs_defer stop_bg "$PROXY_PID"
 wait_for 10 bash -c "exec 3<>/dev/tcp/127.0.0.1/$PROXY_PORT" 2>/dev/null || not_ok "lost: the proxy listens"

@@ -14,36 +14,14 @@ PORT=${COUPON_URL##*:}
 ADMIN=$(mint_jwt 1 admin)
 now_ms() { date +%s%3N; }
 
-# truth ACTIVITY LOG T0 T1: compares the per-response log of a load with the
-# coupon rows of ACTIVITY; prints "bad_seized bad_holders unknown unavailable
-# p99_us_in_window answers_in_window seized", the p99 over answers to requests
-# sent between T0 and T1 (epoch ms).
+# truth ACTIVITY LOG T0 T1: judges the per-response log of a load against the
+# coupon rows of ACTIVITY, per user (checker.py loadgen); prints "bad_seized
+# bad_holders unknown unavailable p99_us_in_window answers_in_window seized",
+# the p99 over answers to requests sent between T0 and T1 (epoch ms).
 truth() {
-    local rows
-    rows=$(mysql_q "SELECT user_id FROM coupon WHERE activity_id = $1")
-    python3 - "$2" "$3" "$4" <<PY
-import sys
-path, t0, t1 = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-rows = set(int(x) for x in """$rows""".split())
-told = {}
-lat = []
-with open(path) as f:
-    start = int(f.readline().split()[2])
-    for line in f:
-        ms, status, code, user, us = line.split()
-        told[int(user)] = code
-        sent = start + float(ms) - int(us) / 1000
-        if t0 <= sent <= t1:
-            lat.append(int(us))
-bad_seized = sum(1 for u, c in told.items() if c == "SEIZED" and u not in rows)
-bad_holders = sum(1 for u in rows if told.get(u) not in ("SEIZED", "UNKNOWN_OUTCOME"))
-unknown = sum(1 for c in told.values() if c == "UNKNOWN_OUTCOME")
-unavailable = sum(1 for c in told.values() if c == "UNAVAILABLE")
-seized = sum(1 for c in told.values() if c == "SEIZED")
-lat.sort()
-p99 = lat[int(len(lat) * 0.99)] if lat else -1
-print(bad_seized, bad_holders, unknown, unavailable, p99, len(lat), seized)
-PY
+    mysql_q "SELECT user_id FROM coupon WHERE activity_id = $1" |
+        checker loadgen "$2" --window "$3" "$4" bad_seized bad_holders unknown unavailable \
+            window_p99_us window_answers seized
 }
 
 # drained SHARD: the sync queue of SHARD is empty.

@@ -46,23 +46,8 @@ jrecs_of() {
     ((${#files[@]} == 0)) || jrecs "${files[@]}"
 }
 # jrecs FILE...: the whole records of journal files (lib/node/journal.h layout,
-# little-endian), one "activity epoch token user" a line.
-jrecs() {
-    python3 - "$REC" "$@" <<'PY'
-import struct, sys
-rec = int(sys.argv[1])
-for path in sys.argv[2:]:
-    data = open(path, "rb").read()
-    off = 0
-    while off + rec <= len(data):
-        length, _crc = struct.unpack_from("<II", data, off)
-        if length != rec - 8:
-            break
-        a, e, t, u, _ms = struct.unpack_from("<qQIqq", data, off + 8)
-        print(a, e, t, u)
-        off += rec
-PY
-}
+# little-endian; a torn tail left out), one "activity epoch token user" a line.
+jrecs() { checker journal "$REC" "$@"; }
 
 # ask WHERE ID USER LOG: one seize of activity ID by USER, through nginx
 # (WHERE = web) or straight to node WHERE's socket. ANSWER is its code,

@@ -87,25 +87,7 @@ check_eq "(a) the user was told SEIZED" "$UA SEIZED" "$(cat "$L")"
 seg_bytes() { local f n=0; for f in $(segments n2); do n=$((n + $(stat -c %s "$f"))); done; echo $n; }
 check_eq "(a) the grant is in a segment that is linked: one record" 44 "$(seg_bytes)"
 # (b) After the create (O_CREAT) of the segment: the directory opened and fsync'd.
-dir_fsynced() {
-    python3 - "$1" "$COUPON_DIR/n2/journal" <<'PY'
-import re, sys
-lines = open(sys.argv[1]).read().splitlines()
-d = sys.argv[2]
-created = next((i for i, l in enumerate(lines) if '.jnl"' in l and "O_CREAT" in l), None)
-if created is None:
-    sys.exit(1)
-fds = set()
-for l in lines[created + 1:]:
-    m = re.search(r'openat\(AT_FDCWD, "%s", [^)]*O_DIRECTORY[^)]*\)\s*=\s*(\d+)' % re.escape(d), l)
-    if m:
-        fds.add(m.group(1))
-    m = re.search(r'\bfsync\((\d+)\)\s*=\s*0', l)
-    if m and m.group(1) in fds:
-        sys.exit(0)
-sys.exit(1)
-PY
-}
+dir_fsynced() { checker dir-fsynced "$1" "$COUPON_DIR/n2/journal"; }
 check "(b) the worker fsync'd the journal directory after creating its segment" \
     dir_fsynced "$COUPON_DIR/a.strace"
 
