@@ -127,7 +127,6 @@ REJOIN_T=$(now_ms)
 diag "the old master is a replica again $((REJOIN_T - KILL_T)) ms after the kill"
 check "every shard's load is answered after the rejoin" all_answered 200
 stop_load
-END_T=$(now_ms)
 
 # --- the sync daemon drains everything ---------------------------------------------
 queued() {
@@ -161,74 +160,9 @@ AFFECTED=" $MIG_SHARD "
 for ((i = 0; i < 10; i++)); do
     [[ ${OWNER0[i]} == "$VICTIM" ]] && AFFECTED+="$i "
 done
-report=$(python3 - "$LOGS" "$AFFECTED" "$KILL_T" "$FAILOVER_T" "$REJOIN_T" "$MIG_START" \
-    "$MIG_END" "$END_T" "$MIG_SHARD" <<'EOF'
-import sys
-logs, affected = sys.argv[1], set(int(x) for x in sys.argv[2].split())
-kill_t, failover_t, rejoin_t, mig_start, mig_end, end_t, mig_shard = map(int, sys.argv[3:10])
-bad = []
-lost_ok = total_ok = 0
-for i in range(10):
-    start = None
-    seized, unknown, codes = set(), set(), {}
-    last_seized = None
-    first_fail = last_fail = recovered = None
-    n = 0
-    mig_req = mig_lost = 0
-    with open(f"{logs}/{i}.log") as f:
-        for line in f:
-            if line.startswith("# start_epoch_ms"):
-                start = int(line.split()[2])
-                continue
-            ms, status, code, user, _lat = line.split()
-            t = start + float(ms)
-            user = int(user)
-            n += 1
-            codes[code] = codes.get(code, 0) + 1
-            if code == "SEIZED":
-                seized.add(user)
-                last_seized = t
-                if last_fail is not None and recovered is None:
-                    recovered = t
-            else:
-                if code == "UNKNOWN_OUTCOME":
-                    unknown.add(user)
-                if kill_t <= t <= rejoin_t:
-                    first_fail = first_fail or t
-                    last_fail = t
-                    recovered = None
-            if mig_start <= t <= mig_end + 1000:
-                mig_req += 1
-                mig_lost += code != "SEIZED"
-    rows = set(int(x) for x in open(f"{logs}/{i}.rows").read().split())
-    told_missing = seized - rows
-    unexplained = rows - seized - unknown
-    lost = n - codes.get("SEIZED", 0)
-    print(f"# shard {i}: {n} requests, codes {codes}, {len(rows)} rows"
-          + (" (affected)" if i in affected else ""))
-    if told_missing:
-        bad.append(f"shard {i}: {len(told_missing)} users told SEIZED have no row, e.g. {sorted(told_missing)[:3]}")
-    if unexplained:
-        bad.append(f"shard {i}: {len(unexplained)} holders were told neither SEIZED nor UNKNOWN_OUTCOME, e.g. {sorted(unexplained)[:3]}")
-    if n < 100:
-        bad.append(f"shard {i}: only {n} requests")
-    if last_seized is None or last_seized < rejoin_t:
-        bad.append(f"shard {i}: no SEIZED after the failover")
-    if i not in affected:
-        lost_ok += lost
-        total_ok += n
-        if lost * 1000 >= 5 * n:
-            bad.append(f"shard {i} (unaffected): lost {lost} of {n} requests (>= 0.5 %)")
-    if i in affected and i != mig_shard and first_fail is not None and recovered is not None:
-        print(f"# shard {i}: failures from {int(first_fail - kill_t)} ms to {int(last_fail - kill_t)} ms"
-              f" after the kill; SEIZED again {int(recovered - kill_t)} ms after it")
-    if i == mig_shard:
-        print(f"# shard {i}: {mig_lost} of {mig_req} requests lost during the migration")
-print(f"# unaffected shards lost {lost_ok} of {total_ok} requests")
-for b in bad:
-    print("BAD " + b)
-EOF
-)
+# Per shard and per user (checker.py cluster): "# ..." lines to show, "BAD ..."
+# for each fault.
+report=$(checker cluster "$LOGS" "$AFFECTED" "$KILL_T" "$REJOIN_T" "$MIG_START" "$MIG_END" "$MIG_SHARD")
 printf '%s\n' "$report" | grep '^#' || true
 check_eq "per-user checks found nothing wrong" "" "$(printf '%s\n' "$report" | grep '^BAD' || true)"
 

@@ -139,36 +139,7 @@ check_books() {
     check_eq "$phase: nobody holds two coupons of one activity" "" \
         "$(mysql_q "SELECT activity_id, user_id FROM coupon WHERE activity_id BETWEEN $BASE AND $((BASE + 9)) GROUP BY activity_id, user_id HAVING COUNT(*) > 1 LIMIT 3")"
     local report
-    report=$(python3 - "$LOGS" "$2" "$ALL_PHASES" <<'EOF'
-import sys, glob
-logs, phase, phases = sys.argv[1], sys.argv[2], sys.argv[3].split()
-bad, totals = [], {}
-for i in range(10):
-    seized, unknown = set(), set()
-    for ph in phases:
-        start = None
-        for line in open(f"{logs}/{ph}.{i}.log"):
-            if line.startswith("# start_epoch_ms"):
-                continue
-            ms, status, code, user, _lat = line.split()
-            if ph == phase:
-                totals[code] = totals.get(code, 0) + 1
-            if code == "SEIZED":
-                seized.add(int(user))
-            elif code == "UNKNOWN_OUTCOME":
-                unknown.add(int(user))
-    rows = set(int(x) for x in open(f"{logs}/rows.{i}").read().split())
-    missing = seized - rows
-    unexplained = rows - seized - unknown
-    if missing:
-        bad.append(f"shard {i}: {len(missing)} users told SEIZED hold no coupon, e.g. {sorted(missing)[:3]}")
-    if unexplained:
-        bad.append(f"shard {i}: {len(unexplained)} holders were told neither SEIZED nor UNKNOWN_OUTCOME, e.g. {sorted(unexplained)[:3]}")
-print("# " + phase + " answers: " + ", ".join(f"{k} {v}" for k, v in sorted(totals.items())))
-for b in bad:
-    print("BAD " + b)
-EOF
-)
+    report=$(checker books "$LOGS" "$2" "$ALL_PHASES")
     printf '%s\n' "$report" | grep '^#' || true
     check_eq "$phase: every user's answer agrees with MySQL" "" \
         "$(printf '%s\n' "$report" | grep '^BAD' || true)"
@@ -178,26 +149,7 @@ EOF
 # that ends after T0 (epoch ms), when it ended (ms after T0: selling again;
 # -1 when no SEIZED came after T0) and the SEIZED answers between T0 and T1.
 pauses() {
-    python3 - "$LOGS" "$1" "$2" "$3" "$4" <<'EOF'
-import sys
-logs, phase, t0, t1, shards = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5].split()
-for i in map(int, shards):
-    start, last, gap, resumed, inside = None, None, 0, None, 0
-    for line in open(f"{logs}/{phase}.{i}.log"):
-        if line.startswith("# start_epoch_ms"):
-            start = int(line.split()[2]); continue
-        ms, status, code, user, _lat = line.split()
-        t = start + float(ms)
-        if code != "SEIZED":
-            continue
-        if last is not None and t >= t0 and t - last >= gap:
-            gap, resumed = t - last, t
-        elif t >= t0 and resumed is None:
-            resumed = t
-        inside += t0 <= t <= t1
-        last = t
-    print(f"shard {i} {int(gap)} {int(resumed - t0) if resumed is not None else -1} {inside}")
-EOF
+    checker pauses "$LOGS" "$1" "$2" "$3" "$4"
 }
 
 # seized_in PHASE T0 "SHARDS": every shard of SHARDS has answered SEIZED in
