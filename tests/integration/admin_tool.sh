@@ -91,12 +91,10 @@ fi
 # --- token -----------------------------------------------------------------------------
 adm token
 check_match "token prints a JWT" '^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+$' "$OUT"
-payload=$(python3 -c 'import base64, json, sys
-p = sys.argv[1].split(".")[1]
-print(json.dumps(json.loads(base64.urlsafe_b64decode(p + "=" * (-len(p) % 4))), sort_keys=True))' "$OUT")
+payload=$(testkit jwt-payload --sorted "$OUT")
 check_match "... an admin's, expiring in 60 s" '"role": "admin"' "$payload"
-check_eq "... exp - iat = 60" 60 "$(python3 -c 'import json, sys
-d = json.loads(sys.argv[1]); print(d["exp"] - d["iat"])' "$payload")"
+tok_exp=$(jat "$payload" exp) tok_iat=$(jat "$payload" iat)
+check_eq "... exp - iat = 60" 60 "$((${tok_exp:-0} - ${tok_iat:-0}))"
 http GET "/market/admin/coupon/activity?page=1&size=1" '' "$OUT"
 check_eq "... that the API takes through nginx" 200 "$HTTP_CODE"
 adm token --json --ttl 600 --sub 77
@@ -126,8 +124,7 @@ check_match "status ID: human output" "totalNum: 100" "$OUT"
 adm status --json "$A"
 check_eq "status --json ID: totalNum" 100 "$(jq_ activity.totalNum)"
 adm status --json --size 200
-ids=$(python3 -c 'import json, sys
-print(" ".join(str(a["id"]) for a in json.loads(sys.argv[1])["activities"]))' "$OUT")
+ids=$(testkit json-pluck "$OUT" activities id)
 check "status --json (a page) lists both ($ids)" \
     eval '[[ " $ids " == *" $A "* && " $ids " == *" $B "* ]]'
 adm status
@@ -164,9 +161,7 @@ INC2=$(cat "$COUPON_DIR/n2/journal/incarnation")
 check "both nodes set a reserve of sale $B aside" wait_for 20 reserved "$B" $((2 * K))
 inc_listed() {
     adm reserves --json "$B"
-    python3 -c 'import json, sys
-r = [x for x in json.loads(sys.argv[1])["reserves"] if x["incarnation"] == sys.argv[2]]
-sys.exit(0 if r and r[0]["leaseExpired"] is (sys.argv[3] == "true") else 1)' "$OUT" "$1" "$2"
+    [[ $(testkit json-find "$OUT" reserves incarnation "$1" leaseExpired) == "$2" ]]
 }
 check "reserves --json lists both incarnations, leases live" wait_for 10 \
     eval 'inc_listed "$INC1" false && inc_listed "$INC2" false'
@@ -207,24 +202,7 @@ check "... and a write never sent does not say it may have been done" \
     eval '[[ $ERR != *"may have been done"* ]]'
 # A coupon-fcgi that takes the request and dies before it answers: the
 # write is sent 3 times with one Idempotency-Key, then said to be unknown.
-python3 - "$COUPON_DIR/mute.sock" "$COUPON_DIR/mute.log" <<'PY' &
-import re, socket, sys
-s = socket.socket(socket.AF_UNIX)
-s.bind(sys.argv[1])
-s.listen(8)
-while True:
-    c, _ = s.accept()
-    data = b""
-    while b"\x05\x00\x01\x00\x00" not in data:  # the empty FCGI_STDIN record ends it
-        d = c.recv(65536)
-        if not d:
-            break
-        data += d
-    m = re.search(rb"HTTP_IDEMPOTENCY_KEY([0-9a-f]{32})", data)
-    with open(sys.argv[2], "a") as f:
-        f.write((m.group(1).decode() if m else "none") + "\n")
-    c.close()
-PY
+python3 "$CS_TESTKIT" mute-fcgi "$COUPON_DIR/mute.sock" "$COUPON_DIR/mute.log" &
 MUTE_PID=$!
 cs_defer stop_bg "$MUTE_PID"
 check "a mute FastCGI server listens" wait_for 10 test -S "$COUPON_DIR/mute.sock"
@@ -255,8 +233,7 @@ MIG=(--db-user root --db-socket "$MYSQL_SOCKET" --sql-dir "$top_srcdir/sql")
 root_q -e "CREATE DATABASE cs_migrate CHARACTER SET utf8mb4"
 adm migrate "${MIG[@]}" --db-name cs_migrate --dry-run --json
 check_eq "migrate --dry-run on an empty database: every file pending, nothing done" \
-    "0 $nfiles 0" "$RC $(python3 -c 'import json, sys
-print(len(json.loads(sys.argv[1])["pending"]))' "$OUT") $(root_q cs_migrate -e 'SHOW TABLES' | wc -l)"
+    "0 $nfiles 0" "$RC $(testkit json-len "$OUT" pending) $(root_q cs_migrate -e 'SHOW TABLES' | wc -l)"
 adm migrate "${MIG[@]}" --db-name cs_migrate
 check_eq "migrate on an empty database: exit 0 ($ERR)" 0 "$RC"
 check_eq "... applied every file, in order" \

@@ -17,41 +17,7 @@ command -v python3 >/dev/null 2>&1 || skip_all "python3 is not installed"
 DASH=$top_srcdir/etc/grafana/couponseize.json
 
 # --- the file itself: what Grafana's import needs ----------------------------------
-out=$(python3 - "$DASH" <<'PY'
-import json, sys
-d = json.load(open(sys.argv[1]))
-bad = []
-if not isinstance(d.get("schemaVersion"), int) or d["schemaVersion"] < 36:
-    bad.append("schemaVersion %r is older than Grafana 9" % d.get("schemaVersion"))
-if d.get("id") is not None:
-    bad.append("id must be null, or import overwrites another dashboard")
-v = [t for t in d.get("templating", {}).get("list", []) if t.get("type") == "datasource"]
-if not v or v[0].get("query") != "prometheus":
-    bad.append("no Prometheus datasource variable")
-name = v[0]["name"] if v else "?"
-ids = set()
-for p in d.get("panels", []):
-    if p.get("id") in ids:
-        bad.append("panel id %s twice" % p.get("id"))
-    ids.add(p.get("id"))
-    if p.get("type") == "row":
-        continue
-    for t in [p] + p.get("targets", []):
-        ds = t.get("datasource", {})
-        if ds.get("uid") != "${%s}" % name:
-            bad.append("%s: datasource %r is not the variable" % (p.get("title"), ds))
-    if not p.get("targets"):
-        bad.append("%s: no query" % p.get("title"))
-    # Every node reads the same global queue: a sum over nodes counts it
-    # once per node. Each shard's max over nodes, then the sum over shards.
-    for t in p.get("targets", []):
-        if "queue_depth" not in t.get("expr", "") or "timestamp" in t["expr"]:
-            continue
-        if "max by (shard)" not in t["expr"]:
-            bad.append("%s: %s counts the global queue once per node" % (p.get("title"), t["expr"]))
-print("; ".join(bad))
-PY
-)
+out=$(testkit dashboard-lint "$DASH")
 check_eq "dashboard: importable (schema, ids, datasource variable)" "" "$out"
 
 # Prometheus starts while the stack comes up; it learns the stack's ports from
@@ -74,8 +40,7 @@ reserve_port() {
         mkdir "$REG/$p" 2>/dev/null || continue
         printf '%s\n' "$PDIR" >"$REG/$p/owner"
         printf '%s\n' "$p" >>"$PDIR/ports"
-        if python3 -c 'import socket,sys; socket.socket().bind(("127.0.0.1", int(sys.argv[1])))' \
-            "$p" 2>/dev/null; then
+        if testkit port-free "$p"; then
             echo "$p"
             return 0
         fi
@@ -135,31 +100,13 @@ mv "$PDIR/sync.json.tmp" "$PDIR/sync.json"
 
 # promq QUERY: the result of an instant query, one "labels value" line per
 # series ("ERROR ..." when Prometheus refused it).
-promq() {
-    python3 - "$PROM" "$1" <<'PY'
-import json, sys, urllib.parse, urllib.request
-url = sys.argv[1] + "/api/v1/query?" + urllib.parse.urlencode({"query": sys.argv[2]})
-try:
-    r = json.load(urllib.request.urlopen(url, timeout=10))
-except Exception as e:
-    body = getattr(e, "read", lambda: b"")().decode(errors="replace")
-    print("ERROR", e, body[:300]); sys.exit(0)
-if r.get("status") != "success":
-    print("ERROR", r.get("error")); sys.exit(0)
-for s in r["data"]["result"]:
-    print(json.dumps(s["metric"], sort_keys=True), s["value"][1])
-PY
-}
+promq() { testkit promq "$PROM" "$1"; }
 up_is() { [[ $(promq "sum(up{job=\"$1\"})" | awk '{print $NF}') == 1 ]]; }
 
 check "Prometheus is ready" wait_for 30 curl -sf -o /dev/null "$PROM/-/ready"
 check "Prometheus scrapes the workers' metrics through nginx" wait_for 30 up_is coupon-fcgi
 check "Prometheus scrapes coupon-sync's metrics file" wait_for 30 up_is coupon-sync
-rules=$(curl -s "$PROM/api/v1/rules" | python3 -c '
-import json, sys
-g = json.load(sys.stdin)["data"]["groups"]
-r = [x for grp in g for x in grp["rules"]]
-print(len(r), sum(x.get("health") == "err" for x in r))')
+rules=$(curl -s "$PROM/api/v1/rules" | testkit prom-rules)
 check_match "the shipped alert rules load and evaluate (rules, errors: $rules)" '^[1-9][0-9]* 0$' "$rules"
 
 # --- load: one sale sells out, one keeps selling ---------------------------------
@@ -191,24 +138,7 @@ while IFS=$'\t' read -r verdict title ref n q; do
     else
         not_ok "panel \"$title\" query $ref returns data" "query: $q" "answer: $n"
     fi
-done < <(python3 - "$PROM" "$DASH" <<'PY'
-import json, sys, urllib.parse, urllib.request
-prom, dash = sys.argv[1], sys.argv[2]
-for p in json.load(open(dash))["panels"]:
-    for t in p.get("targets", []):
-        q = (t["expr"].replace("$__rate_interval", "1m").replace("$__interval", "5s")
-             .replace("$__range", "5m"))
-        url = prom + "/api/v1/query?" + urllib.parse.urlencode({"query": q})
-        try:
-            r = json.load(urllib.request.urlopen(url, timeout=10))
-            res = r["data"]["result"] if r.get("status") == "success" else None
-            why = "empty" if res == [] else r.get("error", "")
-        except Exception as e:
-            res, why = None, str(e)
-        n = len(res) if res else 0
-        print("ok" if n else "not_ok", p["title"], t["refId"], n if n else why, q, sep="\t")
-PY
-)
+done < <(testkit prom-panels "$PROM" "$DASH")
 
 # --- some panels against the truth -------------------------------------------------
 val() { promq "$1" | grep -F "$2" | awk '{print $NF}'; }
@@ -228,10 +158,7 @@ builds=$(promq 'count by (program) (couponseize_build_info{version!=""})' | sort
 check_match "couponseize_build_info of both daemons ($builds)" 'coupon-fcgi.*coupon-sync' "$builds"
 # A healthy stack under load pages nobody: no rule fires (a rule with a
 # "for" may be pending for a moment, e.g. while a sale sells out).
-firing=$(curl -s "$PROM/api/v1/alerts" | python3 -c '
-import json, sys
-a = json.load(sys.stdin)["data"]["alerts"]
-print(" ".join(sorted(x["labels"]["alertname"] for x in a if x["state"] == "firing")))')
+firing=$(curl -s "$PROM/api/v1/alerts" | testkit prom-firing)
 check_eq "no alert fires on the healthy stack" "" "$firing"
 rss=$(promq 'min(couponseize_worker_rss_bytes)' | awk '{print int($NF)}')
 check "panel Worker RSS: every worker above 1 MB ($rss bytes)" test "${rss:-0}" -gt 1048576
