@@ -33,8 +33,20 @@
  * group-commit lock it must be buried under is busy. */
 #define SUPER_BURY_MAX_MS 1000
 
-struct slot {
-    pid_t pid;
+/*
+ * The process table: one row per child the supervisor keeps running, the
+ * workers (rows 0 .. n-1, a row's index its worker's registry index) and
+ * the reserve keeper (row n). Each is forked, reaped, restarted with
+ * backoff when it dies young, signalled at reload and stop alike; what
+ * differs by role is in super_fork(), super_proc_exited() and the upgrade's
+ * hand-over (the keeper is handed over, not stopped).
+ */
+enum proc_role { PROC_WORKER, PROC_KEEPER };
+
+struct proc {
+    enum proc_role role;
+    int index;                 /* a worker's; -1 for the keeper */
+    pid_t pid;                 /* 0 = not running */
     int64_t started_ms;
     int64_t restart_at_ms;     /* 0 = running or nothing scheduled */
     int backoff_ms;
@@ -122,9 +134,10 @@ int super_listen(const struct cs_conf *conf)
 
 static sigset_t super_sigs;
 
-/* Forks a worker (index >= 0) or the reserve keeper (index < 0, restarted
- * like a worker); 0 when fork() failed. */
-static pid_t super_fork(struct cs_conf *conf, int listen_fd, struct shm_node *shm, int index)
+/* Forks the child of row p: a worker, or the reserve keeper; 0 when
+ * fork() failed. */
+static pid_t super_fork(struct cs_conf *conf, int listen_fd, struct shm_node *shm,
+                        const struct proc *p)
 {
     pid_t parent = getpid();
     pid_t pid = fork();
@@ -142,8 +155,8 @@ static pid_t super_fork(struct cs_conf *conf, int listen_fd, struct shm_node *sh
     /* Default signal handling back; the socket for a worker only. */
     sigprocmask(SIG_UNBLOCK, &super_sigs, NULL);
     signal(SIGCHLD, SIG_DFL);
-    if (index >= 0)
-        _exit(worker_main(conf, listen_fd, shm, index));
+    if (p->role == PROC_WORKER)
+        _exit(worker_main(conf, listen_fd, shm, p->index));
     close(listen_fd);
     _exit(keeper_main(conf, shm));
 }
@@ -173,7 +186,7 @@ struct super {
     int listen_fd;
     struct shm_node *shm;
     int n;                     /* fcgi.workers */
-    struct slot *slots;
+    struct proc *procs;        /* n workers, then the keeper (super_keeper()) */
     struct retiree *retiring;  /* grown as needed: a child no list knows is never
                                   killed at its grace, waited for at stop, nor buried */
     int nretiring, capretiring;
@@ -182,8 +195,6 @@ struct super {
         int64_t since_ms;
     } unburied[SUPER_MAX_UNBURIED];  /* exited, kept unreaped: a lock was busy */
     int nunburied;
-    pid_t keeper;
-    int64_t keeper_at, keeper_backoff, keeper_started;
     int stopping;
     int64_t stop_deadline;
     int own_socket;            /* this supervisor (or the one it took over from) bound it */
@@ -202,16 +213,40 @@ struct super {
     int keeper_hold;
 };
 
-/* Sends sig to every worker, retiring worker and the keeper. */
+/* The keeper's row, the table's last. */
+static inline struct proc *super_keeper(const struct super *s)
+{
+    return &s->procs[s->n];
+}
+
+/* Forks row p's child now; without one (fork() failed, or no keeper
+ * wanted by the configuration) tries again in a second, or never. */
+static void super_proc_start(struct super *s, struct proc *p, int64_t now)
+{
+    int wanted = p->role == PROC_WORKER || keeper_wanted(s->conf);
+
+    p->pid = wanted ? super_fork(s->conf, s->listen_fd, s->shm, p) : 0;
+    p->started_ms = now;
+    p->restart_at_ms = p->pid == 0 && wanted ? now + 1000 : 0;
+}
+
+/* The keeper held back while the old supervisor of an upgrade runs is
+ * started at the next tick (one keeper per journal directory, internals.md
+ * rule 15). */
+static void super_keeper_release(struct super *s, int64_t now)
+{
+    s->keeper_hold = 0;
+    super_keeper(s)->restart_at_ms = keeper_wanted(s->conf) ? now : 0;
+}
+
+/* Sends sig to every child: the table's and the retiring workers. */
 static void super_signal_all(const struct super *s, int sig)
 {
-    for (int i = 0; i < s->n; i++)
-        if (s->slots[i].pid > 0)
-            kill(s->slots[i].pid, sig);
+    for (int i = 0; i <= s->n; i++)
+        if (s->procs[i].pid > 0)
+            kill(s->procs[i].pid, sig);
     for (int i = 0; i < s->nretiring; i++)
         kill(s->retiring[i].pid, sig);
-    if (s->keeper > 0)
-        kill(s->keeper, sig);
 }
 
 /* SIGTERM / SIGINT: every worker finishes its request in flight and goes. */
@@ -294,12 +329,12 @@ static void super_on_handover(struct super *s, int64_t now)
     s->stopping = 1;
     s->stop_deadline = now + SUPER_STOP_GRACE_MS;
     for (int i = 0; i < s->n; i++)
-        if (s->slots[i].pid > 0)
-            kill(s->slots[i].pid, SIGTERM);
+        if (s->procs[i].pid > 0)
+            kill(s->procs[i].pid, SIGTERM);
     for (int i = 0; i < s->nretiring; i++)
         kill(s->retiring[i].pid, SIGTERM);
-    if (s->keeper > 0)
-        kill(s->keeper, SIGUSR2);
+    if (super_keeper(s)->pid > 0)
+        kill(super_keeper(s)->pid, SIGUSR2);
     else
         kill(s->upgrade_pid, SIGUSR1); /* no keeper here: the new one may start its own */
     cs_pause_point("super-handed-over");
@@ -318,10 +353,8 @@ static int super_takeover_tick(struct super *s, int64_t now)
         log_notice("upgrade: supervisor %d has gone; this one serves alone", (int)s->from_pid);
         s->from_pid = 0;
         s->takeover_sent = 1;
-        if (s->keeper_hold) {
-            s->keeper_hold = 0;
-            s->keeper_at = keeper_wanted(s->conf) ? now : 0;
-        }
+        if (s->keeper_hold)
+            super_keeper_release(s, now);
         sdnotify_status("%d workers", s->n);
         return 0;
     }
@@ -329,7 +362,7 @@ static int super_takeover_tick(struct super *s, int64_t now)
         return 0;
     int ready = 0;
     for (int i = 0; i < s->n; i++) {
-        int32_t pid = (int32_t)s->slots[i].pid;
+        int32_t pid = (int32_t)s->procs[i].pid;
         for (int w = 0; pid > 0 && w < SHM_MAX_WORKERS; w++)
             if (atomic_load(&s->shm->worker_pid[w]) == pid) {
                 ready++;
@@ -395,53 +428,68 @@ static void super_on_reload(struct super *s, int64_t now)
     log_init("coupon-fcgi", lvl, conf->log_target);
     /* Rolling: each new worker is up before its predecessor is told to go. */
     for (int i = 0; i < s->n; i++) {
-        pid_t old = s->slots[i].pid;
-        s->slots[i].pid = super_fork(conf, s->listen_fd, s->shm, i);
-        s->slots[i].started_ms = now;
-        s->slots[i].backoff_ms = 0;
+        struct proc *p = &s->procs[i];
+        pid_t old = p->pid;
+        super_proc_start(s, p, now);
+        p->backoff_ms = 0;
         if (old > 0) {
             kill(old, SIGTERM);
             super_retire(s, old, now);
         }
     }
     /* The keeper gives its reserves back and starts again with the new
-     * settings (a lowered fallback.reserve among them). */
-    if (s->keeper > 0)
-        kill(s->keeper, SIGTERM);
-    else if (keeper_wanted(conf))
-        s->keeper_at = now;
+     * settings (a lowered fallback.reserve among them) once it has gone
+     * (super_proc_exited()). */
+    if (super_keeper(s)->pid > 0)
+        kill(super_keeper(s)->pid, SIGTERM);
+    else
+        super_keeper(s)->restart_at_ms = keeper_wanted(conf) ? now : 0;
     log_notice("configuration reloaded from %s; workers replaced", s->conf_path);
     sdnotify_ready();
 }
 
-/* The keeper ended: started again, later and later while it dies young. */
-static void super_keeper_exited(struct super *s, pid_t pid, int status, int64_t now)
+/*
+ * Row p's child ended: started again, later and later while it dies young
+ * (super_backoff()); not while the supervisor stops. A worker only ends
+ * when told to, so any end of one is logged and counted as a death; a
+ * keeper's clean exit (it gave its reserves back at a reload) is not. A
+ * keeper handing over (upgrade step 5) is not started again: its going
+ * lets the new supervisor start its own.
+ */
+static void super_proc_exited(struct super *s, struct proc *p, int status, int64_t now)
 {
-    s->keeper = 0;
-    atomic_store(&s->shm->rsv.keeper_pid, 0);
-    if (s->handover) {
-        /* Gone and reaped: its claim is stale and the journal's lock free
-         * for the new supervisor's keeper (step 5). */
-        log_notice("upgrade: reserve keeper (pid %d) handed over (%s %d)", (int)pid,
-                   WIFSIGNALED(status) ? "signal" : "status",
-                   WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
-        if (s->upgrade_pid > 0) /* never 0: kill(0, ...) is the whole process group */
-            kill(s->upgrade_pid, SIGUSR1);
-        return;
+    pid_t pid = p->pid;
+    int64_t lived = now - p->started_ms;
+    int died = WIFSIGNALED(status) || WEXITSTATUS(status) != 0;
+
+    p->pid = 0;
+    if (p->role == PROC_KEEPER) {
+        atomic_store(&s->shm->rsv.keeper_pid, 0);
+        if (s->handover) {
+            /* Gone and reaped: its claim is stale and the journal's lock
+             * free for the new supervisor's keeper. */
+            log_notice("upgrade: reserve keeper (pid %d) handed over (%s %d)", (int)pid,
+                       WIFSIGNALED(status) ? "signal" : "status",
+                       WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+            if (s->upgrade_pid > 0) /* never 0: kill(0, ...) is the whole process group */
+                kill(s->upgrade_pid, SIGUSR1);
+            return;
+        }
     }
     if (s->stopping)
         return;
-    int64_t lived = now - s->keeper_started;
-    if (WIFSIGNALED(status) || WEXITSTATUS(status) != 0) {
+    if (p->role == PROC_WORKER) {
+        super_describe_exit(p->index, pid, status, lived);
+        atomic_fetch_add(&s->shm->m.worker_restarts, 1);
+        died = 1;
+    } else if (died) {
         log_error("reserve keeper (pid %d) ended (%s %d) after %lld ms; restarting", (int)pid,
                   WIFSIGNALED(status) ? "signal" : "status",
                   WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
                   (long long)lived);
-        s->keeper_backoff = super_backoff(s->keeper_backoff, lived);
-    } else {
-        s->keeper_backoff = 0;
     }
-    s->keeper_at = now + s->keeper_backoff;
+    p->backoff_ms = died ? (int)super_backoff(p->backoff_ms, lived) : 0;
+    p->restart_at_ms = now + p->backoff_ms;
 }
 
 /*
@@ -485,7 +533,7 @@ static int super_bury(struct super *s, int32_t pid, int64_t now)
  * a clean exit (a stop of the node), and not under systemd, whose main
  * process the dead one was (super_on_exit()). Its
  * workers told to go finish and go; new ones start now. The keeper, told
- * to hand over, is started again once it has exited (super_keeper_exited(),
+ * to hand over, is started again once it has exited (super_proc_exited(),
  * no longer handing over), or now if it has: it adopts the journal as after
  * any restart. The dead one's workers end with it (PR_SET_PDEATHSIG).
  */
@@ -494,20 +542,21 @@ static void super_resume(struct super *s, int64_t now)
     s->handover = 0;
     s->stopping = 0;
     for (int i = 0; i < s->n; i++) {
-        struct slot *sl = &s->slots[i];
-        if (sl->pid > 0)
-            super_retire(s, sl->pid, now);
-        sl->pid = 0;
-        sl->backoff_ms = 0;
-        sl->restart_at_ms = now;
+        struct proc *p = &s->procs[i];
+        if (p->pid > 0)
+            super_retire(s, p->pid, now);
+        p->pid = 0;
+        p->backoff_ms = 0;
+        p->restart_at_ms = now;
     }
-    if (s->keeper == 0)
-        s->keeper_at = keeper_wanted(s->conf) ? now : 0;
+    if (super_keeper(s)->pid == 0)
+        super_keeper(s)->restart_at_ms = keeper_wanted(s->conf) ? now : 0;
     sdnotify_mainpid((int)getpid());
     sdnotify_ready();
 }
 
-/* A child ended: the keeper, a replaced worker, or a worker to start again. */
+/* A child ended: an upgrade's new binary, a replaced worker, or a row of
+ * the table. */
 static void super_on_exit(struct super *s, pid_t pid, int status, int64_t now)
 {
     if (pid == s->upgrade_pid) {
@@ -541,34 +590,21 @@ static void super_on_exit(struct super *s, pid_t pid, int status, int64_t now)
         }
         return;
     }
-    if (pid == s->keeper) {
-        super_keeper_exited(s, pid, status, now);
-        return;
-    }
     for (int i = 0; i < s->nretiring; i++)
         if (s->retiring[i].pid == pid) {
             s->retiring[i] = s->retiring[--s->nretiring];
             return;
         }
-    for (int i = 0; i < s->n; i++) {
-        struct slot *sl = &s->slots[i];
-        if (sl->pid != pid)
-            continue;
-        sl->pid = 0;
-        if (s->stopping)
+    for (int i = 0; i <= s->n; i++)
+        if (s->procs[i].pid == pid) {
+            super_proc_exited(s, &s->procs[i], status, now);
             return;
-        int64_t lived = now - sl->started_ms;
-        super_describe_exit(i, pid, status, lived);
-        atomic_fetch_add(&s->shm->m.worker_restarts, 1);
-        /* A worker that dies young is restarted later and later. */
-        sl->backoff_ms = (int)super_backoff(sl->backoff_ms, lived);
-        sl->restart_at_ms = now + sl->backoff_ms;
-        return;
-    }
+        }
 }
 
 /* 1 when child pid has exited and may be reaped now: a worker once
- * buried (super_bury()), the keeper at once. Reaps nothing. */
+ * buried (super_bury()), the keeper and an upgrade's new binary at once.
+ * Reaps nothing. */
 static int super_exited(struct super *s, pid_t pid, int64_t now)
 {
     siginfo_t ci;
@@ -577,17 +613,20 @@ static int super_exited(struct super *s, pid_t pid, int64_t now)
     if (pid <= 0 || waitid(P_PID, (id_t)pid, &ci, WEXITED | WNOHANG | WNOWAIT) != 0
         || ci.si_pid != pid)
         return 0;
-    return pid == s->keeper || pid == s->upgrade_pid || super_bury(s, (int32_t)pid, now);
+    return pid == super_keeper(s)->pid || pid == s->upgrade_pid
+           || super_bury(s, (int32_t)pid, now);
 }
 
-/* 1 when pid is a worker, a retiree, the keeper of s or the new binary of
- * an upgrade under way. */
+/* 1 when pid is a child of the table, a retiree or the new binary of an
+ * upgrade under way. */
 static int super_knows(const struct super *s, pid_t pid)
 {
-    if (pid == s->keeper || (pid == s->upgrade_pid && pid > 0))
+    if (pid <= 0)
+        return 0;
+    if (pid == s->upgrade_pid)
         return 1;
-    for (int i = 0; i < s->n; i++)
-        if (s->slots[i].pid == pid)
+    for (int i = 0; i <= s->n; i++)
+        if (s->procs[i].pid == pid)
             return 1;
     for (int i = 0; i < s->nretiring; i++)
         if (s->retiring[i].pid == pid)
@@ -623,55 +662,53 @@ static void super_sweep(struct super *s, int64_t now)
     }
 }
 
-/* Reaps every child that exited and may be: the workers, those retiring,
- * the keeper and an upgrade's new binary, each by its own pid (a zombie kept for its bury must not
- * be taken by a wait for any child), then any other (super_sweep()). */
-static void super_reap(struct super *s, int64_t now)
+/* Reaps child pid if it exited and may be reaped now. */
+static void super_reap_one(struct super *s, pid_t pid, int64_t now)
 {
     int status;
 
+    if (super_exited(s, pid, now) && waitpid(pid, &status, WNOHANG) == pid)
+        super_on_exit(s, pid, status, now);
+}
+
+/* Reaps every child that exited and may be: those retiring, the keeper, an
+ * upgrade's new binary and the workers, each by its own pid (a zombie kept
+ * for its bury must not be taken by a wait for any child), then any other
+ * (super_sweep()). The keeper goes before the new binary: its hand-over is
+ * told to a new binary that may have exited since. */
+static void super_reap(struct super *s, int64_t now)
+{
     /* From the last: super_on_exit() moves the last retiree into the place
      * of the one reaped, and that one was seen already. */
-    for (int i = s->nretiring - 1; i >= 0; i--) {
-        pid_t pid = s->retiring[i].pid;
-        if (super_exited(s, pid, now) && waitpid(pid, &status, WNOHANG) == pid)
-            super_on_exit(s, pid, status, now);
-    }
-    if (super_exited(s, s->keeper, now) && waitpid(s->keeper, &status, WNOHANG) == s->keeper)
-        super_on_exit(s, s->keeper, status, now);
-    if (super_exited(s, s->upgrade_pid, now)
-        && waitpid(s->upgrade_pid, &status, WNOHANG) == s->upgrade_pid)
-        super_on_exit(s, s->upgrade_pid, status, now);
-    for (int i = 0; i < s->n; i++) {
-        pid_t pid = s->slots[i].pid;
-        if (super_exited(s, pid, now) && waitpid(pid, &status, WNOHANG) == pid)
-            super_on_exit(s, pid, status, now);
-    }
+    for (int i = s->nretiring - 1; i >= 0; i--)
+        super_reap_one(s, s->retiring[i].pid, now);
+    super_reap_one(s, super_keeper(s)->pid, now);
+    super_reap_one(s, s->upgrade_pid, now);
+    for (int i = 0; i < s->n; i++)
+        super_reap_one(s, s->procs[i].pid, now);
     super_sweep(s, now);
 }
 
 /* While stopping: 1 once every child is gone; those past the grace are killed. */
 static int super_stop_tick(struct super *s, int64_t now)
 {
-    int alive = s->nretiring + (s->keeper > 0);
-    for (int i = 0; i < s->n; i++)
-        alive += s->slots[i].pid > 0;
+    int alive = s->nretiring;
+    for (int i = 0; i <= s->n; i++)
+        alive += s->procs[i].pid > 0;
     if (alive == 0)
         return 1;
     if (now >= s->stop_deadline) {
-        log_warn("%d workers did not stop in time; killing them", alive);
+        log_warn("%d processes did not stop in time; killing them", alive);
         super_signal_all(s, SIGKILL);
         s->stop_deadline = now + 5000;
     }
     return 0;
 }
 
-/* Serving: replaced workers past their grace killed, the keeper and the
- * workers whose wait is over started. */
+/* Serving: replaced workers past their grace killed, the rows whose wait
+ * is over started (the keeper not while held). */
 static void super_tick(struct super *s, int64_t now)
 {
-    struct cs_conf *conf = s->conf;
-
     for (int i = 0; i < s->nretiring; i++) {
         if (s->retiring[i].kill_at_ms <= now) {
             log_warn("replaced worker %d did not stop in %d ms; killing it",
@@ -680,38 +717,29 @@ static void super_tick(struct super *s, int64_t now)
             s->retiring[i].kill_at_ms = now + 5000;
         }
     }
-    if (s->keeper == 0 && !s->keeper_hold && s->keeper_at != 0 && s->keeper_at <= now) {
-        s->keeper = keeper_wanted(conf) ? super_fork(conf, s->listen_fd, s->shm, -1) : 0;
-        s->keeper_started = now;
-        s->keeper_at = s->keeper == 0 && keeper_wanted(conf) ? now + 1000 : 0;
-    }
-    for (int i = 0; i < s->n; i++) {
-        struct slot *sl = &s->slots[i];
-        if (sl->pid == 0 && sl->restart_at_ms <= now) {
-            sl->pid = super_fork(conf, s->listen_fd, s->shm, i);
-            sl->started_ms = now;
-            sl->restart_at_ms = sl->pid == 0 ? now + 1000 : 0;
-        }
+    for (int i = 0; i <= s->n; i++) {
+        struct proc *p = &s->procs[i];
+        if (p->pid == 0 && p->restart_at_ms != 0 && p->restart_at_ms <= now
+            && !(p->role == PROC_KEEPER && s->keeper_hold))
+            super_proc_start(s, p, now);
     }
 }
 
-/* Forks the workers and, with reserves on, the keeper. */
+/* Makes the table and forks the workers and, with reserves on, the keeper
+ * (an upgrade's new binary: once the old one's has gone). */
 static void super_start(struct super *s, int64_t now)
 {
-    for (int i = 0; i < s->n; i++) {
-        s->slots[i].pid = super_fork(s->conf, s->listen_fd, s->shm, i);
-        s->slots[i].started_ms = now;
-        if (s->slots[i].pid == 0)
-            s->slots[i].restart_at_ms = now + 1000;
+    s->procs = xcalloc((size_t)s->n + 1, sizeof(*s->procs));
+    for (int i = 0; i <= s->n; i++) {
+        s->procs[i].role = i < s->n ? PROC_WORKER : PROC_KEEPER;
+        s->procs[i].index = i < s->n ? i : -1;
     }
-    if (s->keeper_hold) {
-        s->keeper_at = keeper_wanted(s->conf) ? now : 0; /* once the old one has gone */
-    } else if (keeper_wanted(s->conf)) {
-        s->keeper = super_fork(s->conf, s->listen_fd, s->shm, -1);
-        s->keeper_started = now;
-        if (s->keeper == 0)
-            s->keeper_at = now + 1000;
-    }
+    for (int i = 0; i < s->n; i++)
+        super_proc_start(s, &s->procs[i], now);
+    if (s->keeper_hold)
+        super_keeper(s)->restart_at_ms = keeper_wanted(s->conf) ? now : 0;
+    else
+        super_proc_start(s, super_keeper(s), now);
 }
 
 /* One signal the supervisor waits for (super_sigs), as it came. */
@@ -732,10 +760,9 @@ static void super_on_signal(struct super *s, int sig, const siginfo_t *si, int64
         super_on_upgrade(s, now);
     else if (sig == SIGQUIT && s->upgrade_pid > 0 && si->si_pid == s->upgrade_pid && !s->stopping)
         super_on_handover(s, now);
-    else if (sig == SIGUSR1 && s->keeper_hold && si->si_pid == s->from_pid) {
-        s->keeper_hold = 0;
-        s->keeper_at = keeper_wanted(s->conf) ? now : 0;
-    } else if (sig == SIGQUIT || sig == SIGUSR1)
+    else if (sig == SIGUSR1 && s->keeper_hold && si->si_pid == s->from_pid)
+        super_keeper_release(s, now);
+    else if (sig == SIGQUIT || sig == SIGUSR1)
         log_warn("SIG%s from pid %d ignored (only an upgrade's own supervisors send it)",
                  sig == SIGQUIT ? "QUIT" : "USR1", (int)si->si_pid);
 }
@@ -757,7 +784,7 @@ static void super_close(struct super *s)
     shm_node_close(s->shm);
     if (!keep)
         shm_node_unlink(conf->fcgi_shm_name);
-    free(s->slots);
+    free(s->procs);
     free(s->retiring);
     free(s);
     if (keep)
@@ -801,7 +828,6 @@ int super_run(struct cs_conf *conf, const char *conf_path, int listen_fd, int ow
     s->own_socket = own_socket;
     s->shm = shm;
     s->n = conf->fcgi_workers;
-    s->slots = xcalloc((size_t)s->n, sizeof(*s->slots));
     if (from != NULL) {
         s->from_pid = from->old_pid;
         s->keeper_hold = 1;
