@@ -62,15 +62,7 @@ CLAIMED=777
 # --- servers ---------------------------------------------------------------------
 
 PORT_REGISTRY=${COUPON_PORT_REGISTRY:-/tmp/couponseize-ports-$(id -u)}
-port_free() {
-    python3 -c '
-import socket, sys
-s = socket.socket()
-try:
-    s.bind(("127.0.0.1", int(sys.argv[1])))
-except OSError:
-    sys.exit(1)' "$1"
-}
+port_free() { testkit port-free "$1"; }
 free_port() {
     local i p
     mkdir -p "$PORT_REGISTRY" 2>/dev/null || true

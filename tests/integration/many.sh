@@ -57,33 +57,7 @@ check_eq "a META field is the activity's JSON" "shop sale 7 5 IN_PROGRESS" \
 
 # --- seize and status on a sample from every shard ---------------------------------
 # One Python process for the 40 requests: this machine is slow to start them.
-bad=$(python3 - "$COUPON_URL" "$COUPON_JWT_SECRET" "$BASE" <<'PY'
-import base64, hashlib, hmac, json, sys, time, urllib.error, urllib.request
-url, key, base = sys.argv[1], sys.argv[2].encode(), int(sys.argv[3])
-def b64(b): return base64.urlsafe_b64encode(b).decode().rstrip("=")
-def token(sub):
-    h = b64(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
-    p = b64(json.dumps({"sub": str(sub), "exp": int(time.time()) + 3600}).encode())
-    return h + "." + p + "." + b64(hmac.new(key, (h + "." + p).encode(), hashlib.sha256).digest())
-def req(path, body=None, sub=None):
-    r = urllib.request.Request(url + path, data=body and body.encode(),
-                               headers={"Content-Type": "application/json"})
-    if sub: r.add_header("Authorization", "Bearer " + token(sub))
-    try: return json.load(urllib.request.urlopen(r, timeout=30))
-    except urllib.error.HTTPError as e: return json.load(e)
-bad = []
-for s in range(10):
-    i = base + 2011 * s  # i % 10 == s
-    a = req("/market/consumer/coupon/seize", '{"id":%d}' % i, 7)
-    b = req("/market/consumer/coupon/seize", '{"id":%d}' % i, 7)
-    st = req("/market/consumer/coupon/status?id=%d" % i, None, 7)
-    got = (a["code"], a.get("remaining"), b["code"], st["activity"]["status"],
-           st["activity"]["remaining"], st["mine"]["seized"], st["stale"])
-    if got != ("SEIZED", 4, "ALREADY_SEIZED", "IN_PROGRESS", 4, True, False):
-        bad.append("[%d: %s]" % (i, got))
-print(" ".join(bad))
-PY
-)
+bad=$(testkit shard-sample "$COUPON_URL" "$COUPON_JWT_SECRET" "$BASE")
 check_eq "shards 0-9: SEIZED, ALREADY_SEIZED, status IN_PROGRESS remaining 4 mine.seized" "" "$bad"
 check_eq "an id past the last -> NO_SUCH_ACTIVITY" NO_SUCH_ACTIVITY "$(seize_code $((BASE + N)) 7)"
 check_eq "status of it -> 404" 404 "$(http_code GET "/market/consumer/coupon/status?id=$((BASE + N))")"
@@ -119,15 +93,7 @@ check_eq "size=x -> 400" 400 "$(http_code GET '/market/consumer/coupon/status?si
 http GET "/market/consumer/coupon/status?page=1&size=200"
 check_eq "the list shows live stock" 4 \
     "$(py '[a["remaining"] for a in d["activities"] if a["id"] == int(sys.argv[2])][0]' "$HTTP_BODY" "$BASE")"
-ids=$(python3 - "$COUPON_URL" $((N / 200)) <<'PY'
-import json, sys, urllib.request
-seen = set()
-for p in range(1, int(sys.argv[2]) + 1):
-    url = "%s/market/consumer/coupon/status?page=%d&size=200" % (sys.argv[1], p)
-    seen.update(a["id"] for a in json.load(urllib.request.urlopen(url, timeout=30))["activities"])
-print(len(seen))
-PY
-)
+ids=$(testkit walk-pages "$COUPON_URL" $((N / 200)))
 check_eq "walking all $((N / 200)) pages of 200 shows every activity once" "$N" "$ids"
 
 # --- preheat idempotence ----------------------------------------------------------------

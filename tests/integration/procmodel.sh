@@ -111,10 +111,7 @@ cp "$COUPON_DIR/conf.good" "$COUPON_CONF"
 # --- A stop while a worker waits for a silent connection's first bytes --------------------
 # A new connection has 2 s to send its first bytes (a stop does not cut
 # that wait short: see above), then the worker drops it and stops.
-python3 -c 'import os, socket, sys, time
-s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1])
-with open(sys.argv[2] + ".tmp", "w") as f: f.write("%d\n" % os.fstat(s.fileno()).st_ino)
-os.rename(sys.argv[2] + ".tmp", sys.argv[2]); time.sleep(20)' "$COUPON_FCGI_SOCK" "$COUPON_DIR/silent.ino" &
+python3 "$CS_TESTKIT" unix-silent "$COUPON_FCGI_SOCK" "$COUPON_DIR/silent.ino" 20 &
 silent=$!
 cs_defer kill "$silent"
 # A worker has accepted the silent connection: the server end of it (the

@@ -56,14 +56,7 @@ balanced() {
 }
 # rsv INCARNATION FIELD: FIELD of that incarnation's entry in the last list
 # answer (HTTP_BODY); empty when not listed.
-rsv() {
-    python3 -c 'import json, sys
-d = json.loads(sys.argv[1])
-for x in d.get("reserves", []):
-    if x["incarnation"] == sys.argv[2]:
-        print(json.dumps(x[sys.argv[3]]))
-        break' "$HTTP_BODY" "$1" "$2" 2>/dev/null
-}
+rsv() { testkit json-find "$HTTP_BODY" reserves incarnation "$1" "$2" 2>/dev/null; }
 lease_over() { http GET "$LIST" '' "$ADMIN"; [[ $(rsv "$1" leaseExpired) == true ]]; }
 # in_lease NODE MS: node NODE's keeper opened its reserves and its lease has
 # MS ms left: a Redis that goes away now finds them spendable.

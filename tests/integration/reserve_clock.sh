@@ -42,10 +42,7 @@ answered() { return_lost; [[ $HTTP_CODE != 503 ]]; }
 # watched_ms: what the list says of node 2's stamp, as "leaseExpired leaseWatchedMs".
 watched() {
     http GET "/market/admin/coupon/reserves?id=$A" '' "$ADMIN"
-    python3 -c 'import json, sys
-for r in json.loads(sys.argv[1]).get("reserves", []):
-    if r["incarnation"] == sys.argv[2]:
-        print(str(r["leaseExpired"]).lower(), r["leaseWatchedMs"])' "$HTTP_BODY" "$INC"
+    testkit json-find "$HTTP_BODY" reserves incarnation "$INC" leaseExpired leaseWatchedMs
 }
 
 node_up n2 lease_ms=$LEASE

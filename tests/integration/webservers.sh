@@ -69,15 +69,7 @@ fi
 
 PORT_REGISTRY=${COUPON_PORT_REGISTRY:-/tmp/couponseize-ports-$(id -u)}
 
-port_free() {
-    python3 -c '
-import socket, sys
-s = socket.socket()
-try:
-    s.bind(("127.0.0.1", int(sys.argv[1])))
-except OSError:
-    sys.exit(1)' "$1"
-}
+port_free() { testkit port-free "$1"; }
 
 # free_port: prints a free loopback port, reserved in the registry tests/stack
 # uses, so that a stack starting in parallel does not pick it too. (It runs in
@@ -272,17 +264,7 @@ on() {
     HTTP_BODY=${out#*$'\r\n\r\n'}
 }
 
-# json_at JSON a.b.c: the value at a dotted path (strings unquoted).
-json_at() {
-    python3 -c 'import json, sys
-v = json.loads(sys.argv[1])
-for k in sys.argv[2].split("."):
-    v = v.get(k) if isinstance(v, dict) else None
-if v is not None:
-    print(v if isinstance(v, str) else json.dumps(v))' "$1" "$2" 2>/dev/null
-}
-
-code_of() { json_at "$HTTP_BODY" code; }
+code_of() { jat "$HTTP_BODY" code; }
 is_json() { [[ ${HTTP_HEADERS,,} == *$'\ncontent-type: application/json'* ]]; }
 
 # expect NAME STATUS CODE: checks the last answer's HTTP status, JSON "code"
@@ -336,9 +318,9 @@ exercise() {
 
     on "$url" GET "/market/consumer/coupon/status?id=$ACT" '' "$user"
     expect "$n: status?id=$ACT (query string reaches the app)" 200 OK
-    remaining=$(json_at "$HTTP_BODY" activity.remaining)
+    remaining=$(jat "$HTTP_BODY" activity.remaining)
     check_match "$n: status has the remaining stock" '^[0-9]+$' "$remaining"
-    check_eq "$n: status knows the token's user seized" true "$(json_at "$HTTP_BODY" mine.seized)"
+    check_eq "$n: status knows the token's user seized" true "$(jat "$HTTP_BODY" mine.seized)"
 
     # The order system's routes reach the app through every server.
     on "$url" POST /market/service/coupon/use '{"couponId":999999,"userId":9,"orderId":"o-1"}' \
@@ -392,23 +374,7 @@ raw() {
 # and then nothing; the answer within SECONDS in HTTP_CODE/HEADERS/BODY.
 slow() {
     local out
-    out=$(python3 - "${1##*:}" "$2" "$3" <<'PY'
-import socket, sys
-s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
-s.sendall(sys.argv[3].encode().decode("unicode_escape").encode("latin-1"))
-s.settimeout(float(sys.argv[2]))
-data = b""
-try:
-    while True:
-        d = s.recv(65536)
-        if not d:
-            break
-        data += d
-except OSError:
-    pass
-sys.stdout.write(data.decode("latin-1"))
-PY
-)
+    out=$(testkit raw-request "${1##*:}" "$2" "$3")
     HTTP_CODE=$(printf '%s' "$out" | sed -n '1s/^HTTP\/1\.[01] \([0-9]*\).*/\1/p')
     HTTP_HEADERS=${out%%$'\r\n\r\n'*}
     HTTP_BODY=${out#*$'\r\n\r\n'}
@@ -612,7 +578,7 @@ done
 # One coupon per server, and nothing else, came out of the stock.
 on "${URLS[nginx]:-${URLS[lighttpd]:-${URLS[apache2]:-}}}" GET "/market/consumer/coupon/status?id=$ACT"
 check_eq "stock went down by one per server" $((100 - ${#URLS[@]})) \
-    "$(json_at "$HTTP_BODY" activity.remaining)"
+    "$(jat "$HTTP_BODY" activity.remaining)"
 
 if command -v ss >/dev/null 2>&1; then
     for s in nginx lighttpd apache2; do
