@@ -25,9 +25,7 @@ nemesis_run "$work/a.out" "$work/a.err" --seed "$seed" --secs "${NEMESIS_SECS:-3
 line=$(tail -n 1 "$work/a.out")
 diag "$line"
 check_match "seed $seed under mixed faults, group commit on one node: VALID" ": VALID " "$line"
-mean=$(python3 -c 'import json, sys
-print(max([m["mean"] or 0 for m in json.load(open(sys.argv[1])).get("group_commit", {}).values()] or [0]))' \
-    "$work/a/verdict.json" 2>/dev/null || echo 0)
+mean=$(testkit json-max "$work/a/verdict.json" group_commit mean 2>/dev/null || echo 0)
 check "seed $seed: seizes rode together on the batched node (mean batch $mean)" \
     python3 -c "import sys; sys.exit(not float(sys.argv[1]) > 1.2)" "$mean"
 [[ $line == *": VALID "* ]] || {

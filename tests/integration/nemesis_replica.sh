@@ -27,13 +27,7 @@ check_match "a replica cut off, then its master: VALID" ": VALID " "$line"
     tail -n 40 "$work/a.err" >&2 || true
 }
 # role_node ROLE: the redisN the run resolved ROLE to.
-role_node() {
-    python3 -c 'import json,sys
-for l in open(sys.argv[1]):
-    e = json.loads(l)
-    if e.get("role") == sys.argv[2]:
-        print(e["target"])' "$work/a/schedule.jsonl" "$1" 2>/dev/null
-}
+role_node() { testkit jsonl-find "$work/a/schedule.jsonl" role "$1" target 2>/dev/null; }
 REP=$(role_node replica-of:104) MAS=$(role_node master-of:104)
 diag "the replica of shard 4: ${REP:-?}, its master: ${MAS:-?}"
 check "the replica and the master were found by role" \

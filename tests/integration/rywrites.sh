@@ -21,13 +21,7 @@ ADMIN=$(mint_jwt 77 admin)
 
 
 # names JSON: the names of a status list answer, comma-separated.
-names() {
-    python3 -c 'import json, sys
-try:
-    print(",".join(a["name"] for a in json.loads(sys.argv[1]).get("activities", [])))
-except Exception:
-    print("<not a list answer>")' "$1"
-}
+names() { testkit json-pluck --sep , "$1" activities name 2>/dev/null || echo "<not a list answer>"; }
 
 
 # judge BODY WANT PATH...: "ok" when the status answer BODY shows WANT (the
@@ -35,23 +29,7 @@ except Exception:
 # read Redis (UNAVAILABLE, or "stale": true: what a loaded machine may give,
 # doc/api.md "Read your writes"); otherwise "old[what it showed]". A change
 # that has answered is never shown old by an answer that claims to be fresh.
-judge() {
-    python3 -c 'import json, sys
-try:
-    b = json.loads(sys.argv[1])
-except Exception:
-    print("old[not JSON: %r]" % sys.argv[1][:80]); sys.exit(0)
-if b.get("code") == "UNAVAILABLE" or b.get("stale") is True:
-    print("unsure"); sys.exit(0)
-got = []
-for path in sys.argv[3:]:
-    v = b
-    for k in path.split("."):
-        v = v[int(k)] if isinstance(v, list) else v.get(k) if isinstance(v, dict) else None
-    got.append("" if v is None else v if isinstance(v, str) else json.dumps(v))
-got = " ".join(got)
-print("ok" if got == sys.argv[2] else "old[%s]" % got)' "$@"
-}
+judge() { checker fresh "$@"; }
 # tally VERDICT...: sets BAD (the old answers) and SURE (how many were ok).
 tally() {
     BAD="" SURE=0 UNSURE=0
