@@ -21,29 +21,8 @@ cs_stack_up --no-sync
 # PyJWT, exp = time.time() + 600 (a fractional NumericDate, as PyJWT writes
 # it), aud and iss as configured, then the overrides (null removes a claim).
 pyjwt() {
-    $PY - "$COUPON_JWT_SECRET" "${1:-{\}}" "${2:-{\}}" "${3:-HS256}" <<'PY'
-import json, sys, time
-import jwt
-from jwt.algorithms import HMACAlgorithm
-key, over, headers, alg = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4]
-now = time.time()
-claims = {"sub": "4242", "exp": now + 600, "aud": "coupons", "iss": "https://id.example"}
-for k, v in over.items():
-    if isinstance(v, str) and v.startswith("now"):
-        v = now + float(v[3:] or 0)
-    if v is None:
-        claims.pop(k, None)
-    else:
-        claims[k] = v
-if alg != "HS256":
-    # A JOSE alg is case-sensitive; PyJWT refuses to write "hs256" unless told
-    # it is an HMAC name, which is what a sloppy issuer would do.
-    api = jwt.PyJWS()
-    api.register_algorithm(alg, HMACAlgorithm(HMACAlgorithm.SHA256))
-    print(api.encode(json.dumps(claims).encode(), key, algorithm=alg, headers=headers or None))
-else:
-    print(jwt.encode(claims, key, algorithm="HS256", headers=headers or None))
-PY
+    $PY "$top_srcdir/tests/integration/interop_jwt.py" "$COUPON_JWT_SECRET" "${1:-{\}}" "${2:-{\}}" \
+        "${3:-HS256}"
 }
 
 mk_activity 701 100 -60 3600

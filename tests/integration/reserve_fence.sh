@@ -141,78 +141,12 @@ n2_redis_clients() {
     rcli CLIENT LIST | grep -c "laddr=$CUT_ADDR:$REDIS_PORT " || true
 }
 
-cat >"$COUPON_DIR/paced.py" <<'PY'
-# paced.py PORT PATH ACTIVITY USERBASE RATE SECONDS LOG SECRET [GO]: RATE seizes a
-# second for SECONDS (SIGTERM ends it early), user USERBASE + n for the n-th,
-# each on its own connection and thread (at most 64 in flight). LOG: "# start_epoch_ms E",
-# then per answer "sent_ms_since_start status code user latency_us". With GO,
-# it makes LOG.ready once started and sends from when the file GO exists (a
-# loaded machine can take seconds to start python; that time must not come
-# out of a lease).
-import base64, hashlib, hmac, http.client, json, os, signal, sys, threading, time
-port, path, act, base, rate, secs, log, secret = sys.argv[1:9]
-go = sys.argv[9] if len(sys.argv) > 9 else None
-port, act, base, rate, secs = int(port), int(act), int(base), float(rate), float(secs)
-def b64(b): return base64.urlsafe_b64encode(b).rstrip(b'=')
-head = b64(b'{"alg":"HS256","typ":"JWT"}')
-def token(uid):
-    now = int(time.time())
-    p = b64(json.dumps({"sub": str(uid), "iat": now, "exp": now + 3600}).encode())
-    s = b64(hmac.new(secret.encode(), head + b'.' + p, hashlib.sha256).digest())
-    return (head + b'.' + p + b'.' + s).decode()
-stop = threading.Event()
-signal.signal(signal.SIGTERM, lambda *a: stop.set())
-out = open(log, 'w', buffering=1)
-lock = threading.Lock()
-slots = threading.BoundedSemaphore(64)
-body = json.dumps({"id": act})
-if go:
-    open(log + '.ready', 'w').close()
-    while not os.path.exists(go) and not stop.is_set():
-        time.sleep(0.005)
-start = time.time()
-out.write('# start_epoch_ms %d\n' % int(start * 1000))
-def one(uid, sent, tok):
-    t0 = time.monotonic()
-    status, code = 0, 'NO_ANSWER'
-    try:
-        c = http.client.HTTPConnection('127.0.0.1', port, timeout=10)
-        c.request('POST', path, body=body, headers={
-            'Content-Type': 'application/json', 'Authorization': 'Bearer ' + tok})
-        r = c.getresponse()
-        status = r.status
-        code = json.loads(r.read()).get('code', 'NO_CODE')
-        c.close()
-    except Exception:
-        pass
-    us = int((time.monotonic() - t0) * 1e6)
-    with lock:
-        out.write('%d %d %s %d %d\n' % (sent, status, code, uid, us))
-    slots.release()
-threads, n = [], 0
-due = time.monotonic()
-end = due + secs
-while not stop.is_set() and time.monotonic() < end:
-    slots.acquire()
-    tok = token(base + n)
-    sent = int((time.time() - start) * 1000)
-    th = threading.Thread(target=one, args=(base + n, sent, tok))
-    th.start()
-    threads.append(th)
-    n += 1
-    due += 1.0 / rate
-    d = due - time.monotonic()
-    if d > 0:
-        stop.wait(d)
-for th in threads:
-    th.join()
-out.close()
-PY
-
-# paced_bg LOG PATH ID USERBASE RATE SECONDS [GO]: paced.py in the background;
+# paced_bg LOG PATH ID USERBASE RATE SECONDS [GO]: testkit.py paced in the
+# background (RATE seizes a second for SECONDS, each on its own connection;
+# with GO, sending from when the file GO exists; testkit.py -h paced);
 # PACED_PID is python itself (stopped on exit).
 paced_bg() {
-    python3 "$COUPON_DIR/paced.py" "$PORT" "$2" "$3" "$4" "$5" "$6" "$1" "$COUPON_JWT_SECRET" \
+    python3 "$CS_TESTKIT" paced "$PORT" "$2" "$3" "$4" "$5" "$6" "$1" "$COUPON_JWT_SECRET" \
         ${7:+"$7"} &
     PACED_PID=$!
     cs_defer stop_bg "$PACED_PID"
