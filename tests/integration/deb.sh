@@ -288,26 +288,7 @@ fi
 # with what earlier calls set; the conffile itself stays as shipped.
 LOCAL=$CONF.d/local.conf
 conf_set() {
-    python3 - "$TMP/local.json" "$LOCAL" "$@" <<'PY'
-import json, os, sys
-state, out, edits = sys.argv[1], sys.argv[2], sys.argv[3:]
-kv = json.load(open(state)) if os.path.exists(state) else {}
-for e in edits:
-    k, v = e.split("=", 1)
-    kv[k] = v
-json.dump(kv, open(state, "w"))
-groups = {}
-for k, v in kv.items():
-    g, key = k.split(".", 1)
-    groups.setdefault(g, []).append(f"  {key} = {v};")
-text = "# the admin's settings (deb.sh)\n" + "".join(
-    f"{g} = {{\n" + "\n".join(lines) + "\n};\n" for g, lines in groups.items())
-fd = os.open(out + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
-os.write(fd, text.encode())
-os.close(fd)
-os.chown(out + ".tmp", 0, __import__("grp").getgrnam("couponseize").gr_gid)
-os.rename(out + ".tmp", out)
-PY
+    testkit local-conf "$TMP/local.json" "$LOCAL" "$@"
 }
 # coupon-fcgi.socket's ListenStream=, bound by root and handed over as fd 3
 # on the first connection, as systemd does; the stack's nginx reaches it
@@ -818,24 +799,7 @@ EOF
     diag "drained in $((SECONDS - t)) s"
     # Per user: told SEIZED => exactly one coupon; a coupon => told SEIZED.
     mdb "SELECT user_id, COUNT(*) FROM coupon WHERE activity_id = $id GROUP BY user_id" >"$WALK/rows"
-    bad=$(python3 - "$WALK/rows" "$WALK/load1.log" "$WALK/load2.log" <<'PY'
-import sys
-rows = {}
-for line in open(sys.argv[1]):
-    u, n = line.split()
-    rows[int(u)] = int(n)
-told = {}
-for p in sys.argv[2:]:
-    with open(p) as f:
-        f.readline()
-        for line in f:
-            ms, status, code, user, us = line.split()
-            told[int(user)] = code
-bad = [u for u, c in told.items() if c == "SEIZED" and rows.get(u) != 1]
-bad += [u for u in rows if told.get(u) != "SEIZED"]
-print(len(bad), *sorted(bad)[:10])
-PY
-)
+    bad=$(checker strict "$WALK/rows" "$WALK/load1.log" "$WALK/load2.log")
     check_eq "per user: each one told SEIZED holds exactly one coupon, and nobody else holds one" 0 "$bad"
 
     # The alerts: the shipped rules over what both nodes report, before and
@@ -845,40 +809,7 @@ PY
     # walk_rules_test [control]: the promtool test, to stdout; "control":
     # node 2's couponseize_redis_aof_always 0 after the sale.
     walk_rules_test() {
-        python3 - "$WALK" "$RULES" "${1:-}" <<'PY'
-import re, sys
-d, rules, control = sys.argv[1], sys.argv[2], sys.argv[3]
-def parse(p):
-    out = {}
-    for line in open(p):
-        if line.startswith("#") or not line.strip():
-            continue
-        m = re.match(r'^([a-zA-Z_:][a-zA-Z0-9_:]*(?:\{.*\})?)\s+(\S+)', line)
-        if m:
-            out[m.group(1)] = m.group(2)
-    return out
-series = {}
-for n, inst in (("n1", "node1:80"), ("n2", "node2:80")):
-    b, a = parse(f"{d}/before-{n}.prom"), parse(f"{d}/after-{n}.prom")
-    for job in ("coupon-fcgi",):
-        series[f'up{{job="{job}",instance="{inst}"}}'] = ("1", "1")
-    for k in set(b) | set(a):
-        name, _, labels = k.partition("{")
-        labels = labels.rstrip("}")
-        lab = f'job="coupon-fcgi",instance="{inst}"' + ("," + labels if labels else "")
-        v0, v1 = b.get(k, a.get(k)), a.get(k, b.get(k))
-        if control and n == "n2" and name == "couponseize_redis_aof_always":
-            v1 = "0"
-        series[f"{name}{{{lab}}}"] = (v0, v1)
-names = re.findall(r'^\s*- alert:\s*(\S+)', open(rules).read(), re.M)
-print(f"rule_files: [{rules}]\nevaluation_interval: 1m\ntests:\n  - interval: 1m\n    input_series:")
-for s, (v0, v1) in sorted(series.items()):
-    print(f"      - series: '{s}'\n        values: '{v0}x10 {v1}x50'")
-print("    alert_rule_test:")
-for n in names:
-    for t in ("5m", "12m", "20m", "40m", "60m"):
-        print(f"      - eval_time: {t}\n        alertname: {n}\n        exp_alerts: []")
-PY
+        testkit promtool-test "$WALK" "$RULES" "${1:-}"
     }
     walk_rules_test >"$WALK/quiet.test.yml"
     walk_rules_test control >"$WALK/control.test.yml"
