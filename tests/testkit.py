@@ -591,6 +591,19 @@ def cmd_promtool_test(a):
             print(f"      - eval_time: {t}\n        alertname: {n}\n        exp_alerts: []")
 
 
+def cmd_csv_growth(a):
+    """csv-growth FILE COLUMN: how much COLUMN of the samples in the CSV
+    FILE (a header row; column t_s the seconds since the start) grew from
+    the first sample at 120 s or later (the first one when none is) to the
+    last: prints "PERCENT FIRST LAST", PERCENT with one decimal."""
+    import csv
+    with open(a.file) as f:
+        rows = list(csv.DictReader(f))
+    base = [r for r in rows if int(r["t_s"]) >= 120] or rows
+    x, y = int(base[0][a.column]), int(rows[-1][a.column])
+    print("%.1f %d %d" % (100.0 * (y - x) / max(x, 1), x, y))
+
+
 # --- configuration ------------------------------------------------------------------------
 
 def cmd_local_conf(a):
@@ -665,6 +678,7 @@ def parser():
     add("dashboard-lint", "dash")
     add("promtool-test", "dir", "rules", ("control", {"nargs": "?", "default": ""}))
     add("local-conf", "state", "out", ("edits", {"nargs": "*"}))
+    add("csv-growth", "file", "column")
     return p
 
 
