@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""testkit.py - the integration tests' helpers that need more than the shell.
+"""testkit.py - the shell tests' helpers that need more than the shell.
 
     python3 "$top_srcdir/tests/testkit.py" SUBCOMMAND ARGS...
 
@@ -604,6 +604,35 @@ def cmd_csv_growth(a):
     print("%.1f %d %d" % (100.0 * (y - x) / max(x, 1), x, y))
 
 
+# --- benchmarks ------------------------------------------------------------------------
+
+def cmd_bench_row(a):
+    """bench-row JSON LABEL: one row of a benchmark table from a loadgen -j
+    summary JSON: "LABEL rps R  p99 P ms  {codes}" (LABEL padded to 26)."""
+    r = json.loads(a.json)
+    print("%-26s rps %7.0f  p99 %7.1f ms  %s" % (a.label, r["rps"], r["p99_ms"], r["codes"]),
+          flush=True)
+
+
+def cmd_ab_row(a):
+    """ab-row JSON LABEL APP1 APP0 REDIS1 REDIS0 NGINX1 NGINX0 BUSY1 BUSY0:
+    one row of tests/bench/ab from a loadgen -j summary JSON and the CPU
+    ticks (after, before) of the app's processes, Redis, nginx and the
+    machine (busy): rps, p50 and p99, then each one's CPU in us a request,
+    then the answers by code."""
+    import os
+    r = json.loads(a.json)
+    n, us = r["requests"], 1e6 / os.sysconf("SC_CLK_TCK")
+
+    def per(x, y):
+        return (int(x) - int(y)) * us / n
+    print("%-16s rps %7.0f  p50 %6.2f ms  p99 %7.1f ms  workers %6.1f us/req  redis %6.1f us/req  "
+          "nginx %6.1f us/req  machine %6.1f us/req  %s"
+          % (a.label, r["rps"], r["p50_ms"], r["p99_ms"], per(a.app1, a.app0),
+             per(a.redis1, a.redis0), per(a.nginx1, a.nginx0),
+             per(a.busy1, a.busy0), r["codes"]), flush=True)
+
+
 # --- configuration ------------------------------------------------------------------------
 
 def cmd_local_conf(a):
@@ -679,6 +708,9 @@ def parser():
     add("promtool-test", "dir", "rules", ("control", {"nargs": "?", "default": ""}))
     add("local-conf", "state", "out", ("edits", {"nargs": "*"}))
     add("csv-growth", "file", "column")
+    add("bench-row", "json", "label")
+    add("ab-row", "json", "label", "app1", "app0", "redis1", "redis0", "nginx1", "nginx0", "busy1",
+        "busy0")
     return p
 
 
