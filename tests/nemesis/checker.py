@@ -13,6 +13,9 @@ The rules one user's answers keep against the coupons that user holds are
 user_faults(); the integration tests judge a loadgen log by them too
 (judge_log(), and `checker.py loadgen LOG` for the shell: tests/lib.sh's
 seize_judge and seize_judge_all), so one tested judge decides per user.
+The tests' other judges of logs, journals and traces (upgrade windows, a
+Redis outage, sharded loads, journal records) are loadlog.py's, each a
+subcommand of main() (checker.py -h), unit-tested in test_checker.py.
 """
 import json
 import subprocess
@@ -537,4 +540,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    sys.dont_write_bytecode = True  # the source tree may be read-only (distcheck)
     sys.exit(main(sys.argv))
