@@ -5,6 +5,7 @@
 #include "config.h"
 #include "conf.h"
 #include "cs.h"
+#include "keys.h"
 #include "log.h"
 #include "migrate.h"
 #include "out.h"
@@ -52,6 +53,7 @@ static void usage(FILE *f)
         "                              (--journal-lost: its journal is gone for good)\n"
         "  token                       print an admin token (for the operator page)\n"
         "  migrate                     apply the SQL migrations the database lacks\n"
+        "  keys ID                     the Redis keys (and fields) that hold sale ID\n"
         "Fields (create, update): --name S --total K --start TIME --end TIME\n"
         "  --validity-days D --coupon-name S --coupon-type 1|2 --amount X --threshold X\n"
         "  --return-on-expiry --eligible-groups G1,G2  (TIME: RFC 3339 with an offset)\n"
@@ -336,6 +338,68 @@ static int verb_migrate(const struct opts *o, const struct cs_conf *conf)
     return rc;
 }
 
+/*
+ * keys ID: where sale ID lives in Redis, one "NAME KEY [FIELD]" line each
+ * (doc/internals.md, "Redis keys"; FIELD may name a pattern, "<user>"), spelt by the builders coupon-fcgi and
+ * coupon-sync use (lib/keys.c), for redis-cli on call and for the tests.
+ * Needs neither the configuration nor a server.
+ */
+static int verb_keys(const struct opts *o, const char *id_s)
+{
+    int64_t id = parse_pos(id_s);
+    if (id <= 0)
+        return die_usage("'%s' is not an id (an integer 1..2^63-1)", id_s);
+    int sh = keys_shard(id);
+    char k[16][KEYS_MAX], f[16][64];
+    const char *name[16];
+    int n = 0;
+
+#define KEY_ROW(nm, builder, arg, fmt, ...)                                    \
+    do {                                                                       \
+        name[n] = nm;                                                          \
+        builder(k[n], arg);                                                    \
+        snprintf(f[n], sizeof(f[n]), fmt, __VA_ARGS__);                        \
+        n++;                                                                   \
+    } while (0)
+    KEY_ROW("stock", keys_stock, sh, "%lld", (long long)id);
+    KEY_ROW("window", keys_window, sh, "%lld", (long long)id);
+    KEY_ROW("meta", keys_meta, sh, "%lld", (long long)id);
+    KEY_ROW("version", keys_version, sh, "%lld", (long long)id);
+    KEY_ROW("ends", keys_ends, sh, "%lld", (long long)id);          /* a sorted set's member */
+    KEY_ROW("seized", keys_seize_list, id, "%s", "");
+    KEY_ROW("queue", keys_queue, sh, "%lld:<user>", (long long)id);
+    KEY_ROW("dead", keys_dead, sh, "%lld:<user>", (long long)id);
+    KEY_ROW("sync_lock", keys_sync_lock, sh, "%s", "");
+    KEY_ROW("fence", keys_fence, sh, "%s", "");
+    KEY_ROW("reserve", keys_reserve, sh, "%lld:held", (long long)id);
+    KEY_ROW("reserve_epochs", keys_reserve_epochs, id, "%s", "");
+    KEY_ROW("reserve_dead", keys_reserve_dead, sh, "%s", "");
+#undef KEY_ROW
+
+    if (o->json) {
+        cJSON *j = cJSON_CreateObject(), *keys = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "code", "OK");
+        cJSON_AddNumberToObject(j, "id", (double)id);
+        cJSON_AddNumberToObject(j, "shard", sh);
+        cJSON_AddNumberToObject(j, "slot", keys_shard_slot(sh));
+        for (int i = 0; i < n; i++) {
+            cJSON *e = cJSON_AddObjectToObject(keys, name[i]);
+            cJSON_AddStringToObject(e, "key", k[i]);
+            if (f[i][0] != '\0')
+                cJSON_AddStringToObject(e, "field", f[i]);
+        }
+        cJSON_AddItemToObject(j, "keys", keys);
+        char *p = cJSON_PrintUnformatted(j);
+        printf("%s\n", p);
+        cJSON_free(p);
+        cJSON_Delete(j);
+    } else {
+        for (int i = 0; i < n; i++)
+            printf("%s %s%s%s\n", name[i], k[i], f[i][0] ? " " : "", f[i]);
+    }
+    return ADMIN_EXIT_OK;
+}
+
 /* Runs VERB with its arguments. */
 static int run_verb(struct opts *o, const struct cs_conf *conf, const char *verb, int argc,
                     char **argv)
@@ -538,6 +602,12 @@ int main(int argc, char **argv)
     if (optind >= argc) {
         usage(stderr);
         return ADMIN_EXIT_USAGE;
+    }
+    if (strcmp(argv[optind], "keys") == 0) {
+        rc = argc - optind - 1 == 1 ? verb_keys(&o, argv[optind + 1])
+                                    : die_usage("%s: wrong number of arguments", "keys");
+        cJSON_Delete(o.fields);
+        return rc;
     }
     if ((rc = load_conf(&o, &conf)) != ADMIN_EXIT_OK)
         return rc;

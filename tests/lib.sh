@@ -742,8 +742,27 @@ end_ms() {
 
 LOADGEN=$top_builddir/tests/bench/loadgen
 
+# --- Redis keys -------------------------------------------------------------------
+#
+# key NAME ID: sets KEY to the Redis key NAME ("stock", "reserve", "queue",
+# "seized", ...) of activity ID, as `couponseize-admin keys ID` spells it
+# with the daemons' own builders (lib/keys.c): the tests never spell the
+# schema themselves. Asked once per activity and kept (in this shell: a
+# $(...) asks again). key_shard NAME SHARD: the same for shard SHARD's key.
+declare -gA CS_KEYS=()
+CS_ADMIN=$top_builddir/couponseize-admin
+key() {
+    local n k _f
+    if [[ -z ${CS_KEYS[$2.stock]:-} ]]; then
+        while read -r n k _f; do CS_KEYS[$2.$n]=$k; done < <("$CS_ADMIN" keys "$2")
+    fi
+    KEY=${CS_KEYS[$2.$1]:-}
+    [[ -n $KEY ]] || { echo "key: no key '$1' for activity $2" >&2; return 1; }
+}
+key_shard() { key "$1" $(($2 == 0 ? 10 : $2)); }
+
 # stock_of ID: the remaining stock of activity ID in Redis.
-stock_of() { rcli HGET "COUPON:RESOURCE:STOCK:{$(($1 % 10))}" "$1"; }
+stock_of() { key stock "$1" && rcli HGET "$KEY" "$1"; }
 
 # seize_load ID CONC TOTAL USERBASE [loadgen flags...]: TOTAL seizes of
 # activity ID by users USERBASE.. over CONC connections through $COUPON_URL;
@@ -883,13 +902,13 @@ seizes_over() {
 # metric_is NAME VALUE [NODE]: for wait_for.
 metric_is() { [[ $(metric "$1" "${3:-}") == "$2" ]]; }
 # held_of ID: what every node's open reserves of activity ID hold, in Redis.
-held_of() { local v; v=$(rcli HGET "COUPON:RESERVE:{$(($1 % 10))}" "$1:held"); echo "${v:-0}"; }
+held_of() { local v; key reserve "$1" && v=$(rcli HGET "$KEY" "$1:held"); echo "${v:-0}"; }
 # reserved ID N: the nodes hold N or more of activity ID (for wait_for).
 reserved() { (($(held_of "$1") >= $2)); }
 # rows_of ID: coupons of activity ID in MySQL, in any status.
 rows_of() { mysql_q "SELECT COUNT(*) FROM coupon WHERE activity_id = $1"; }
 # drained SHARD: the shard's sync queue is empty (for wait_for).
-drained() { [[ $(rcli HLEN "QUEUE:COUPON:SEIZE:SYNC:{$1}") == 0 ]]; }
+drained() { key_shard queue "$1" && [[ $(rcli HLEN "$KEY") == 0 ]]; }
 # node_health_says NODE SOURCE: node NODE's health names SOURCE ("redis",
 # "reserve", "none") as where a seize is granted from now.
 node_health_says() {
@@ -916,7 +935,7 @@ seize_settled() {
 # field_of ID NODE: what node NODE's open reserve of activity ID holds in
 # Redis (NODE: the directory node_up made, e.g. n2); field_is ID NODE N.
 field_of() {
-    rcli HGET "COUPON:RESERVE:{$(($1 % 10))}" "$1:$(cat "$COUPON_DIR/$2/journal/incarnation")"
+    key reserve "$1" && rcli HGET "$KEY" "$1:$(cat "$COUPON_DIR/$2/journal/incarnation")"
 }
 field_is() { [[ $(field_of "$1" "$2") == "$3" ]]; }
 # sale_reserved TAG NODE ID K: a sale ID of 1,000 open for an hour, preheated;
@@ -1013,19 +1032,21 @@ reserves_open_on() {
     local node=${1:-} inc f v sum=0 i
     inc=$(cat "$COUPON_DIR${node:+/$node}/journal/incarnation") || return 1
     for ((i = 0; i < 10; i++)); do
+        key_shard reserve $i || return 1
         while read -r f v; do
             [[ $f == *":$inc" && $f != lease:* ]] && sum=$((sum + v))
-        done < <(rcli HGETALL "COUPON:RESERVE:{$i}" | paste - -)
+        done < <(rcli HGETALL "$KEY" | paste - -)
     done
     ((sum > 0)) && [[ $(metric couponseize_reserve_held "$node") == "$sum" ]]
 }
 # balanced ID TOTAL: Redis stock + what reserves hold (read in one script, so
 # a set-aside between two reads cannot skew them) + coupons in MySQL = TOTAL.
 balanced() {
-    local s h r
+    local s h r ks
+    key stock "$1" && ks=$KEY && key reserve "$1" || return 1
     read -r s h < <(rcli EVAL "return {redis.call('HGET', KEYS[1], ARGV[1]) or '0',
         redis.call('HGET', KEYS[2], ARGV[1] .. ':held') or '0'}" 2 \
-        "COUPON:RESOURCE:STOCK:{$(($1 % 10))}" "COUPON:RESERVE:{$(($1 % 10))}" "$1" | tr '\n' ' ')
+        "$ks" "$KEY" "$1" | tr '\n' ' ')
     r=$(rows_of "$1")
     diag "activity $1: stock $s + held $h + coupons $r (total $2)"
     ((s + h + r == $2))
@@ -1041,8 +1062,10 @@ mk_activities() {
     now=$(date +%s%3N)
     for ((i = 0; i < 10; i++)); do
         mk_activity $(($1 + i)) "$2" -60 86400 || return 1
-        rcli hset "COUPON:ACTIVITY:WINDOW:{$i}" $(($1 + i)) "$((now - 60000)),$((now + 86400000))" >/dev/null
-        rcli hsetnx "COUPON:RESOURCE:STOCK:{$i}" $(($1 + i)) "$2" >/dev/null
+        key window $(($1 + i)) || return 1
+        rcli hset "$KEY" $(($1 + i)) "$((now - 60000)),$((now + 86400000))" >/dev/null
+        key stock $(($1 + i)) || return 1
+        rcli hsetnx "$KEY" $(($1 + i)) "$2" >/dev/null
     done
 }
 
@@ -1050,19 +1073,23 @@ mk_activities() {
 # activities BASE..BASE+9, as lua/seize.lua would (queue entry + stock
 # decrement), in redis-cli pipe mode.
 fill_queue() {
-    local now
+    local now i qk=() sk=()
     now=$(date +%s%3N)
-    awk -v base="$1" -v per="$2" -v uid0="$3" -v now="$now" '
+    for ((i = 0; i < 10; i++)); do
+        key queue $(($1 + i)) && qk+=("$KEY") && key stock $(($1 + i)) && sk+=("$KEY") || return 1
+    done
+    awk -v base="$1" -v per="$2" -v uid0="$3" -v now="$now" -v qk="${qk[*]}" -v sk="${sk[*]}" '
     function bulk(s) { printf "$%d\r\n%s\r\n", length(s), s }
     BEGIN {
+        split(qk, Q, " "); split(sk, S, " ")
         for (s = 0; s < 10; s++) {
-            a = base + s; key = "QUEUE:COUPON:SEIZE:SYNC:{" s "}"
+            a = base + s; key = Q[s + 1]
             for (u = 1; u <= per; u += 1000) {
                 m = (per - u + 1 < 1000) ? per - u + 1 : 1000
                 printf "*%d\r\n", 2 + 2 * m; bulk("HSET"); bulk(key)
                 for (k = 0; k < m; k++) { bulk(a ":" (uid0 + u + k)); bulk(now) }
             }
-            printf "*4\r\n"; bulk("HINCRBY"); bulk("COUPON:RESOURCE:STOCK:{" s "}")
+            printf "*4\r\n"; bulk("HINCRBY"); bulk(S[s + 1])
             bulk(a); bulk(-per)
         }
     }' | rcli --pipe >/dev/null

@@ -155,6 +155,27 @@ check_eq "the key with another topup: 422 -> exit 5" 5 "$RC"
 adm preheat
 check_eq "preheat: exit 0 ($ERR)" 0 "$RC"
 check_match "preheat: what it loaded, for people" "loaded: [0-9]+" "$OUT"
+
+# --- keys: where a sale lives in Redis, spelt as the daemons spell it -----------------------
+adm keys "$B"
+check_eq "keys ID: exit 0 ($ERR)" 0 "$RC"
+kname() { awk -v n="$1" '$1 == n { print $2 }' <<<"$OUT"; }
+check_eq "keys: the stock key holds the preheated sale's stock field" 1 \
+    "$(rcli HEXISTS "$(kname stock)" "$B")"
+check_eq "... the window and meta keys hold its fields" "1 1" \
+    "$(rcli HEXISTS "$(kname window)" "$B") $(rcli HEXISTS "$(kname meta)" "$B")"
+http POST /market/consumer/coupon/seize "{\"id\":$B}" "$(mint_jwt 77001)"
+check_eq "... a user seizes: SEIZED" SEIZED "$(json_get "$HTTP_BODY" code)"
+check_eq "... the seize list key holds that user" 1 "$(rcli HEXISTS "$(kname seized)" 77001)"
+STOCK_KEY=$(kname stock)
+adm --json keys "$B"
+check_eq "keys --json: the same stock key, the sale's shard" "$STOCK_KEY $((B % 10))" \
+    "$(jq_ keys.stock.key) $(jq_ shard)"
+"$TOOL" -c /nonexistent/couponseize.conf keys "$B" >/dev/null 2>&1
+check_eq "keys needs no configuration" 0 "$?"
+adm keys 0
+check_eq "keys 0: exit 2" 2 "$RC"
+
 node_up n2 || finish
 INC1=$(cat "$COUPON_DIR/journal/incarnation")
 INC2=$(cat "$COUPON_DIR/n2/journal/incarnation")

@@ -18,6 +18,7 @@ Redis outage, sharded loads, journal records) are loadlog.py's, each a
 subcommand of main() (checker.py -h), unit-tested in test_checker.py.
 """
 import json
+import os
 import subprocess
 import sys
 
@@ -247,19 +248,29 @@ BALANCE_LUA = ("return {redis.call('HGET', KEYS[1], ARGV[1]) or '', "
                "redis.call('HGET', KEYS[2], ARGV[1] .. ':held') or '0'}")
 
 
+def sale_keys(sale):
+    """The Redis keys of sale as `couponseize-admin keys` spells them with the
+    daemons' own builders (lib/keys.c): name -> key."""
+    top = os.environ.get("top_builddir") or os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                         "..", "..")
+    admin = os.path.join(top, "couponseize-admin")
+    return {name: k for name, k, *_ in
+            (line.split() for line in _run([admin, "keys", str(sale)]).splitlines())}
+
+
 def read_stores(env, roles, lease_ms):
     """The stores after the drain: for each sale of roles (id -> role) its
     MySQL activity and coupons and its Redis stock, reserves and seize list."""
     out = {"lease_ms": lease_ms, "sales": {}}
     for sale, role in sorted(roles.items()):
-        i = sale % 10
+        k = sale_keys(sale)
         a = mysql(env, "SELECT total_num, status, UNIX_TIMESTAMP(distribute_start_time) * 1000, "
                   "UNIX_TIMESTAMP(distribute_end_time) * 1000 FROM activity WHERE id = %d" % sale)[0]
         rows = mysql(env, "SELECT user_id, status, ROUND(UNIX_TIMESTAMP(seized_at) * 1000) FROM coupon "
                      "WHERE activity_id = %d ORDER BY seized_at" % sale)
-        st, held = redis(env, "EVAL", BALANCE_LUA, 2, "COUPON:RESOURCE:STOCK:{%d}" % i,
-                         "COUPON:RESERVE:{%d}" % i, sale).split("\n")[:2]
-        listed = redis(env, "HKEYS", "COUPON:SEIZE:LIST:%d_{%d}" % (sale, i)).split()
+        st, held = redis(env, "EVAL", BALANCE_LUA, 2, k["stock"], k["reserve"],
+                         sale).split("\n")[:2]
+        listed = redis(env, "HKEYS", k["seized"]).split()
         out["sales"][str(sale)] = {
             "role": role, "total": int(a[0]), "status": int(a[1]),
             "start_ms": int(float(a[2])), "end_ms": int(float(a[3])),
