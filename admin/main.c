@@ -514,7 +514,9 @@ static const char *const field_of[] = {
     [OPT_GROUPS - OPT_NAME] = "eligibleGroups",
 };
 
-int main(int argc, char **argv)
+/* Reads the options into o; -1 to go on to the verb (argv[optind]), or the
+ * exit status (--help, --version, a bad option). */
+static int parse_opts(struct opts *o, int argc, char **argv)
 {
     static const struct option longopts[] = {
         {"config", required_argument, NULL, 'c'}, {"url", required_argument, NULL, 'u'},
@@ -542,21 +544,14 @@ int main(int argc, char **argv)
         {"eligible-groups", required_argument, NULL, OPT_GROUPS},
         {NULL, 0, NULL, 0},
     };
-    struct opts o = {.conf_path = CS_DEFAULT_CONF, .ttl_s = ADMIN_DEFAULT_TTL_S,
-                     .timeout_s = ADMIN_DEFAULT_TIMEOUT_S, .page = 1, .size = 50,
-                     .mig = {.sql_dir = CS_DEFAULT_SQLDIR}};
-    struct cs_conf conf;
     int c, rc;
     int64_t n;
 
-    cs_init();
-    log_init("couponseize-admin", LOG_LVL_WARNING, "stderr");
-    o.fields = cJSON_CreateObject();
     while ((c = getopt_long(argc, argv, "c:u:jhV", longopts, NULL)) != -1) {
         switch (c) {
-        case 'c': o.conf_path = optarg; break;
-        case 'u': o.url = optarg; break;
-        case 'j': o.json = 1; break;
+        case 'c': o->conf_path = optarg; break;
+        case 'u': o->url = optarg; break;
+        case 'j': o->json = 1; break;
         case 'h': usage(stdout); return ADMIN_EXIT_OK;
         case 'V': printf("couponseize-admin %s\n", PACKAGE_VERSION); return ADMIN_EXIT_OK;
         case OPT_TTL:
@@ -565,11 +560,11 @@ int main(int argc, char **argv)
         case OPT_SIZE:
             if ((n = parse_pos(optarg)) < 0 || n > 86400 * 7)
                 return die_usage("'%s' is not a number in 1..604800", optarg);
-            *(c == OPT_TTL ? &o.ttl_s : c == OPT_TIMEOUT ? &o.timeout_s
-              : c == OPT_PAGE ? &o.page : &o.size) = (int)n;
+            *(c == OPT_TTL ? &o->ttl_s : c == OPT_TIMEOUT ? &o->timeout_s
+              : c == OPT_PAGE ? &o->page : &o->size) = (int)n;
             break;
         case OPT_SUB:
-            if ((o.sub = parse_pos(optarg)) < 0)
+            if ((o->sub = parse_pos(optarg)) < 0)
                 return die_usage("--sub '%s' is not an id", optarg);
             break;
         case OPT_IDEM:
@@ -578,18 +573,18 @@ int main(int argc, char **argv)
                           "[\\]^_`abcdefghijklmnopqrstuvwxyz{|}~") != strlen(optarg))
                 return die_usage("--idempotency-key '%s': 1..255 printable ASCII characters",
                                  optarg);
-            o.idem_key = optarg;
+            o->idem_key = optarg;
             break;
-        case OPT_JOURNAL_LOST: o.journal_lost = 1; break;
-        case OPT_SQL_DIR: o.mig.sql_dir = optarg; break;
-        case OPT_DB_USER: o.mig.db_user = optarg; break;
-        case OPT_DB_PWFILE: o.mig.db_password_file = optarg; break;
-        case OPT_DB_SOCKET: o.mig.db_socket = optarg; break;
-        case OPT_DB_NAME: o.mig.db_name = optarg; break;
-        case OPT_DRY_RUN: o.mig.dry_run = 1; break;
+        case OPT_JOURNAL_LOST: o->journal_lost = 1; break;
+        case OPT_SQL_DIR: o->mig.sql_dir = optarg; break;
+        case OPT_DB_USER: o->mig.db_user = optarg; break;
+        case OPT_DB_PWFILE: o->mig.db_password_file = optarg; break;
+        case OPT_DB_SOCKET: o->mig.db_socket = optarg; break;
+        case OPT_DB_NAME: o->mig.db_name = optarg; break;
+        case OPT_DRY_RUN: o->mig.dry_run = 1; break;
         default:
             if (c >= OPT_NAME && c <= OPT_GROUPS) {
-                if ((rc = add_field(&o, field_of[c - OPT_NAME], optarg ? optarg : "")) != 0)
+                if ((rc = add_field(o, field_of[c - OPT_NAME], optarg ? optarg : "")) != 0)
                     return rc;
                 break;
             }
@@ -597,6 +592,22 @@ int main(int argc, char **argv)
             return ADMIN_EXIT_USAGE;
         }
     }
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    struct opts o = {.conf_path = CS_DEFAULT_CONF, .ttl_s = ADMIN_DEFAULT_TTL_S,
+                     .timeout_s = ADMIN_DEFAULT_TIMEOUT_S, .page = 1, .size = 50,
+                     .mig = {.sql_dir = CS_DEFAULT_SQLDIR}};
+    struct cs_conf conf;
+    int rc;
+
+    cs_init();
+    log_init("couponseize-admin", LOG_LVL_WARNING, "stderr");
+    o.fields = cJSON_CreateObject();
+    if ((rc = parse_opts(&o, argc, argv)) >= 0)
+        return rc;
     /* GNU getopt moves the verb and its arguments, in their order, behind
      * the options, so options may follow the verb as well. */
     if (optind >= argc) {

@@ -201,63 +201,101 @@ static void keeper_pass(struct keeper *k, int stopping)
     keeper_watch_leases(k);
 }
 
-int keeper_main(const struct cs_conf *conf, struct shm_node *shm)
+/* Sets k up on the node segment and opens the journal directory (its
+ * lock: one keeper per directory); CS_ERR, logged, when it cannot be
+ * opened, with nothing to undo. */
+static int keeper_open(struct keeper *k, const struct cs_conf *conf, struct shm_node *shm)
 {
-    struct keeper k;
     struct rconn_opts ro;
     char err[512];
 
-    memset(&k, 0, sizeof(k));
-    k.conf = conf;
-    k.shm = shm;
-    k.rv = &shm->rsv;
-    k.list_gen = -2;
-    k.margin_ms = conf->fallback_budget_ms;
+    memset(k, 0, sizeof(*k));
+    k->conf = conf;
+    k->shm = shm;
+    k->rv = &shm->rsv;
+    k->list_gen = -2;
+    k->margin_ms = conf->fallback_budget_ms;
     for (int s = 0; s < KEYS_SHARDS; s++)
-        k.restored[s] = -1;
+        k->restored[s] = -1;
     signal(SIGTERM, keeper_on_term);
     signal(SIGINT, keeper_on_term);
     signal(SIGHUP, SIG_IGN);
     signal(SIGUSR2, keeper_on_handover);
 
-    if (journal_dir_open(&k.jd, conf->fallback_journal, err, sizeof(err)) != CS_OK) {
+    if (journal_dir_open(&k->jd, conf->fallback_journal, err, sizeof(err)) != CS_OK) {
         log_error("reserve keeper: %s; no reserves on this node", err);
-        return 1;
+        return CS_ERR;
     }
     /* The journal's lock is this keeper's: a keeper named in the segment
      * now is one that died with nobody to clear its name (killed, its
      * supervisor gone), and workers must not trust the grants table this
      * keeper is about to empty and rebuild. */
-    atomic_store(&k.rv->keeper_pid, 0);
+    atomic_store(&k->rv->keeper_pid, 0);
     rconn_opts_from_conf(&ro, conf, conf->redis_command_timeout_ms);
     ro.cluster_shared = &shm->cluster;
-    k.rc = rconn_new(&ro);
-    k.mc = mconn_new(conf);
-    rscript_from_text(&k.s_aside, script_reserve_set_aside);
-    rscript_from_text(&k.s_renew, script_reserve_renew);
-    rscript_from_text(&k.s_replay, script_reserve_replay);
-    rscript_from_text(&k.s_give, script_reserve_give_back);
-    rscript_from_text(&k.s_release, script_reserve_release);
+    k->rc = rconn_new(&ro);
+    k->mc = mconn_new(conf);
+    rscript_from_text(&k->s_aside, script_reserve_set_aside);
+    rscript_from_text(&k->s_renew, script_reserve_renew);
+    rscript_from_text(&k->s_replay, script_reserve_replay);
+    rscript_from_text(&k->s_give, script_reserve_give_back);
+    rscript_from_text(&k->s_release, script_reserve_release);
+    return CS_OK;
+}
 
-    int rc = 0;
-    keeper_claim_init(&k);
-    if (keeper_journal_rebuild(&k) != CS_OK)
-        goto out;
-    /* A halt is never cleared by a (re)start: shared memory keeps it for a
-     * keeper restarted under running workers, DIR/halted for a new node. */
-    keeper_journal_halt(&k, 1);
-    /* The grants table is whole once rebuilt, unless a worker was still
-     * inside a grant: its record may come after the scan. Then the keeper
-     * runs (workers cannot grant meanwhile: no keeper runs for them, so
-     * every marker still up is from before) and is named only after a
-     * pass that began with every marker down has put such records in the
-     * table (keeper_mark_granted()). */
-    if (!k.stale_busy)
-        atomic_store(&k.rv->keeper_pid, (int)getpid());
-    log_notice("reserve keeper %d: %d coupons per sale, lease %d ms, journal %s", (int)getpid(),
-               conf->fallback_reserve, conf->fallback_lease_ms, conf->fallback_journal);
+/* The end of a keeper: its slots told it is gone (RSV_STOPPED: workers
+ * grant no more from them), its name cleared, everything freed. */
+static void keeper_close(struct keeper *k)
+{
+    for (int i = 0; i < SHM_RESERVES; i++)
+        if (atomic_load(&k->rv->slot[i].state) != RSV_EMPTY)
+            atomic_store(&k->rv->slot[i].state, RSV_STOPPED);
+    atomic_store(&k->rv->keeper_pid, 0);
+    rscript_free(&k->s_aside);
+    rscript_free(&k->s_renew);
+    rscript_free(&k->s_replay);
+    rscript_free(&k->s_give);
+    rscript_free(&k->s_release);
+    rconn_free(k->rc);
+    mconn_free(k->mc);
+    free(k->files);
+    free(k->closed);
+    free(k->release);
+    free(k->acts);
+    journal_dir_close(&k->jd);
+    log_notice("reserve keeper stopped");
+}
 
+/* While stopping (SIGTERM, by stop_by): 1 once every reserve is given back
+ * and the journal replayed; or when waiting holds up the stop for nothing
+ * (past stop_by, or Redis away for a second: the next start replays and
+ * returns them). */
+static int keeper_stop_done(struct keeper *k, int64_t stop_by)
+{
+    int open = 0, cut = 0;
+
+    for (int i = 0; i < SHM_RESERVES; i++)
+        if (atomic_load(&k->rv->slot[i].state) != RSV_EMPTY) {
+            open++;
+            cut += !k->renewed[keys_shard(atomic_load(&k->rv->slot[i].activity_id))];
+        }
+    if (open == 0 && atomic_load(&k->rv->journal_depth) == 0)
+        return 1;
+    int64_t now = cs_mono_ms();
+    if (now >= stop_by || (cut > 0 && now >= stop_by - KEEPER_STOP_MS + 1000)) {
+        log_warn("reserve keeper: %d reserves not given back (Redis unreachable?); "
+                 "the next start replays and returns them", open);
+        return 1;
+    }
+    return 0;
+}
+
+/* The keeper's passes, one every KEEPER_TICK_MS, until it hands over
+ * (SIGUSR2) or has stopped (SIGTERM, keeper_stop_done()). */
+static void keeper_loop(struct keeper *k)
+{
     int64_t stop_by = 0;
+
     for (;;) {
         int64_t t0 = cs_mono_ms();
         if (keeper_handover) {
@@ -266,59 +304,54 @@ int keeper_main(const struct cs_conf *conf, struct shm_node *shm)
              * needs. Nothing is given back, so nothing is set aside twice. */
             log_notice("reserve keeper: handing over to the upgraded node's keeper; nothing "
                        "given back");
-            break;
+            return;
         }
         if (keeper_stop && stop_by == 0) {
             log_notice("reserve keeper: stopping: giving every reserve back");
             stop_by = t0 + KEEPER_STOP_MS;
         }
-        int markers_down = k.stale_busy && keeper_markers_down(&k);
-        uint64_t passes = k.replay_passes;
-        keeper_pass(&k, stop_by != 0);
-        if (markers_down && k.replay_passes != passes) {
-            k.stale_busy = 0;
-            atomic_store(&k.rv->keeper_pid, (int)getpid());
+        int markers_down = k->stale_busy && keeper_markers_down(k);
+        uint64_t passes = k->replay_passes;
+        keeper_pass(k, stop_by != 0);
+        if (markers_down && k->replay_passes != passes) {
+            k->stale_busy = 0;
+            atomic_store(&k->rv->keeper_pid, (int)getpid());
             log_notice("reserve keeper: the grants in flight at start-up are in the table");
         }
-        if (stop_by != 0) {
-            int open = 0, cut = 0;
-            for (int i = 0; i < SHM_RESERVES; i++)
-                if (atomic_load(&k.rv->slot[i].state) != RSV_EMPTY) {
-                    open++;
-                    cut += !k.renewed[keys_shard(atomic_load(&k.rv->slot[i].activity_id))];
-                }
-            if (open == 0 && atomic_load(&k.rv->journal_depth) == 0)
-                break;
-            /* Redis is away: waiting holds up the stop for nothing. */
-            if (cs_mono_ms() >= stop_by || (cut > 0 && cs_mono_ms() >= stop_by - KEEPER_STOP_MS + 1000)) {
-                log_warn("reserve keeper: %d reserves not given back (Redis unreachable?); "
-                         "the next start replays and returns them", open);
-                rc = 0;
-                break;
-            }
-        }
+        if (stop_by != 0 && keeper_stop_done(k, stop_by))
+            return;
         int64_t left = KEEPER_TICK_MS - (cs_mono_ms() - t0);
         if (left > 0)
             usleep((useconds_t)left * 1000);
     }
-out:
-    for (int i = 0; i < SHM_RESERVES; i++)
-        if (atomic_load(&k.rv->slot[i].state) != RSV_EMPTY)
-            atomic_store(&k.rv->slot[i].state, RSV_STOPPED);
-    atomic_store(&k.rv->keeper_pid, 0);
-    rscript_free(&k.s_aside);
-    rscript_free(&k.s_renew);
-    rscript_free(&k.s_replay);
-    rscript_free(&k.s_give);
-    rscript_free(&k.s_release);
-    rconn_free(k.rc);
-    mconn_free(k.mc);
-    free(k.files);
-    free(k.closed);
-    free(k.release);
-    free(k.acts);
-    journal_dir_close(&k.jd);
-    log_notice("reserve keeper stopped");
-    return rc;
+}
+
+int keeper_main(const struct cs_conf *conf, struct shm_node *shm)
+{
+    struct keeper k;
+
+    if (keeper_open(&k, conf, shm) != CS_OK)
+        return 1;
+    keeper_claim_init(&k);
+    if (keeper_journal_rebuild(&k) == CS_OK) {
+        /* A halt is never cleared by a (re)start: shared memory keeps it
+         * for a keeper restarted under running workers, DIR/halted for a
+         * new node. */
+        keeper_journal_halt(&k, 1);
+        /* The grants table is whole once rebuilt, unless a worker was
+         * still inside a grant: its record may come after the scan. Then
+         * the keeper runs (workers cannot grant meanwhile: no keeper runs
+         * for them, so every marker still up is from before) and is named
+         * only after a pass that began with every marker down has put such
+         * records in the table (keeper_mark_granted()). */
+        if (!k.stale_busy)
+            atomic_store(&k.rv->keeper_pid, (int)getpid());
+        log_notice("reserve keeper %d: %d coupons per sale, lease %d ms, journal %s",
+                   (int)getpid(), conf->fallback_reserve, conf->fallback_lease_ms,
+                   conf->fallback_journal);
+        keeper_loop(&k);
+    }
+    keeper_close(&k);
+    return 0;
 }
 
