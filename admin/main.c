@@ -35,6 +35,14 @@ struct opts {
     cJSON *fields;          /* create / update members from the options */
 };
 
+/* Prints j on one line of stdout (the --json answer). */
+static void print_json(const cJSON *j)
+{
+    char *p = cJSON_PrintUnformatted(j);
+    printf("%s\n", p);
+    cJSON_free(p);
+}
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -162,17 +170,13 @@ static int report(const struct opts *o, const char *verb, const struct client_re
 
     if (o->json) {
         if (root != NULL) {
-            char *p = cJSON_PrintUnformatted(root);
-            printf("%s\n", p);
-            cJSON_free(p);
+            print_json(root);
         } else {
             cJSON *w = cJSON_CreateObject();
             cJSON_AddStringToObject(w, "code", "BAD_ANSWER");
             cJSON_AddNumberToObject(w, "status", r->status);
             cJSON_AddStringToObject(w, "body", r->body);
-            char *p = cJSON_PrintUnformatted(w);
-            printf("%s\n", p);
-            cJSON_free(p);
+            print_json(w);
             cJSON_Delete(w);
         }
     } else if (root != NULL && rc == ADMIN_EXIT_OK) {
@@ -206,9 +210,7 @@ static int no_answer(const struct opts *o, const char *verb, const char *why, in
         cJSON *w = cJSON_CreateObject();
         cJSON_AddStringToObject(w, "code", "NO_ANSWER");
         cJSON_AddStringToObject(w, "msg", why);
-        char *p = cJSON_PrintUnformatted(w);
-        printf("%s\n", p);
-        cJSON_free(p);
+        print_json(w);
         cJSON_Delete(w);
     }
     return ADMIN_EXIT_NO_ANSWER;
@@ -321,9 +323,7 @@ static int verb_migrate(const struct opts *o, const struct cs_conf *conf)
         cJSON_AddNumberToObject(j, "version", rep.db_version);
         cJSON_AddStringToObject(j, "versionName", rep.db_newest);
         cJSON_AddNumberToObject(j, "known", CS_SCHEMA_VERSION);
-        char *p = cJSON_PrintUnformatted(j);
-        printf("%s\n", p);
-        cJSON_free(p);
+        print_json(j);
         cJSON_Delete(j);
     } else {
         for (int i = 0; i < rep.napplied; i++)
@@ -389,9 +389,7 @@ static int verb_keys(const struct opts *o, const char *id_s)
                 cJSON_AddStringToObject(e, "field", f[i]);
         }
         cJSON_AddItemToObject(j, "keys", keys);
-        char *p = cJSON_PrintUnformatted(j);
-        printf("%s\n", p);
-        cJSON_free(p);
+        print_json(j);
         cJSON_Delete(j);
     } else {
         for (int i = 0; i < n; i++)
